@@ -1,0 +1,110 @@
+"""`quickdraft serve | complete | bench | models`.
+
+Each subcommand lives next to what it drives (`lsp/cli.py`, `bench/cli.py`, `models/cli.py`,
+`complete_cli.py`) and registers itself here. Every deliberate error (`QuickdraftError`) ends the
+command with one clear line on stderr and exit status 2; nothing prints a traceback at a user.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from quickdraft.config import STRATEGIES
+from quickdraft.errors import QuickdraftError
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model flags shared by `complete`, `serve` and `bench`."""
+    group = parser.add_argument_group("models")
+    group.add_argument("--preset", help="model preset (see `quickdraft models list`)")
+    group.add_argument("--target", help="target model: preset, Hub id, directory or .gguf file")
+    group.add_argument("--draft", help="draft model (same tokenizer); 'none' for n-gram only")
+    group.add_argument("--device", help="auto, cpu, cuda or cuda:N (default auto)")
+    group.add_argument(
+        "--dtype",
+        choices=["auto", "float32", "bfloat16", "float16", "int8"],
+        help="auto: bfloat16 on CUDA, int8 on CPU",
+    )
+    group.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
+    group.add_argument(
+        "--no-calibrate",
+        action="store_true",
+        help="skip measuring step costs at load (the adaptive draft length then uses estimates)",
+    )
+
+
+def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("decoding")
+    group.add_argument("--strategy", choices=STRATEGIES, help="default hybrid")
+    group.add_argument("--max-tokens", type=int, dest="max_new_tokens", help="default 64")
+    group.add_argument("--temperature", type=float, help="0 (default) is greedy")
+    group.add_argument("--top-p", type=float, dest="top_p")
+    group.add_argument("--seed", type=int)
+    group.add_argument(
+        "--draft-length", type=int, help="tokens proposed per step (default: adaptive)"
+    )
+
+
+def config_dict_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given on the command line, as a dict for `load_config`."""
+    model = {
+        key: getattr(args, key, None)
+        for key in ("preset", "target", "draft", "device", "dtype", "threads")
+        if getattr(args, key, None) is not None
+    }
+    if getattr(args, "no_calibrate", False):
+        model["calibrate"] = False
+    if model.get("draft") == "none":
+        model["draft"] = None
+    decoding = {
+        key: getattr(args, key, None)
+        for key in ("strategy", "max_new_tokens", "temperature", "top_p", "seed", "draft_length")
+        if getattr(args, key, None) is not None
+    }
+    data: dict[str, Any] = {}
+    if model:
+        data["model"] = model
+    if decoding:
+        data["decoding"] = decoding
+    return data
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from quickdraft import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="quickdraft",
+        description="Local code completion over LSP, fast by speculative decoding.",
+    )
+    parser.add_argument("--version", action="version", version=f"quickdraft {__version__}")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Each module adds its own subcommand and sets `func` on its parser.
+    from quickdraft import complete_cli
+    from quickdraft.bench import cli as bench_cli
+    from quickdraft.lsp import cli as lsp_cli
+    from quickdraft.models import cli as models_cli
+
+    for module in (lsp_cli, complete_cli, bench_cli, models_cli):
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except QuickdraftError as exc:
+        print(f"quickdraft: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("quickdraft: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

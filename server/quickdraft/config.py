@@ -1,0 +1,242 @@
+"""The one configuration tree, validated at the edge.
+
+Every setting quickdraft knows lives in a dataclass below. Values arrive as plain dicts (LSP
+`initializationOptions`, `workspace/didChangeConfiguration`, CLI flags, bench options) and pass
+through `load_config`, which checks names, types and ranges and says exactly which key is wrong.
+Nothing past this module re-validates: the rest of the code trusts a `QuickdraftConfig`.
+
+Keys may be written in snake_case (`max_new_tokens`) or camelCase (`maxNewTokens`), as editors
+send them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args, get_origin
+
+from quickdraft.errors import ConfigError
+
+Strategy = Literal["ar", "ngram", "draft", "hybrid"]
+STRATEGIES: tuple[str, ...] = get_args(Strategy)
+
+
+@dataclass
+class ModelConfig:
+    """Which models run, and where."""
+
+    preset: str | None = None
+    """A preset name (`quickdraft models list`); fills target and draft when those are unset."""
+    target: str | None = None
+    """Target model: preset name, Hub id, local directory or `.gguf` file."""
+    draft: str | None = None
+    """Draft model, same tokenizer as the target; None means n-gram drafting only."""
+    device: str = "auto"
+    """`auto` (CUDA if present, else CPU), `cpu`, `cuda`, `cuda:N`."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16", "int8"] = "auto"
+    """`auto` is bfloat16 on CUDA and int8 dynamic quantization on CPU."""
+    threads: int | None = None
+    """CPU threads for torch; None uses the physical cores."""
+    calibrate: bool = True
+    """Measure step costs at load (cached per machine) so the adaptive policy can use them."""
+
+
+@dataclass
+class DecodingConfig:
+    """How tokens are produced."""
+
+    strategy: Strategy = "hybrid"
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    """0 is greedy; > 0 samples, and speculative sampling keeps the target's distribution."""
+    top_p: float = 1.0
+    seed: int | None = None
+    draft_length: int | None = None
+    """Tokens proposed per step; None lets the cost model choose each step."""
+    max_draft_length: int = 12
+    """Upper bound for the adaptive choice."""
+    ngram_min: int = 2
+    """Shortest suffix match the n-gram drafter accepts."""
+    ngram_max: int = 8
+    """Longest suffix tried first."""
+    hybrid_min_match: int = 3
+    """In `hybrid`, an n-gram match at least this long wins over the draft model."""
+    draft_min_confidence: float = 0.0
+    """The draft model stops proposing once its top probability falls below this (0: never)."""
+    deadline_ms: int | None = None
+    """Stop generating after this many milliseconds and return what is done."""
+
+
+@dataclass
+class ContextConfig:
+    """What goes into the prompt."""
+
+    max_prompt_tokens: int = 1536
+    """Budget for the whole prompt: prefix, suffix and snippets of other files."""
+    suffix_share: float = 0.25
+    """Share of the file budget given to the text after the cursor."""
+    snippet_share: float = 0.3
+    """Share of the budget for snippets from other open documents (0 disables them)."""
+    max_snippets: int = 4
+    snippet_lines: int = 24
+    max_document_bytes: int = 2_000_000
+    """Documents larger than this are not used for completion (answered with an empty result)."""
+
+
+@dataclass
+class LanguageConfig:
+    """Per-language overrides. Unset fields fall back to the global values."""
+
+    enabled: bool = True
+    draft_length: int | None = None
+    max_new_tokens: int | None = None
+    multiline: Literal["auto", "always", "never"] = "auto"
+
+
+@dataclass
+class QuickdraftConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    context: ContextConfig = field(default_factory=ContextConfig)
+    languages: dict[str, LanguageConfig] = field(default_factory=dict)
+
+    def language(self, language_id: str | None) -> LanguageConfig:
+        """The settings for one language (defaults when it has none of its own)."""
+        return self.languages.get(language_id or "", LanguageConfig())
+
+    def max_new_tokens_for(self, language_id: str | None) -> int:
+        own = self.language(language_id).max_new_tokens
+        return own if own is not None else self.decoding.max_new_tokens
+
+    def draft_length_for(self, language_id: str | None) -> int | None:
+        own = self.language(language_id).draft_length
+        return own if own is not None else self.decoding.draft_length
+
+
+# --- validation ---------------------------------------------------------------------------
+
+_RANGES: dict[str, tuple[float | None, float | None]] = {
+    "max_new_tokens": (1, 4096),
+    "temperature": (0.0, 10.0),
+    "top_p": (1e-6, 1.0),
+    "draft_length": (0, 64),
+    "max_draft_length": (1, 64),
+    "ngram_min": (1, 64),
+    "ngram_max": (1, 64),
+    "hybrid_min_match": (1, 64),
+    "draft_min_confidence": (0.0, 1.0),
+    "deadline_ms": (1, None),
+    "threads": (1, 1024),
+    "max_prompt_tokens": (16, 131072),
+    "suffix_share": (0.0, 0.9),
+    "snippet_share": (0.0, 0.9),
+    "max_snippets": (0, 64),
+    "snippet_lines": (1, 1000),
+    "max_document_bytes": (1, None),
+}
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower().replace("-", "_")
+
+
+def _check_scalar(path: str, name: str, value: Any, annotation: Any) -> Any:
+    """Return `value` converted to `annotation`, or raise ConfigError naming `path`."""
+    origin = get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = get_args(annotation)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _check_scalar(path, name, value, option)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{path}: must not be null")
+    if origin is Literal:
+        allowed = get_args(annotation)
+        if value not in allowed:
+            raise ConfigError(f"{path}: {value!r} is not one of {', '.join(map(str, allowed))}")
+        return value
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path}: expected true or false, got {value!r}")
+        return value
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{path}: expected an integer, got {value!r}")
+    elif annotation is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{path}: expected a number, got {value!r}")
+        value = float(value)
+        if value != value:  # NaN
+            raise ConfigError(f"{path}: expected a number, got NaN")
+    elif annotation is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: expected a string, got {value!r}")
+        return value
+    else:  # pragma: no cover - only reached if a field of a new type is added without support
+        raise ConfigError(f"{path}: unsupported setting type {annotation!r}")
+    low, high = _RANGES.get(name, (None, None))
+    if low is not None and value < low:
+        raise ConfigError(f"{path}: {value} is below the minimum {low}")
+    if high is not None and value > high:
+        raise ConfigError(f"{path}: {value} is above the maximum {high}")
+    return value
+
+
+def _merge_dataclass(path: str, current: Any, data: Any) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path or 'configuration'}: expected an object, got {data!r}")
+    hints = typing.get_type_hints(type(current))
+    fields = {f.name: f for f in dataclasses.fields(current)}
+    updates: dict[str, Any] = {}
+    for raw_key, value in data.items():
+        if not isinstance(raw_key, str):
+            raise ConfigError(f"{path}: keys must be strings, got {raw_key!r}")
+        key = _snake(raw_key)
+        where = f"{path}.{raw_key}" if path else raw_key
+        if key not in fields:
+            known = ", ".join(sorted(fields))
+            raise ConfigError(f"{where}: unknown setting (known: {known})")
+        annotation = hints[key]
+        sub = getattr(current, key)
+        if dataclasses.is_dataclass(sub):
+            updates[key] = _merge_dataclass(where, sub, value)
+        elif get_origin(annotation) is dict:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: expected an object of languages, got {value!r}")
+            merged = dict(sub)
+            for lang, lang_data in value.items():
+                base = merged.get(lang, LanguageConfig())
+                merged[lang] = _merge_dataclass(f"{where}.{lang}", base, lang_data)
+            updates[key] = merged
+        else:
+            updates[key] = _check_scalar(where, key, value, annotation)
+    return dataclasses.replace(current, **updates)
+
+
+def load_config(data: dict[str, Any] | None, base: QuickdraftConfig | None = None) -> QuickdraftConfig:
+    """Validate `data` and lay it over `base` (defaults when None).
+
+    Raises ConfigError naming the first offending key; `base` is never modified, so a caller
+    that catches the error keeps its previous, valid configuration.
+    """
+    config = _merge_dataclass("", base or QuickdraftConfig(), data or {})
+    decoding = config.decoding
+    if decoding.ngram_min > decoding.ngram_max:
+        raise ConfigError(
+            f"decoding.ngram_min ({decoding.ngram_min}) is larger than "
+            f"decoding.ngram_max ({decoding.ngram_max})"
+        )
+    return config
+
+
+def config_to_dict(config: QuickdraftConfig) -> dict[str, Any]:
+    return dataclasses.asdict(config)

@@ -1,0 +1,105 @@
+"""Tiny random-init models and a byte-level tokenizer, for fast tests with no downloads.
+
+Tests (and the e2e servers they start) need a real Hugging Face model directory that loads
+through the same code as a real model. `save_tiny_pair` writes a target and a draft directory
+with a shared tokenizer that knows the Qwen2.5-Coder FIM tokens, so the whole pipeline
+(prompt building, FIM template, stop tokens) runs exactly as with the real pair.
+
+Models default to float64: the engine's greedy identity with plain decoding is exact in float64,
+whereas float32 kernels may reorder sums between a 1-token and a k-token forward and flip an
+argmax on a near tie of random logits (real models have far fewer near ties; see README).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+# The Qwen2.5-Coder special tokens, so the `qwen2.5-coder` FIM template works on tiny models.
+TINY_SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+    "<|im_start|>",
+    "<|im_end|>",
+]
+
+
+def build_tiny_tokenizer():
+    """A byte-level BPE tokenizer with no merges: 256 byte tokens plus the special tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {symbol: index for index, symbol in enumerate(sorted(alphabet))}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core)
+    tokenizer.add_special_tokens({"additional_special_tokens": TINY_SPECIAL_TOKENS})
+    tokenizer.eos_token = "<|endoftext|>"
+    tokenizer.pad_token = "<|fim_pad|>"
+    return tokenizer
+
+
+def build_tiny_model(
+    vocab_size: int,
+    *,
+    arch: str = "qwen2",
+    seed: int = 0,
+    layers: int = 2,
+    hidden: int = 64,
+    heads: int = 4,
+    kv_heads: int = 2,
+    dtype: torch.dtype = torch.float64,
+    eos_token_id: int | None = None,
+):
+    """A randomly initialised causal LM of a real architecture (qwen2, llama, starcoder2)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    common = dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+        eos_token_id=eos_token_id,
+    )
+    config = AutoConfig.for_model(arch, **common)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
+    # Random init gives nearly uniform logits; widen them so greedy decoding has clear winners
+    # and sampling tests see a distribution with real structure.
+    with torch.no_grad():
+        model.lm_head.weight.mul_(40.0)
+    return model.to(dtype).eval()
+
+
+def save_tiny_pair(
+    directory: str | Path,
+    *,
+    arch: str = "qwen2",
+    target_seed: int = 0,
+    draft_seed: int = 1,
+    dtype: torch.dtype = torch.float64,
+) -> tuple[Path, Path]:
+    """Write `directory/target` and `directory/draft`: two tiny models sharing one tokenizer."""
+    directory = Path(directory)
+    tokenizer = build_tiny_tokenizer()
+    eos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    paths = []
+    for name, seed, layers in (("target", target_seed, 2), ("draft", draft_seed, 1)):
+        path = directory / name
+        model = build_tiny_model(len(tokenizer), arch=arch, seed=seed, layers=layers, dtype=dtype, eos_token_id=eos)
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        paths.append(path)
+    return paths[0], paths[1]
