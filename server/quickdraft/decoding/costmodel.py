@@ -1,0 +1,145 @@
+"""What a speculative step costs on this hardware, and which step to take.
+
+Speculation pays only when verifying k drafts costs about as much as producing one token. On a
+GPU it does; on a CPU in fp32 it does not (1.5B, 700-token context: 1 token 587 ms, 2 tokens
+1,215 ms, 8 tokens 2,002 ms). So instead of a fixed schedule, the engine measures the target's
+forward time for 1, 2, 4, 8, 16 new tokens and the draft model's time per token, and before
+every step picks the drafter and draft length k that maximise expected tokens per second:
+
+    with per-token acceptance a, k drafts yield E[tokens] = (1 - a^(k+1)) / (1 - a)
+    at a cost of T_target(k + 1) + k * T_draft  (T_draft = 0 for n-gram drafts)
+
+and plain decoding (k = 0) is always a candidate, so the choice is never slower than `ar` by
+more than the estimation error.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+MEASURED_SIZES = (1, 2, 4, 8, 16)
+
+
+def expected_tokens(acceptance: float, k: int) -> float:
+    """Expected tokens emitted by one step with k drafts, each accepted with prob `acceptance`."""
+    a = min(max(acceptance, 0.0), 0.999)
+    return (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+@dataclass
+class CostModel:
+    target_ms: dict[int, float]
+    """Target forward time (ms) by number of new tokens in the forward."""
+    draft_ms_per_token: float | None = None
+    """Draft model time (ms) per proposed token; None when there is no draft model."""
+    prefill_tokens_per_s: float = 0.0
+    draft_prefill_tokens_per_s: float = 0.0
+    context_tokens: int = 0
+    measured: bool = False
+    """False for the built-in estimate used when nothing was measured."""
+    notes: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def estimate(cls, has_draft: bool) -> CostModel:
+        """Accelerator-like costs, used when calibration is skipped (tests, --no-calibrate)."""
+        return cls(
+            target_ms={n: 10.0 + 0.5 * (n - 1) for n in MEASURED_SIZES},
+            draft_ms_per_token=2.0 if has_draft else None,
+            prefill_tokens_per_s=5000.0,
+            draft_prefill_tokens_per_s=20000.0 if has_draft else 0.0,
+        )
+
+    def target_step_ms(self, new_tokens: int) -> float:
+        """Interpolate (linearly) the measured forward times; extrapolate past the largest."""
+        sizes = sorted(self.target_ms)
+        if new_tokens <= sizes[0]:
+            return self.target_ms[sizes[0]]
+        for low, high in zip(sizes, sizes[1:]):
+            if new_tokens <= high:
+                t = (new_tokens - low) / (high - low)
+                return self.target_ms[low] * (1 - t) + self.target_ms[high] * t
+        low, high = sizes[-2], sizes[-1]
+        slope = (self.target_ms[high] - self.target_ms[low]) / (high - low)
+        return self.target_ms[high] + slope * (new_tokens - high)
+
+    def draft_cost_ms(self, k: int, catch_up_tokens: int = 0) -> float:
+        if self.draft_ms_per_token is None:
+            return math.inf
+        catch_up = 0.0
+        if catch_up_tokens > 1 and self.draft_prefill_tokens_per_s > 0:
+            catch_up = 1000.0 * (catch_up_tokens - 1) / self.draft_prefill_tokens_per_s
+        return k * self.draft_ms_per_token + catch_up
+
+    def tokens_per_ms(self, source: str, acceptance: float, k: int, catch_up: int = 0) -> float:
+        """Expected throughput of one step: `source` "ngram" or "draft" proposing k tokens."""
+        cost = self.target_step_ms(k + 1)
+        if source == "draft" and k > 0:
+            cost += self.draft_cost_ms(k, catch_up)
+        return expected_tokens(acceptance, k) / cost
+
+    def best_k(
+        self, source: str, acceptance: float, max_k: int, catch_up: int = 0
+    ) -> tuple[int, float]:
+        """The draft length (0..max_k) with the highest expected tokens per ms, and that rate."""
+        best = (0, 1.0 / self.target_step_ms(1))
+        for k in range(1, max_k + 1):
+            rate = self.tokens_per_ms(source, acceptance, k, catch_up)
+            if rate > best[1]:
+                best = (k, rate)
+        return best
+
+    def expected_speedup(self, acceptance: float, k: int, source: str) -> float:
+        """Predicted speedup over plain decoding for drafts of length k at that acceptance."""
+        return self.tokens_per_ms(source, acceptance, k) * self.target_step_ms(1)
+
+    def to_dict(self) -> dict:
+        return {
+            "target_ms": {str(k): v for k, v in self.target_ms.items()},
+            "draft_ms_per_token": self.draft_ms_per_token,
+            "prefill_tokens_per_s": self.prefill_tokens_per_s,
+            "draft_prefill_tokens_per_s": self.draft_prefill_tokens_per_s,
+            "context_tokens": self.context_tokens,
+            "measured": self.measured,
+            "notes": dict(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CostModel:
+        return cls(
+            target_ms={int(k): float(v) for k, v in data["target_ms"].items()},
+            draft_ms_per_token=data.get("draft_ms_per_token"),
+            prefill_tokens_per_s=float(data.get("prefill_tokens_per_s", 0.0)),
+            draft_prefill_tokens_per_s=float(data.get("draft_prefill_tokens_per_s", 0.0)),
+            context_tokens=int(data.get("context_tokens", 0)),
+            measured=bool(data.get("measured", False)),
+            notes=dict(data.get("notes", {})),
+        )
+
+
+class AcceptanceTracker:
+    """Recent per-token acceptance, per (language, source), as a decaying success ratio.
+
+    A step that drafted k and accepted j counts j successes and, if j < k, one failure: the
+    maximum-likelihood per-token acceptance of a geometric run.
+    """
+
+    PRIORS = {"ngram": 0.7, "draft": 0.6}
+
+    def __init__(self, decay: float = 0.9, prior_weight: float = 4.0) -> None:
+        self.decay = decay
+        self.prior_weight = prior_weight
+        self._counts: dict[tuple[str, str], list[float]] = {}
+
+    def rate(self, language: str | None, source: str) -> float:
+        prior = self.PRIORS.get(source, 0.5)
+        successes, failures = self._counts.get((language or "", source), (0.0, 0.0))
+        w = self.prior_weight
+        return (successes + w * prior) / (successes + failures + w)
+
+    def update(self, language: str | None, source: str, drafted: int, accepted: int) -> None:
+        if drafted <= 0:
+            return
+        counts = self._counts.setdefault((language or "", source), [0.0, 0.0])
+        counts[0] = counts[0] * self.decay + accepted
+        counts[1] = counts[1] * self.decay + (1.0 if accepted < drafted else 0.0)

@@ -1,0 +1,82 @@
+"""The draft model: a small LM of the same tokenizer proposing the next few tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from quickdraft.decoding.runner import ModelRunner, common_prefix_length
+from quickdraft.decoding.verify import warp
+
+
+@dataclass
+class Proposal:
+    source: str
+    """"ngram" or "draft"."""
+    tokens: list[int]
+    probs: torch.Tensor | None = None
+    """(k, V) draft distributions when sampling from the draft model; None for greedy/n-gram."""
+
+
+class ModelDrafter:
+    """Proposes tokens with its own KV cache, which follows the accepted sequence.
+
+    Before proposing, the cache is cropped to the longest prefix it shares with the current
+    sequence (rejected drafts fall away) and the missing accepted tokens are computed.
+    """
+
+    def __init__(self, model: torch.nn.Module, target_vocab_size: int) -> None:
+        self.runner = ModelRunner(model)
+        self.target_vocab_size = target_vocab_size
+
+    def reset(self) -> None:
+        self.runner.reset()
+
+    def lag(self, sequence: Sequence[int]) -> int:
+        """Tokens of `sequence` the draft cache would have to compute before proposing."""
+        return len(sequence) - common_prefix_length(self.runner.tokens, sequence)
+
+    def _to_target_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        """Draft logits over the target's vocabulary: extra rows dropped, missing rows -inf."""
+        v = self.target_vocab_size
+        if logits.shape[-1] > v:
+            return logits[..., :v]
+        if logits.shape[-1] < v:
+            pad = logits.new_full((*logits.shape[:-1], v - logits.shape[-1]), float("-inf"))
+            return torch.cat([logits, pad], dim=-1)
+        return logits
+
+    def propose(
+        self,
+        sequence: Sequence[int],
+        k: int,
+        *,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        generator: torch.Generator | None = None,
+        min_confidence: float = 0.0,
+    ) -> Proposal:
+        """Up to k tokens continuing `sequence` (fewer if confidence drops below the floor)."""
+        tokens: list[int] = []
+        probs: list[torch.Tensor] = []
+        logits = self._to_target_vocab(self.runner.logits_after(sequence))  # (V,)
+        while len(tokens) < k:
+            if temperature > 0:
+                q = warp(logits[None], temperature, top_p)[0].cpu()
+                token = int(torch.multinomial(q, 1, generator=generator))
+                confidence = float(q[token])
+                probs.append(q)
+            else:
+                token = int(logits.argmax())
+                confidence = float(torch.softmax(logits, dim=-1)[token]) if min_confidence else 1.0
+            if confidence < min_confidence:
+                if probs:
+                    probs.pop()
+                break
+            tokens.append(token)
+            if len(tokens) < k:
+                logits = self._to_target_vocab(self.runner.forward([token])[-1])
+        stacked = torch.stack(probs) if (temperature > 0 and probs) else None
+        return Proposal("draft", tokens, stacked)

@@ -1,0 +1,374 @@
+"""The generation loop: draft cheaply, verify with one target forward, keep what agrees.
+
+    prompt ──prefill (reusing the cached prefix)──▶ target KV holds prompt[:-1], pending = prompt[-1]
+    loop:
+      propose   d1..dk        n-gram lookup, draft model, or nothing (k = 0 is plain decoding)
+      verify    target([pending, d1..dk]) -> logits (k+1, V)        one forward, k+1 positions
+      accept    j drafts + 1 target token                          (verify.accept_greedy/sampling)
+      crop      target KV to prompt + accepted drafts; the new token becomes `pending`
+      emit      token by token: stop tokens, max_new_tokens and the stop callback end it exactly
+                where plain decoding would have ended
+
+Greedy output is the target's own greedy output token for token, whatever was drafted.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from quickdraft.config import STRATEGIES, DecodingConfig
+from quickdraft.decoding.costmodel import MEASURED_SIZES, AcceptanceTracker, CostModel
+from quickdraft.decoding.drafters import ModelDrafter, Proposal
+from quickdraft.decoding.ngram import LIVE, NgramIndex
+from quickdraft.decoding.runner import ModelRunner
+from quickdraft.decoding.verify import accept_greedy, accept_sampling, warp
+from quickdraft.errors import ConfigError, InputError
+
+SOURCES = ("ngram", "draft")
+
+
+@dataclass
+class GenerationRequest:
+    prompt_ids: Sequence[int]
+    max_new_tokens: int = 64
+    strategy: str = "hybrid"
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    draft_length: int | None = None
+    """Fixed number of drafted tokens per step; None lets the cost model choose each step."""
+    language: str | None = None
+    deadline: float | None = None
+    """Absolute `time.monotonic()` after which generation stops and returns what is done."""
+    cancel: threading.Event | None = None
+    stop: Callable[[list[int]], bool] | None = None
+    """Called with all new tokens after each one is emitted; True ends generation there."""
+
+
+@dataclass
+class GenerationStats:
+    strategy: str = "ar"
+    prompt_tokens: int = 0
+    prefill_tokens: int = 0
+    reused_tokens: int = 0
+    new_tokens: int = 0
+    target_forwards: int = 0
+    """Decode-time target forwards (prefill excluded)."""
+    drafted_by_source: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SOURCES, 0))
+    accepted_by_source: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SOURCES, 0))
+    prefill_ms: float = 0.0
+    decode_ms: float = 0.0
+    total_ms: float = 0.0
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.new_tokens / self.target_forwards if self.target_forwards else 0.0
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["tokens_per_forward"] = round(self.tokens_per_forward, 3)
+        return data
+
+
+@dataclass
+class GenerationResult:
+    tokens: list[int]
+    stop_reason: str
+    """"eos", "max_tokens", "stop", "deadline" or "cancelled"."""
+    stats: GenerationStats
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Engine:
+    """A target model, an optional draft model, an n-gram index, and the loop that joins them.
+
+    One generation runs at a time (a lock guards the KV caches); the language server gives the
+    engine to a single worker thread.
+    """
+
+    def __init__(
+        self,
+        target: torch.nn.Module,
+        draft: torch.nn.Module | None = None,
+        *,
+        stop_token_ids: Iterable[int] = (),
+        config: DecodingConfig | None = None,
+        cost_model: CostModel | None = None,
+    ) -> None:
+        self.config = config or DecodingConfig()
+        self.target = ModelRunner(target)
+        self.drafter = ModelDrafter(draft, self.target.vocab_size) if draft is not None else None
+        self.ngram = NgramIndex(self.config.ngram_min, self.config.ngram_max)
+        self.stop_token_ids = frozenset(int(t) for t in stop_token_ids)
+        self.cost_model = cost_model or CostModel.estimate(has_draft=draft is not None)
+        self.acceptance = AcceptanceTracker()
+        self._lock = threading.Lock()
+
+    def reset_cache(self) -> None:
+        """Drop both KV caches (benchmarks use it to measure cold requests)."""
+        with self._lock:
+            self.target.reset()
+            if self.drafter is not None:
+                self.drafter.reset()
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def generate(self, request: GenerationRequest) -> GenerationResult:
+        self._check(request)
+        with self._lock:
+            return self._generate(request)
+
+    def _check(self, request: GenerationRequest) -> None:
+        if len(request.prompt_ids) == 0:
+            raise InputError("the prompt is empty")
+        if request.max_new_tokens < 1:
+            raise InputError(f"max new tokens must be at least 1, got {request.max_new_tokens}")
+        if request.strategy not in STRATEGIES:
+            raise ConfigError(
+                f"unknown strategy {request.strategy!r} (known: {', '.join(STRATEGIES)})"
+            )
+        if request.strategy == "draft" and self.drafter is None:
+            raise ConfigError("strategy 'draft' needs a draft model, and none is loaded")
+        if request.temperature < 0:
+            raise InputError(f"temperature must be >= 0, got {request.temperature}")
+
+    def _stopped(self, request: GenerationRequest) -> str | None:
+        if request.cancel is not None and request.cancel.is_set():
+            return "cancelled"
+        if request.deadline is not None and time.monotonic() >= request.deadline:
+            return "deadline"
+        return None
+
+    def _generate(self, request: GenerationRequest) -> GenerationResult:
+        started = time.perf_counter()
+        prompt = [int(t) for t in request.prompt_ids]
+        stats = GenerationStats(strategy=request.strategy, prompt_tokens=len(prompt))
+        sampling = request.temperature > 0
+        generator = torch.Generator()
+        if sampling:
+            generator.manual_seed(
+                request.seed if request.seed is not None else random.getrandbits(63)
+            )
+        uses_ngram = request.strategy in ("ngram", "hybrid")
+
+        # 1. Prefill. The target's cache must hold prompt[:-1]; the last prompt token is
+        #    "pending" and goes into the first decode forward. Only the part after the longest
+        #    prefix shared with the cache (the previous request) is computed.
+        reused, computed, _ = self.target.extend(
+            prompt[:-1], cancel=request.cancel, deadline=request.deadline
+        )
+        stats.reused_tokens, stats.prefill_tokens = reused, computed
+        _synchronize(self.target.device)
+        decode_started = time.perf_counter()
+        stats.prefill_ms = (decode_started - started) * 1000
+        new: list[int] = []
+        reason = self._stopped(request) if len(self.target.tokens) < len(prompt) - 1 else None
+
+        if uses_ngram:
+            self.ngram.set_source(LIVE, prompt)
+        sequence = prompt
+        while reason is None:
+            reason = self._stopped(request)
+            if reason is not None:
+                break
+            # Drafts past the token budget could never be emitted: the last slot is the
+            # target's own token.
+            budget = request.max_new_tokens - len(new) - 1
+            proposal = self._propose(sequence, request, budget, generator)
+            drafts = proposal.tokens if proposal is not None else []
+
+            # 2. Verify: one target forward over [pending, d1..dk] -> logits (k+1, V).
+            logits = self.target.forward([sequence[-1], *drafts])
+            stats.target_forwards += 1
+            if sampling:
+                target_probs = warp(logits, request.temperature, request.top_p).cpu()
+                draft_probs = proposal.probs if proposal is not None else None
+                emitted, accepted = accept_sampling(drafts, draft_probs, target_probs, generator)
+            else:
+                emitted, accepted = accept_greedy(drafts, logits)
+
+            # 3. Keep the keys/values of the accepted drafts, drop the rejected ones. The last
+            #    emitted token is not in the cache yet: it is the next step's `pending`.
+            self.target.keep(len(sequence) + accepted)
+            if proposal is not None and drafts:
+                stats.drafted_by_source[proposal.source] += len(drafts)
+                stats.accepted_by_source[proposal.source] += accepted
+                self.acceptance.update(request.language, proposal.source, len(drafts), accepted)
+
+            # 4. Emit one token at a time so every stop lands exactly where plain decoding's would.
+            appended = 0
+            for token in emitted:
+                if token in self.stop_token_ids:
+                    reason = "eos"
+                    break
+                new.append(token)
+                sequence.append(token)
+                appended += 1
+                if len(new) >= request.max_new_tokens:
+                    reason = "max_tokens"
+                    break
+                if request.stop is not None and request.stop(new):
+                    reason = "stop"
+                    break
+            if uses_ngram and appended:
+                self.ngram.extend_source(LIVE, sequence[-appended:])
+
+        if new:
+            self.ngram.add_completion(new)
+        _synchronize(self.target.device)
+        finished = time.perf_counter()
+        stats.new_tokens = len(new)
+        stats.decode_ms = (finished - decode_started) * 1000
+        stats.total_ms = (finished - started) * 1000
+        return GenerationResult(new, reason, stats)
+
+    # --- choosing the drafter and k ----------------------------------------------------------
+
+    def _propose(
+        self,
+        sequence: list[int],
+        request: GenerationRequest,
+        budget: int,
+        generator: torch.Generator,
+    ) -> Proposal | None:
+        """Pick this step's drafter and draft length; None means a plain decoding step."""
+        fixed_k = request.draft_length
+        max_k = min(budget, fixed_k if fixed_k is not None else self.config.max_draft_length)
+        if request.strategy == "ar" or max_k <= 0:
+            return None
+
+        match = None
+        if request.strategy in ("ngram", "hybrid"):
+            match = self.ngram.lookup(sequence, max_k)
+            # In hybrid, a short match loses to the draft model; alone, any match is used.
+            if (
+                match is not None
+                and request.strategy == "hybrid"
+                and self.drafter is not None
+                and match.match_length < self.config.hybrid_min_match
+            ):
+                match = None
+        use_draft_model = self.drafter is not None and (
+            request.strategy == "draft" or (request.strategy == "hybrid" and match is None)
+        )
+
+        if fixed_k is not None:
+            if match is not None:
+                return Proposal("ngram", match.tokens[:max_k])
+            if use_draft_model:
+                return self._draft(sequence, max_k, request, generator)
+            return None
+
+        # Adaptive: the option with the highest expected tokens per millisecond, where plain
+        # decoding (k = 0) is always an option.
+        costs = self.cost_model
+        best_rate = 1.0 / costs.target_step_ms(1)
+        choice: tuple[str, int] | None = None
+        if match is not None:
+            rate_k, rate = costs.best_k(
+                "ngram", self.acceptance.rate(request.language, "ngram"), len(match.tokens)
+            )
+            if rate_k > 0 and rate > best_rate:
+                choice, best_rate = ("ngram", rate_k), rate
+        if use_draft_model:
+            assert self.drafter is not None
+            rate_k, rate = costs.best_k(
+                "draft",
+                self.acceptance.rate(request.language, "draft"),
+                max_k,
+                catch_up=self.drafter.lag(sequence),
+            )
+            if rate_k > 0 and rate > best_rate:
+                choice, best_rate = ("draft", rate_k), rate
+        if choice is None:
+            return None
+        source, k = choice
+        if source == "ngram":
+            assert match is not None
+            return Proposal("ngram", match.tokens[:k])
+        return self._draft(sequence, k, request, generator)
+
+    def _draft(
+        self, sequence: list[int], k: int, request: GenerationRequest, generator: torch.Generator
+    ) -> Proposal:
+        assert self.drafter is not None
+        return self.drafter.propose(
+            sequence,
+            k,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            generator=generator,
+            min_confidence=self.config.draft_min_confidence,
+        )
+
+    # --- calibration ---------------------------------------------------------------------
+
+    def calibrate(self, context_tokens: int = 512, repeats: int = 2) -> CostModel:
+        """Measure this machine's step costs and adopt them for the adaptive policy.
+
+        Target: prefill speed, then the forward time for 1, 2, 4, 8, 16 new tokens on top of a
+        `context_tokens` context (best of `repeats` after a warm-up). Draft: time per token.
+        """
+        with self._lock:
+            generator = torch.Generator().manual_seed(0)
+            high = max(2, min(self.target.vocab_size, 30000))
+            context = torch.randint(1, high, (context_tokens + 16,), generator=generator).tolist()
+            base = context[:context_tokens]
+
+            def timed(fn) -> float:
+                _synchronize(self.target.device)
+                t0 = time.perf_counter()
+                fn()
+                _synchronize(self.target.device)
+                return (time.perf_counter() - t0) * 1000
+
+            self.target.reset()
+            prefill_ms = timed(lambda: self.target.extend(base))
+            target_ms: dict[int, float] = {}
+            for n in MEASURED_SIZES:
+                samples = []
+                for _ in range(repeats + 1):
+                    self.target.keep(context_tokens)
+                    samples.append(
+                        timed(
+                            lambda n=n: self.target.forward(
+                                context[context_tokens : context_tokens + n]
+                            )
+                        )
+                    )
+                target_ms[n] = min(samples[1:])
+            self.target.reset()
+
+            draft_ms = None
+            draft_prefill_tps = 0.0
+            if self.drafter is not None:
+                runner = self.drafter.runner
+                runner.reset()
+                draft_prefill_ms = timed(lambda: runner.extend(base))
+                draft_prefill_tps = context_tokens / (draft_prefill_ms / 1000)
+                samples = []
+                for i in range(repeats + 2):
+                    runner.keep(context_tokens)
+                    samples.append(timed(lambda i=i: runner.forward([context[context_tokens + i]])))
+                draft_ms = min(samples[1:])
+                runner.reset()
+
+            self.cost_model = CostModel(
+                target_ms=target_ms,
+                draft_ms_per_token=draft_ms,
+                prefill_tokens_per_s=context_tokens / (prefill_ms / 1000),
+                draft_prefill_tokens_per_s=draft_prefill_tps,
+                context_tokens=context_tokens,
+                measured=True,
+            )
+            return self.cost_model

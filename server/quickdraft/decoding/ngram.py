@@ -1,0 +1,134 @@
+"""Prompt-lookup drafting: propose what followed the same tokens elsewhere.
+
+Code repeats itself: the continuation often already stands in the prompt, in another open file
+(a stub, a test, the function above) or in a completion accepted a minute ago. The index maps
+every n-gram (min_n <= n <= max_n) of every source to the position that followed it, so a lookup
+is a handful of hash probes whatever the number of open documents:
+
+    table[hash(tokens[i-n:i])] = {source: i, ...}   # i: where the continuation starts
+
+Within a source the latest occurrence overwrites earlier ones; across sources, a dict's order is
+its insertion order and every (re)indexed source is re-inserted at the end, so the last entry is
+the most recently updated source. A hash collision can only produce a wrong proposal, which
+verification rejects; it can never change the output.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+LIVE = "live"
+"""The source holding the current request's prompt and the tokens generated so far."""
+
+
+@dataclass(frozen=True)
+class NgramMatch:
+    tokens: list[int]
+    """Proposed continuation (at least one token)."""
+    match_length: int
+    """How many trailing context tokens matched (n)."""
+    source: str
+
+
+class NgramIndex:
+    def __init__(self, min_n: int = 2, max_n: int = 8, max_completions: int = 16) -> None:
+        if not 1 <= min_n <= max_n:
+            raise ValueError(f"need 1 <= min_n <= max_n, got {min_n}, {max_n}")
+        self.min_n = min_n
+        self.max_n = max_n
+        self._table: dict[int, dict[str, int]] = {}
+        self._tokens: dict[str, list[int]] = {}
+        self._indexed: dict[str, int] = {}  # source -> continuation positions indexed so far
+        self._completions: deque[str] = deque()
+        self._completion_serial = 0
+        self._max_completions = max_completions
+
+    # --- sources -------------------------------------------------------------------------
+
+    @property
+    def sources(self) -> list[str]:
+        return list(self._tokens)
+
+    def tokens_of(self, source: str) -> list[int] | None:
+        return self._tokens.get(source)
+
+    def set_source(self, source: str, tokens: Sequence[int]) -> None:
+        """Add `source`, or replace its tokens. Only this source is re-indexed."""
+        tokens = list(tokens)
+        if self._tokens.get(source) == tokens:
+            return
+        self.remove_source(source)
+        self._tokens[source] = tokens
+        self._indexed[source] = 0
+        self._index_new_positions(source)
+
+    def extend_source(self, source: str, more: Sequence[int]) -> None:
+        """Append tokens to a source, indexing only the new positions."""
+        if source not in self._tokens:
+            self.set_source(source, more)
+            return
+        self._tokens[source].extend(more)
+        self._index_new_positions(source)
+
+    def remove_source(self, source: str) -> None:
+        tokens = self._tokens.pop(source, None)
+        indexed = self._indexed.pop(source, 0)
+        if tokens is None:
+            return
+        for i in range(indexed):
+            for n in range(self.min_n, min(self.max_n, i) + 1):
+                key = hash(tuple(tokens[i - n : i]))
+                entry = self._table.get(key)
+                if entry is not None and entry.pop(source, None) is not None and not entry:
+                    del self._table[key]
+
+    def add_completion(self, tokens: Sequence[int]) -> None:
+        """Remember an accepted completion as a source; only the most recent few are kept."""
+        if len(tokens) <= self.min_n:
+            return
+        self._completion_serial += 1
+        source = f"completion:{self._completion_serial}"
+        self.set_source(source, tokens)
+        self._completions.append(source)
+        while len(self._completions) > self._max_completions:
+            self.remove_source(self._completions.popleft())
+
+    def _index_new_positions(self, source: str) -> None:
+        tokens = self._tokens[source]
+        table = self._table
+        start = self._indexed[source]
+        # Position i gets an entry only once tokens[i] exists: a key must have a continuation.
+        for i in range(start, len(tokens)):
+            for n in range(self.min_n, min(self.max_n, i) + 1):
+                key = hash(tuple(tokens[i - n : i]))
+                entry = table.get(key)
+                if entry is None:
+                    table[key] = {source: i}
+                else:
+                    entry.pop(source, None)  # re-insert: this source is now the most recent
+                    entry[source] = i
+        self._indexed[source] = len(tokens)
+
+    # --- lookup --------------------------------------------------------------------------
+
+    def lookup(self, context: Sequence[int], k: int, min_n: int | None = None) -> NgramMatch | None:
+        """The continuation of the longest suffix of `context` found in any source.
+
+        Longest match first; among sources holding that n-gram, the most recently updated wins.
+        """
+        if k < 1:
+            return None
+        lowest = max(self.min_n, min_n or self.min_n)
+        for n in range(min(self.max_n, len(context)), lowest - 1, -1):
+            entry = self._table.get(hash(tuple(context[len(context) - n :])))
+            if not entry:
+                continue
+            # Verify the hit (hashes can collide), newest source first.
+            suffix = list(context[len(context) - n :])
+            for source, position in reversed(entry.items()):
+                tokens = self._tokens[source]
+                if tokens[position - n : position] == suffix:
+                    return NgramMatch(tokens[position : position + k], n, source)
+        return None

@@ -1,0 +1,116 @@
+"""One causal LM and its KV cache, and the exact tokens whose keys and values the cache holds.
+
+Knowing those tokens is what lets a new request reuse the cache: the longest common prefix of
+the cached tokens and the new sequence is kept, everything after it is cropped, and only the
+rest is computed. Every forward appends to `tokens`; every `keep(n)` truncates both together, so
+the two never disagree.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import time
+from collections.abc import Sequence
+
+import torch
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    # Compare in blocks first: prompts share long prefixes, and list slices compare in C.
+    block = 256
+    while i + block <= n and a[i : i + block] == b[i : i + block]:
+        i += block
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _new_cache():
+    from transformers import DynamicCache
+
+    return DynamicCache()
+
+
+class ModelRunner:
+    """Runs `model` over new tokens on top of a persistent KV cache."""
+
+    def __init__(self, model: torch.nn.Module, *, prefill_chunk: int = 512) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.vocab_size: int = model.get_output_embeddings().weight.shape[0]
+        self.prefill_chunk = prefill_chunk
+        params = inspect.signature(model.forward).parameters
+        # transformers 5 names the argument `cache`, 4.x `past_key_values`.
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self._has_logits_to_keep = "logits_to_keep" in params
+        self.cache = _new_cache()
+        self.tokens: list[int] = []
+
+    def reset(self) -> None:
+        """Forget everything: the next request prefills from scratch."""
+        self.cache = _new_cache()
+        self.tokens = []
+
+    def keep(self, n: int) -> None:
+        """Crop the cache to its first `n` tokens."""
+        remove = len(self.tokens) - n
+        if remove > 0:
+            # A negative argument removes that many tokens (transformers 4.x and 5.x agree).
+            self.cache.crop(-remove)
+            del self.tokens[n:]
+
+    @torch.inference_mode()
+    def forward(self, new_tokens: Sequence[int], *, last_only: bool = False) -> torch.Tensor:
+        """Append `new_tokens` to the cache and return their logits as float32.
+
+        Shapes: input_ids (1, n) -> logits (1, n, V) -> returned (n, V), or (1, V) if `last_only`.
+        """
+        input_ids = torch.tensor([list(new_tokens)], dtype=torch.long, device=self.device)
+        kwargs = {self._cache_arg: self.cache, "use_cache": True}
+        if last_only and self._has_logits_to_keep:
+            kwargs["logits_to_keep"] = 1
+        out = self.model(input_ids=input_ids, **kwargs)
+        self.tokens.extend(int(t) for t in new_tokens)
+        logits = out.logits[0]
+        if last_only:
+            logits = logits[-1:]
+        return logits.float()
+
+    def extend(
+        self,
+        tokens: Sequence[int],
+        *,
+        cancel: threading.Event | None = None,
+        deadline: float | None = None,
+    ) -> tuple[int, int, torch.Tensor | None]:
+        """Make the cache hold exactly `tokens`, computing only what is not cached yet.
+
+        Returns (reused, computed, logits after the last token or None if nothing was computed).
+        Long tails are computed in chunks, checking `cancel` and `deadline` between chunks; a
+        stopped extend leaves the cache valid, holding a prefix of `tokens`.
+        """
+        reused = common_prefix_length(self.tokens, tokens)
+        self.keep(reused)
+        logits = None
+        position = reused
+        while position < len(tokens):
+            if (cancel is not None and cancel.is_set()) or (
+                deadline is not None and time.monotonic() >= deadline
+            ):
+                break
+            chunk = tokens[position : position + self.prefill_chunk]
+            logits = self.forward(chunk, last_only=True)[-1]
+            position += len(chunk)
+        return reused, position - reused, logits
+
+    def logits_after(self, tokens: Sequence[int]) -> torch.Tensor:
+        """Logits for the token that follows `tokens`; the cache then holds `tokens`."""
+        if common_prefix_length(self.tokens, tokens) >= len(tokens):
+            # Everything is cached but we need the last position's logits: recompute it.
+            self.keep(len(tokens) - 1)
+        _, _, logits = self.extend(tokens)
+        assert logits is not None
+        return logits
