@@ -55,7 +55,7 @@ class CostModel:
         sizes = sorted(self.target_ms)
         if new_tokens <= sizes[0]:
             return self.target_ms[sizes[0]]
-        for low, high in zip(sizes, sizes[1:]):
+        for low, high in zip(sizes, sizes[1:], strict=False):
             if new_tokens <= high:
                 t = (new_tokens - low) / (high - low)
                 return self.target_ms[low] * (1 - t) + self.target_ms[high] * t
