@@ -222,7 +222,9 @@ def _merge_dataclass(path: str, current: Any, data: Any) -> Any:
     return dataclasses.replace(current, **updates)
 
 
-def load_config(data: dict[str, Any] | None, base: QuickdraftConfig | None = None) -> QuickdraftConfig:
+def load_config(
+    data: dict[str, Any] | None, base: QuickdraftConfig | None = None
+) -> QuickdraftConfig:
     """Validate `data` and lay it over `base` (defaults when None).
 
     Raises ConfigError naming the first offending key; `base` is never modified, so a caller

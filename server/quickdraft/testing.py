@@ -98,7 +98,9 @@ def save_tiny_pair(
     paths = []
     for name, seed, layers in (("target", target_seed, 2), ("draft", draft_seed, 1)):
         path = directory / name
-        model = build_tiny_model(len(tokenizer), arch=arch, seed=seed, layers=layers, dtype=dtype, eos_token_id=eos)
+        model = build_tiny_model(
+            len(tokenizer), arch=arch, seed=seed, layers=layers, dtype=dtype, eos_token_id=eos
+        )
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)
         paths.append(path)
