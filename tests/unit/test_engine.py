@@ -1,0 +1,314 @@
+"""The engine's promise: speculative greedy output is plain greedy output, token for token."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+import torch
+from quickdraft.config import DecodingConfig
+from quickdraft.decoding import CostModel, Engine, GenerationRequest
+from quickdraft.errors import ConfigError, InputError
+from quickdraft.testing import build_tiny_model, build_tiny_tokenizer
+
+STRATEGIES = ("ngram", "draft", "hybrid")
+
+CODE = [
+    "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef add(a, b):\n",
+    "for i in range(10):\n    print(i)\nfor j in range(10):\n    pri",
+    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n",
+    "fn main() {\n    let v = vec![1, 2, 3];\n    for x in v.iter() {\n",
+    "x",
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tiny_tokenizer()
+
+
+@pytest.fixture(scope="module", params=["qwen2", "llama", "starcoder2"])
+def pair(request, tokenizer):
+    vocab = len(tokenizer)
+    target = build_tiny_model(vocab, arch=request.param, seed=0, layers=2)
+    draft = build_tiny_model(vocab, arch=request.param, seed=1, layers=1)
+    return target, draft
+
+
+def greedy(engine: Engine, prompt, strategy, k=None, max_new_tokens=24, **kw):
+    result = engine.generate(
+        GenerationRequest(
+            prompt, max_new_tokens=max_new_tokens, strategy=strategy, draft_length=k, **kw
+        )
+    )
+    return result
+
+
+def test_every_strategy_and_draft_length_is_identical_to_plain_greedy(pair, tokenizer):
+    target, draft = pair
+    engine = Engine(target, draft, stop_token_ids=[])
+    for text in CODE:
+        prompt = tokenizer.encode(text)
+        engine.reset_cache()
+        expected = greedy(engine, prompt, "ar").tokens
+        assert len(expected) == 24
+        for strategy in STRATEGIES:
+            for k in (None, *range(1, 9)):
+                engine.reset_cache()
+                result = greedy(engine, prompt, strategy, k)
+                assert result.tokens == expected, (text, strategy, k)
+                assert result.stats.new_tokens == len(expected)
+
+
+def test_identity_holds_across_random_prompts_and_seeds(tokenizer):
+    vocab = len(tokenizer)
+    for seed in range(3):
+        target = build_tiny_model(vocab, seed=10 + seed, layers=2)
+        draft = build_tiny_model(vocab, seed=20 + seed, layers=1)
+        engine = Engine(target, draft, stop_token_ids=[tokenizer.eos_token_id])
+        rng = random.Random(seed)
+        for _ in range(4):
+            # Random prompts with repeated stretches, so n-gram drafts occur.
+            chunk = [rng.randrange(vocab) for _ in range(rng.randint(3, 12))]
+            prompt = chunk * rng.randint(1, 3) + [
+                rng.randrange(vocab) for _ in range(rng.randint(1, 9))
+            ]
+            engine.reset_cache()
+            expected = greedy(engine, prompt, "ar", max_new_tokens=16).tokens
+            for strategy in STRATEGIES:
+                k = rng.choice([None, 1, 2, 5, 8])
+                assert greedy(engine, prompt, strategy, k, max_new_tokens=16).tokens == expected
+
+
+def test_prefix_reuse_keeps_identity_for_growing_and_shrinking_prompts(pair, tokenizer):
+    target, draft = pair
+    plain = Engine(target, draft, stop_token_ids=[tokenizer.eos_token_id])
+    reusing = Engine(target, draft, stop_token_ids=[tokenizer.eos_token_id])
+    base = tokenizer.encode(CODE[0])
+    # Typing, deleting, jumping back to an earlier prompt, and a completely different prompt.
+    prompts = [
+        base,
+        base + tokenizer.encode("  "),
+        base + tokenizer.encode("  re"),
+        base[:-5],
+        base,
+        tokenizer.encode(CODE[2]),
+    ]
+    for i, prompt in enumerate(prompts):
+        plain.reset_cache()
+        expected = greedy(plain, prompt, "ar", max_new_tokens=12).tokens
+        result = greedy(reusing, prompt, ("hybrid", "ngram", "draft")[i % 3], max_new_tokens=12)
+        assert result.tokens == expected
+        assert result.stats.reused_tokens + result.stats.prefill_tokens == len(prompt) - 1
+    # The second prompt extends the first: everything already computed is reused.
+    reusing.reset_cache()
+    greedy(reusing, prompts[0], "hybrid", max_new_tokens=4)
+    second = greedy(reusing, prompts[1], "hybrid", max_new_tokens=4)
+    assert second.stats.reused_tokens >= len(prompts[0]) - 1
+    assert second.stats.prefill_tokens <= 2
+
+
+def test_draft_equal_to_target_accepts_every_draft(tokenizer):
+    model = build_tiny_model(len(tokenizer), seed=3)
+    engine = Engine(model, model, stop_token_ids=[tokenizer.eos_token_id])
+    result = greedy(engine, tokenizer.encode(CODE[2]), "draft", 4, max_new_tokens=25)
+    stats = result.stats
+    assert stats.accepted_by_source["draft"] == stats.drafted_by_source["draft"] > 0
+    assert stats.target_forwards == 5  # 25 tokens, 5 per forward (4 drafts + 1 bonus)
+
+
+def test_copying_from_an_ngram_source_needs_few_target_forwards(tokenizer):
+    model = build_tiny_model(len(tokenizer), seed=4)
+    engine = Engine(model, None, stop_token_ids=[tokenizer.eos_token_id])
+    prompt = tokenizer.encode(CODE[1])
+    expected = greedy(engine, prompt, "ar", max_new_tokens=30).tokens
+    engine.reset_cache()
+    # The continuation is known to an open document: prompt lookup copies it.
+    engine.ngram.set_source("file:///other.py", prompt[-6:] + expected)
+    result = greedy(engine, prompt, "ngram", 8, max_new_tokens=30)
+    assert result.tokens == expected
+    assert result.stats.tokens_per_forward > 3
+    assert result.stats.accepted_by_source["ngram"] >= 20
+
+
+def test_stop_token_callback_and_max_tokens_end_generation_where_plain_decoding_would(
+    pair, tokenizer
+):
+    target, draft = pair
+    engine = Engine(target, draft, stop_token_ids=[])
+    prompt = tokenizer.encode(CODE[0])
+    full = greedy(engine, prompt, "ar", max_new_tokens=20).tokens
+    # Pretend the 7th generated token is a stop token.
+    stop_token = full[6]
+    cut = full.index(stop_token)
+    engine.stop_token_ids = frozenset({stop_token})
+    for strategy in ("ar", *STRATEGIES):
+        result = greedy(engine, prompt, strategy, 8, max_new_tokens=20)
+        assert result.tokens == full[:cut] and result.stop_reason == "eos"
+    engine.stop_token_ids = frozenset()
+    for strategy in ("ar", *STRATEGIES):
+        result = greedy(
+            engine, prompt, strategy, 8, max_new_tokens=20, stop=lambda new: len(new) >= 9
+        )
+        assert result.tokens == full[:9] and result.stop_reason == "stop"
+        result = greedy(engine, prompt, strategy, 8, max_new_tokens=5)
+        assert result.tokens == full[:5] and result.stop_reason == "max_tokens"
+
+
+def test_cancellation_stops_within_one_step(tokenizer):
+    model = build_tiny_model(len(tokenizer), seed=5)
+    engine = Engine(model, model, stop_token_ids=[])
+    cancel = threading.Event()
+    steps = []
+
+    def stop_after_three(new):
+        steps.append(len(new))
+        if len(steps) == 3:
+            cancel.set()
+        return False
+
+    result = engine.generate(
+        GenerationRequest(
+            tokenizer.encode(CODE[0]),
+            max_new_tokens=200,
+            strategy="ar",
+            cancel=cancel,
+            stop=stop_after_three,
+        )
+    )
+    assert result.stop_reason == "cancelled"
+    assert len(result.tokens) == 3
+    # Cancelled before it starts: nothing is generated, the prefill is skipped.
+    result = engine.generate(
+        GenerationRequest(tokenizer.encode(CODE[2]), max_new_tokens=50, cancel=cancel)
+    )
+    assert result.stop_reason == "cancelled" and result.tokens == []
+
+
+def test_deadline_stops_within_one_step(tokenizer):
+    model = build_tiny_model(len(tokenizer), seed=5)
+    engine = Engine(model, None, stop_token_ids=[])
+    emitted_at = []
+
+    def slow(new):
+        emitted_at.append(time.monotonic())
+        time.sleep(0.02)
+        return False
+
+    deadline = time.monotonic() + 0.1
+    result = engine.generate(
+        GenerationRequest(
+            tokenizer.encode(CODE[0]),
+            max_new_tokens=500,
+            strategy="ar",
+            deadline=deadline,
+            stop=slow,
+        )
+    )
+    assert result.stop_reason == "deadline"
+    assert 1 <= len(result.tokens) < 500
+    # No token was started after the deadline (one step may finish across it).
+    assert sum(1 for t in emitted_at if t > deadline + 0.02) <= 1
+
+
+def test_invalid_requests_are_refused_with_clear_errors(tokenizer):
+    model = build_tiny_model(len(tokenizer), seed=6)
+    engine = Engine(model, None)
+    with pytest.raises(InputError, match="empty"):
+        engine.generate(GenerationRequest([], max_new_tokens=4))
+    with pytest.raises(InputError, match="at least 1"):
+        engine.generate(GenerationRequest([1, 2], max_new_tokens=0))
+    with pytest.raises(ConfigError, match="needs a draft model"):
+        engine.generate(GenerationRequest([1, 2], strategy="draft"))
+    with pytest.raises(ConfigError, match="unknown strategy"):
+        engine.generate(GenerationRequest([1, 2], strategy="beam"))
+
+
+def test_draft_vocabulary_larger_than_target_is_sliced(tokenizer):
+    vocab = len(tokenizer)
+    target = build_tiny_model(vocab, seed=7)
+    draft = build_tiny_model(vocab + 11, seed=8, layers=1)  # padded embedding rows, as in Qwen
+    engine = Engine(target, draft)
+    prompt = tokenizer.encode(CODE[3])
+    expected = greedy(engine, prompt, "ar").tokens
+    assert greedy(engine, prompt, "draft", 3).tokens == expected
+
+
+def test_adaptive_policy_chooses_plain_steps_when_verification_is_expensive(tokenizer):
+    model = build_tiny_model(len(tokenizer), seed=9)
+    # A CPU-like cost profile: verifying 2 tokens costs twice one, drafting is slow.
+    cpu_like = CostModel(
+        target_ms={1: 600, 2: 1200, 4: 1500, 8: 2000, 16: 3500}, draft_ms_per_token=260
+    )
+    engine = Engine(model, build_tiny_model(len(tokenizer), seed=10, layers=1), cost_model=cpu_like)
+    prompt = tokenizer.encode(CODE[2])
+    result = greedy(engine, prompt, "draft")
+    assert result.stats.drafted_by_source["draft"] == 0
+    assert result.stats.target_forwards == result.stats.new_tokens
+    # With accelerator-like costs the same request drafts.
+    engine.cost_model = CostModel.estimate(has_draft=True)
+    engine.reset_cache()
+    assert greedy(engine, prompt, "draft").stats.drafted_by_source["draft"] > 0
+
+
+def test_calibration_measures_every_size(tokenizer):
+    model = build_tiny_model(len(tokenizer), seed=11)
+    engine = Engine(model, build_tiny_model(len(tokenizer), seed=12, layers=1))
+    costs = engine.calibrate(context_tokens=32, repeats=1)
+    assert costs.measured
+    assert sorted(costs.target_ms) == [1, 2, 4, 8, 16]
+    assert all(ms > 0 for ms in costs.target_ms.values())
+    assert costs.draft_ms_per_token > 0 and costs.prefill_tokens_per_s > 0
+    assert CostModel.from_dict(costs.to_dict()) == costs
+    # Calibration leaves no state behind: generation starts cold and is still exact.
+    prompt = tokenizer.encode(CODE[0])
+    assert greedy(engine, prompt, "hybrid").stats.reused_tokens == 0
+
+
+def test_sampling_with_draft_equal_to_target_accepts_everything(tokenizer):
+    model = build_tiny_model(len(tokenizer), seed=13)
+    engine = Engine(model, model, stop_token_ids=[])
+    result = engine.generate(
+        GenerationRequest(
+            tokenizer.encode(CODE[0]),
+            max_new_tokens=20,
+            strategy="draft",
+            draft_length=4,
+            temperature=0.8,
+            seed=1,
+        )
+    )
+    stats = result.stats
+    assert stats.drafted_by_source["draft"] > 0
+    assert stats.accepted_by_source["draft"] == stats.drafted_by_source["draft"]
+
+
+def test_sampling_is_reproducible_with_a_seed_and_fixed_draft_length(tokenizer):
+    # (Adaptive draft lengths depend on recent acceptance, so they draw different random numbers.)
+    model = build_tiny_model(len(tokenizer), seed=14)
+    engine = Engine(model, build_tiny_model(len(tokenizer), seed=15, layers=1))
+    prompt = tokenizer.encode(CODE[1])
+    runs = [
+        engine.generate(
+            GenerationRequest(
+                prompt,
+                max_new_tokens=12,
+                strategy="draft",
+                draft_length=3,
+                temperature=1.0,
+                top_p=0.9,
+                seed=7,
+            )
+        ).tokens
+        for _ in range(2)
+    ]
+    assert runs[0] == runs[1]
+
+
+def test_float32_models_work(tokenizer):
+    model = build_tiny_model(len(tokenizer), seed=16, dtype=torch.float32)
+    engine = Engine(model, None, config=DecodingConfig(ngram_min=1, ngram_max=4))
+    result = greedy(engine, tokenizer.encode(CODE[0]), "ngram", 4)
+    assert len(result.tokens) == 24
