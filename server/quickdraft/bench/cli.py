@@ -1,0 +1,182 @@
+"""`quickdraft bench`: sample completion points from a repository and time every strategy on them.
+
+quickdraft bench --repo . --preset qwen2.5-coder-1.5b --holes 24 --out bench-out
+quickdraft bench --repo . --target t/ --draft d/ --quick          # 3-hole smoke run
+quickdraft bench --repo . --preset P --sweep-draft-length 1,2,4,6,8,12
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from quickdraft.cli import add_model_arguments, config_dict_from_args
+from quickdraft.errors import ConfigError
+
+QUICK_HOLES = 3
+QUICK_MAX_TOKENS = 16
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from quickdraft.bench.runner import ALL_STRATEGIES
+
+    parser = subparsers.add_parser(
+        "bench",
+        help="benchmark the strategies (and transformers/llama.cpp peers) on a repository",
+        description=(
+            "Hide spans of a repository's files (rest of a line, a block body, call arguments),"
+            " ask for completions there exactly as `quickdraft serve` would, and compare every"
+            " strategy: latency, tokens per forward, acceptance, identity to plain decoding and"
+            " match with the hidden text. Writes results.json, report.md and plots."
+        ),
+    )
+    parser.add_argument("--repo", required=True, type=Path, help="repository to sample holes from")
+    add_model_arguments(parser)
+    group = parser.add_argument_group("bench")
+    group.add_argument(
+        "--languages", help="comma-separated: py,ts,js,rs,go,java,c,cpp (default: all)"
+    )
+    group.add_argument("--holes", type=int, help="number of completion points (default 24)")
+    group.add_argument(
+        "--max-tokens",
+        type=int,
+        dest="max_new_tokens",
+        help="new tokens per completion (default 64)",
+    )
+    group.add_argument(
+        "--strategies",
+        help=f"comma-separated, from {','.join(ALL_STRATEGIES)} (default: all; ar is always run)",
+    )
+    group.add_argument("--seed", type=int, default=0, help="hole sampling seed (default 0)")
+    group.add_argument("--out", type=Path, help="output directory (default bench-out/<time>)")
+    group.add_argument(
+        "--quick", action="store_true", help=f"{QUICK_HOLES}-hole smoke run, short completions"
+    )
+    group.add_argument(
+        "--sweep-draft-length",
+        metavar="K,K,...",
+        help="also run ngram/draft/hybrid at each fixed draft length and write the best per language",
+    )
+    group.add_argument(
+        "--open-files", type=int, default=4, help="other files open per hole (default 4)"
+    )
+    group.add_argument("--no-replay", action="store_true", help="skip the keystroke replay")
+    group.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up runs")
+    group.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from quickdraft.bench.holes import resolve_languages, sample_holes
+    from quickdraft.bench.runner import Bench, BenchOptions, parse_lengths, parse_strategies
+    from quickdraft.config import load_config
+
+    repo = Path(args.repo).expanduser()
+    if not repo.is_dir():
+        raise ConfigError(f"--repo: {repo} is not a directory")
+    holes_wanted = args.holes if args.holes is not None else (QUICK_HOLES if args.quick else 24)
+    if holes_wanted < 1:
+        raise ConfigError(f"--holes: must be at least 1, got {holes_wanted}")
+    max_new = args.max_new_tokens or (QUICK_MAX_TOKENS if args.quick else 64)
+    strategies = parse_strategies(args.strategies)
+    sweep = parse_lengths(args.sweep_draft_length)
+    languages = resolve_languages(args.languages) if args.languages else None
+    out = args.out or Path("bench-out") / datetime.now().strftime("%Y%m%d-%H%M%S")
+
+    data = config_dict_from_args(args)
+    data.setdefault("decoding", {})
+    data["decoding"].update(max_new_tokens=max_new, temperature=0.0)
+    data["decoding"].pop("seed", None)
+    if args.quick:
+        data.setdefault("model", {}).setdefault("calibrate", False)
+    config = load_config(data)
+
+    holes = sample_holes(
+        repo, holes_wanted, languages=languages, seed=args.seed, open_files=args.open_files
+    )
+    if not holes:
+        wanted = ", ".join(languages) if languages else "any supported language"
+        raise ConfigError(f"--repo: found no completion points in {repo} ({wanted})")
+    print(
+        f"quickdraft bench: {len(holes)} holes from {repo} "
+        f"({', '.join(sorted({h.language for h in holes}))}); loading models…",
+        file=sys.stderr,
+    )
+
+    from quickdraft.completer import Completer
+    from quickdraft.models import load_models
+
+    loaded = load_models(config.model)
+    completer = Completer(loaded, config)
+    options = BenchOptions(
+        repo=repo.resolve(),
+        out=Path(out),
+        holes=holes_wanted,
+        languages=languages,
+        strategies=strategies,
+        max_new_tokens=max_new,
+        seed=args.seed,
+        sweep=sweep,
+        replay=not args.no_replay,
+        warmup=not args.no_warmup,
+        progress=not args.no_progress,
+    )
+    from quickdraft.bench.runner import make_peers
+
+    peers = make_peers(completer, strategies, gguf_source(config, loaded))
+    bench = Bench(completer, holes, options, peers=peers)
+    try:
+        results = bench.run()
+    except KeyboardInterrupt:
+        print(
+            f"quickdraft bench: interrupted; {len(bench.records)} finished holes are in {out}",
+            file=sys.stderr,
+        )
+        raise
+    print(summary_table(results))
+    print(f"\nresults: {out / 'results.json'}  report: {out / 'report.md'}")
+    if (Path(out) / "draft_length.json").exists():
+        print(f"best draft lengths: {Path(out) / 'draft_length.json'}")
+    return 0
+
+
+def gguf_source(config, loaded) -> str | None:
+    """The `.gguf` file the target was loaded from, if it was (llama.cpp peers need one)."""
+    for name in ("target_path", "target_source", "target_file", "source"):
+        value = getattr(loaded, name, None)
+        if value is not None and str(value).endswith(".gguf"):
+            return str(value)
+    target = config.model.target
+    if target and str(target).endswith(".gguf"):
+        return str(target)
+    return None
+
+
+def summary_table(results: dict) -> str:
+    """A short plain-text table for the terminal (report.md has the full one)."""
+    summary = results["summary"]
+    rows = [("strategy", "p50 ms", "p90 ms", "tok/fwd", "speedup", "same as ar", "exact")]
+    for name, s in summary.items():
+        if name == "by_language":
+            continue
+
+        def fmt(value, spec):
+            return "-" if value is None else format(value, spec)
+
+        rows.append(
+            (
+                name,
+                fmt(s["p50_ms"], ".0f"),
+                fmt(s["p90_ms"], ".0f"),
+                fmt(s["tokens_per_forward"], ".2f"),
+                fmt(s["speedup_vs_ar"], ".2f"),
+                fmt(s["identical_to_ar"], ".0%"),
+                fmt(s["exact_match"], ".0%"),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows
+    )

@@ -1,0 +1,604 @@
+"""Numbers from the bench's raw runs: the summary in results.json, report.md and the plots.
+
+Everything here is a pure function of the recorded holes (and, for the optional parts, the
+keystroke replay and the draft-length sweep), so a report can be regenerated from results.json.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+SUMMARY_KEYS = (
+    "p50_ms",
+    "p90_ms",
+    "p99_ms",
+    "tokens_per_forward",
+    "speedup_vs_ar",
+    "identical_to_ar",
+    "exact_match",
+)
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _rounded(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(float(value), digits)
+
+
+def prefix_match(completion: str, truth: str) -> bool:
+    """A non-empty completion the user could accept as it is: the truth starts with it."""
+    body = completion.rstrip()
+    return bool(body.strip()) and truth.startswith(body)
+
+
+def exact_match(completion: str, truth: str) -> bool:
+    return completion.rstrip() == truth.rstrip()
+
+
+def strategies_in(holes: list[dict[str, Any]]) -> list[str]:
+    seen: list[str] = []
+    for hole in holes:
+        for name in hole["runs"]:
+            if name not in seen:
+                seen.append(name)
+    return seen
+
+
+def summarize_strategy(holes: list[dict[str, Any]], strategy: str) -> dict[str, Any]:
+    runs = [hole["runs"][strategy] for hole in holes if strategy in hole["runs"]]
+    latencies = [run["latency_ms"] for run in runs]
+    forwards = [run for run in runs if run.get("target_forwards")]
+    tokens_per_forward = (
+        sum(run["new_tokens"] for run in forwards) / sum(run["target_forwards"] for run in forwards)
+        if forwards
+        else None
+    )
+    ratios = [
+        hole["runs"]["ar"]["latency_ms"] / hole["runs"][strategy]["latency_ms"]
+        for hole in holes
+        if strategy in hole["runs"]
+        and "ar" in hole["runs"]
+        and hole["runs"][strategy]["latency_ms"] > 0
+    ]
+    identical = [run["identical_to_ar"] for run in runs if run.get("identical_to_ar") is not None]
+    return {
+        "p50_ms": _rounded(percentile(latencies, 50)),
+        "p90_ms": _rounded(percentile(latencies, 90)),
+        "p99_ms": _rounded(percentile(latencies, 99)),
+        "tokens_per_forward": _rounded(tokens_per_forward),
+        "speedup_vs_ar": _rounded(statistics.median(ratios)) if ratios else None,
+        "identical_to_ar": _rounded(sum(identical) / len(identical)) if identical else None,
+        "exact_match": _rounded(sum(run["exact_match"] for run in runs) / len(runs))
+        if runs
+        else None,
+    }
+
+
+def summarize(holes: list[dict[str, Any]]) -> dict[str, Any]:
+    """results.json's `summary`: per strategy, and per language then strategy."""
+    summary: dict[str, Any] = {}
+    for strategy in strategies_in(holes):
+        summary[strategy] = summarize_strategy(holes, strategy)
+    by_language: dict[str, Any] = {}
+    for language in sorted({hole["language"] for hole in holes}):
+        subset = [hole for hole in holes if hole["language"] == language]
+        by_language[language] = {s: summarize_strategy(subset, s) for s in strategies_in(subset)}
+    summary["by_language"] = by_language
+    return summary
+
+
+# --- details for the report (not in results.json's summary, derived from its holes) ----------
+
+
+def details(holes: list[dict[str, Any]], strategy: str) -> dict[str, Any]:
+    runs = [(hole, hole["runs"][strategy]) for hole in holes if strategy in hole["runs"]]
+    prefill = [run["prefill_ms"] for _, run in runs if run.get("prefill_ms") is not None]
+    decode_runs = [run for _, run in runs if run.get("decode_ms")]
+    decode_ms = sum(run["decode_ms"] for run in decode_runs)
+    drafted: dict[str, int] = {}
+    accepted: dict[str, int] = {}
+    for _, run in runs:
+        for source, count in (run.get("drafted_by_source") or {}).items():
+            drafted[source] = drafted.get(source, 0) + count
+        for source, count in (run.get("accepted_by_source") or {}).items():
+            accepted[source] = accepted.get(source, 0) + count
+    return {
+        "holes": len(runs),
+        "prefill_ms_p50": percentile(prefill, 50),
+        "decode_tokens_per_s": (
+            sum(run["new_tokens"] for run in decode_runs) / (decode_ms / 1000)
+            if decode_ms
+            else None
+        ),
+        "new_tokens_mean": statistics.mean(run["new_tokens"] for _, run in runs) if runs else None,
+        "drafted": drafted,
+        "accepted": accepted,
+        "prefix_match": (
+            sum(prefix_match(run["completion"], hole["truth"]) for hole, run in runs) / len(runs)
+            if runs
+            else None
+        ),
+    }
+
+
+def acceptance_text(drafted: dict[str, int], accepted: dict[str, int]) -> str:
+    parts = [
+        f"{source} {accepted.get(source, 0)}/{count} ({accepted.get(source, 0) / count:.0%})"
+        for source, count in sorted(drafted.items())
+        if count
+    ]
+    return ", ".join(parts) or "–"
+
+
+def _fmt(value: Any, spec: str = ".1f", suffix: str = "") -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float) and math.isnan(value):
+        return "–"
+    return f"{value:{spec}}{suffix}"
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0%}"
+
+
+def _table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def strategy_rows(holes: list[dict[str, Any]], summary: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for strategy in strategies_in(holes):
+        s, d = summary[strategy], details(holes, strategy)
+        rows.append(
+            [
+                f"`{strategy}`",
+                str(d["holes"]),
+                _ms(s["p50_ms"]),
+                _ms(s["p90_ms"]),
+                _ms(s["p99_ms"]),
+                _ms(d["prefill_ms_p50"]),
+                _fmt(d["decode_tokens_per_s"], ".1f"),
+                _fmt(s["tokens_per_forward"], ".2f"),
+                acceptance_text(d["drafted"], d["accepted"]),
+                _fmt(s["speedup_vs_ar"], ".2f", "×"),
+                _pct(s["identical_to_ar"]),
+                _pct(s["exact_match"]),
+                _pct(d["prefix_match"]),
+            ]
+        )
+    return rows
+
+
+STRATEGY_HEADER = [
+    "strategy",
+    "holes",
+    "p50 ms",
+    "p90 ms",
+    "p99 ms",
+    "prefill ms (p50)",
+    "decode tok/s",
+    "tokens/forward",
+    "accepted/drafted by source",
+    "speedup vs ar (median)",
+    "identical to ar",
+    "exact match",
+    "prefix match",
+]
+
+
+def render_markdown(
+    results: dict[str, Any],
+    *,
+    replay: dict[str, Any] | None = None,
+    sweep: dict[str, Any] | None = None,
+    plots: list[str] | None = None,
+) -> str:
+    env, holes, summary = results["env"], results["holes"], results["summary"]
+    lines = ["# quickdraft bench", ""]
+    state = "interrupted" if env.get("interrupted") else "complete"
+    lines.append(
+        f"{len(holes)} holes ({state}) from `{env.get('repo')}`, seed {env.get('seed')}, "
+        f"at most {env.get('max_new_tokens')} new tokens, greedy."
+    )
+    lines.append("")
+    env_rows = [
+        [key, f"`{env[key]}`"]
+        for key in ("device", "dtype", "torch", "transformers", "cpu", "torch_threads", "models")
+        if key in env
+    ]
+    lines += _table(["environment", ""], env_rows)
+    lines.append("")
+    if not holes:
+        lines += ["No hole finished, so there is nothing to report.", ""]
+        return "\n".join(lines)
+    lines += ["## Per strategy", ""]
+    lines += _table(STRATEGY_HEADER, strategy_rows(holes, summary))
+    lines += [
+        "",
+        "Latency is end to end: `Completer.complete` from request to post-processed text, every"
+        " strategy from a cold KV cache. Peers run `generate` on the same prompt ids; the time"
+        " `Completer` took to build those ids is added to theirs. Speedup is the median over holes"
+        " of `ar`'s latency divided by the strategy's. Tokens per forward counts every target"
+        " forward that emits a token. Exact match compares the inserted text with the hidden truth"
+        " (trailing whitespace aside); prefix match: the truth starts with the (non-empty) suggestion.",
+        "",
+    ]
+    lines += ["## Per language", ""]
+    header = [
+        "language",
+        "strategy",
+        "holes",
+        "p50 ms",
+        "speedup vs ar",
+        "tokens/forward",
+        "identical to ar",
+        "exact",
+        "prefix",
+    ]
+    rows = []
+    for language, per in summary["by_language"].items():
+        subset = [hole for hole in holes if hole["language"] == language]
+        for strategy, s in per.items():
+            d = details(subset, strategy)
+            rows.append(
+                [
+                    language,
+                    f"`{strategy}`",
+                    str(d["holes"]),
+                    _ms(s["p50_ms"]),
+                    _fmt(s["speedup_vs_ar"], ".2f", "×"),
+                    _fmt(s["tokens_per_forward"], ".2f"),
+                    _pct(s["identical_to_ar"]),
+                    _pct(s["exact_match"]),
+                    _pct(d["prefix_match"]),
+                ]
+            )
+    lines += _table(header, rows)
+    lines.append("")
+    lines += ["## Per kind of hole", ""]
+    rows = []
+    for kind in sorted({hole["kind"] for hole in holes}):
+        subset = [hole for hole in holes if hole["kind"] == kind]
+        for strategy in strategies_in(subset):
+            s, d = summarize_strategy(subset, strategy), details(subset, strategy)
+            rows.append(
+                [
+                    kind,
+                    f"`{strategy}`",
+                    str(d["holes"]),
+                    _ms(s["p50_ms"]),
+                    _fmt(s["speedup_vs_ar"], ".2f", "×"),
+                    _fmt(s["tokens_per_forward"], ".2f"),
+                    _pct(s["exact_match"]),
+                    _pct(d["prefix_match"]),
+                ]
+            )
+    lines += _table(
+        [
+            "kind",
+            "strategy",
+            "holes",
+            "p50 ms",
+            "speedup vs ar",
+            "tokens/forward",
+            "exact",
+            "prefix",
+        ],
+        rows,
+    )
+    lines.append("")
+    if replay and replay.get("holes"):
+        lines += render_replay(replay)
+    if sweep and sweep.get("summary"):
+        lines += render_sweep(sweep)
+    notes = env.get("skipped") or {}
+    if notes or env.get("notes"):
+        lines += ["## Notes", ""]
+        for name, reason in notes.items():
+            lines.append(f"- `{name}` skipped: {reason}")
+        for note in env.get("notes", []):
+            lines.append(f"- {note}")
+        lines.append("")
+    if plots:
+        lines += ["## Plots", ""]
+        lines += [f"![{Path(p).stem}]({Path(p).name})" for p in plots]
+        lines.append("")
+    return "\n".join(lines)
+
+
+# --- keystroke replay -------------------------------------------------------------------------
+
+
+def summarize_replay(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per number of typed characters: median latency, reused and prefill tokens."""
+    out: dict[str, Any] = {}
+    steps: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        steps.setdefault("0", []).append(record["cold"])
+        for step in record["typed"]:
+            steps.setdefault(str(step["chars"]), []).append(step)
+    for chars, items in sorted(steps.items(), key=lambda kv: int(kv[0])):
+        out[chars] = {
+            "holes": len(items),
+            "latency_ms_p50": _rounded(percentile([i["latency_ms"] for i in items], 50)),
+            "prefill_ms_p50": _rounded(percentile([i["prefill_ms"] or 0 for i in items], 50)),
+            "reused_tokens_mean": _rounded(
+                statistics.mean(i["reused_tokens"] or 0 for i in items), 1
+            ),
+            "prefill_tokens_mean": _rounded(
+                statistics.mean(i["prefill_tokens"] or 0 for i in items), 1
+            ),
+            "prompt_tokens_mean": _rounded(
+                statistics.mean(i["prompt_tokens"] or 0 for i in items), 1
+            ),
+        }
+    return out
+
+
+def render_replay(replay: dict[str, Any]) -> list[str]:
+    lines = [
+        "## Keystroke replay",
+        "",
+        f"Each hole asked again with `{replay.get('strategy')}` after typing 1 and then 3 more"
+        " characters of the truth, without resetting the cache: the prompt shares its start with"
+        " the previous one, so only the tail is prefilled. (In `serve`, a keystroke that matches"
+        " the shown suggestion is answered from the typed-ahead cache before reaching the"
+        " Completer; this measures the path when it does reach it.)",
+        "",
+    ]
+    rows = []
+    for chars, item in replay["summary"].items():
+        rows.append(
+            [
+                "cold" if chars == "0" else f"+{chars}",
+                str(item["holes"]),
+                _fmt(item["prompt_tokens_mean"], ".0f"),
+                _fmt(item["reused_tokens_mean"], ".0f"),
+                _fmt(item["prefill_tokens_mean"], ".0f"),
+                _ms(item["prefill_ms_p50"]),
+                _ms(item["latency_ms_p50"]),
+            ]
+        )
+    lines += _table(
+        [
+            "typed",
+            "holes",
+            "prompt tokens",
+            "reused (mean)",
+            "prefilled (mean)",
+            "prefill ms (p50)",
+            "latency ms (p50)",
+        ],
+        rows,
+    )
+    lines.append("")
+    return lines
+
+
+# --- draft-length sweep -----------------------------------------------------------------------
+
+
+def summarize_sweep(
+    records: list[dict[str, Any]], holes: list[dict[str, Any]], primary: str | None
+) -> dict[str, Any]:
+    """Per language, strategy and fixed draft length: speedup vs `ar`, tokens per forward,
+    acceptance; plus the adaptive policy's speedup from the main run, and the best length."""
+    ar = {(h["file"], h["line"], h["col"]): h["runs"].get("ar") for h in holes}
+    adaptive = summarize(holes) if holes else {}
+    table: dict[str, Any] = {}
+    for record in records:
+        key = (record["file"], record["line"], record["col"])
+        base = ar.get(key)
+        for strategy, by_length in record["runs"].items():
+            for length, run in by_length.items():
+                cell = (
+                    table.setdefault(record["language"], {})
+                    .setdefault(strategy, {})
+                    .setdefault(
+                        str(length),
+                        {
+                            "ratios": [],
+                            "tokens": 0,
+                            "forwards": 0,
+                            "drafted": 0,
+                            "accepted": 0,
+                            "identical": [],
+                        },
+                    )
+                )
+                if base and run["latency_ms"] > 0:
+                    cell["ratios"].append(base["latency_ms"] / run["latency_ms"])
+                    cell["identical"].append(run["tokens"] == base["tokens"])
+                cell["tokens"] += run["new_tokens"]
+                cell["forwards"] += run["target_forwards"] or 0
+                cell["drafted"] += sum((run.get("drafted_by_source") or {}).values())
+                cell["accepted"] += sum((run.get("accepted_by_source") or {}).values())
+    summary: dict[str, Any] = {}
+    best: dict[str, int] = {}
+    for language, per in table.items():
+        summary[language] = {}
+        for strategy, lengths in per.items():
+            out = {}
+            for length, cell in sorted(lengths.items(), key=lambda kv: int(kv[0])):
+                out[length] = {
+                    "speedup_vs_ar": _rounded(statistics.median(cell["ratios"]))
+                    if cell["ratios"]
+                    else None,
+                    "tokens_per_forward": _rounded(cell["tokens"] / cell["forwards"])
+                    if cell["forwards"]
+                    else None,
+                    "acceptance": _rounded(cell["accepted"] / cell["drafted"])
+                    if cell["drafted"]
+                    else None,
+                    "identical_to_ar": _rounded(sum(cell["identical"]) / len(cell["identical"]))
+                    if cell["identical"]
+                    else None,
+                }
+            lang_adaptive = adaptive.get("by_language", {}).get(language, {}).get(strategy, {})
+            out["adaptive"] = {"speedup_vs_ar": lang_adaptive.get("speedup_vs_ar")}
+            summary[language][strategy] = out
+        choose = primary if primary in per else next(iter(per))
+        scored = [
+            (cell["speedup_vs_ar"], int(length))
+            for length, cell in summary[language][choose].items()
+            if length != "adaptive" and cell["speedup_vs_ar"] is not None
+        ]
+        if scored:
+            best[language] = max(scored, key=lambda item: (item[0], -item[1]))[1]
+    return {"summary": summary, "best": best, "strategy": primary}
+
+
+def config_snippet(sweep: dict[str, Any]) -> dict[str, Any]:
+    """The best fixed draft length per language, as configuration (`load_config` accepts it)."""
+    return {"languages": {lang: {"draft_length": k} for lang, k in sorted(sweep["best"].items())}}
+
+
+def render_sweep(sweep: dict[str, Any]) -> list[str]:
+    lines = ["## Draft-length sweep", ""]
+    lines.append(
+        "Speedup vs `ar` (median of per-hole ratios) at each fixed draft length, next to the"
+        " adaptive policy's (the cost model picks k each step). Acceptance: accepted / drafted."
+    )
+    lines.append("")
+    for language, per in sweep["summary"].items():
+        lengths = sorted({k for cells in per.values() for k in cells if k != "adaptive"}, key=int)
+        header = ["strategy", *[f"k={k}" for k in lengths], "adaptive"]
+        rows = []
+        for strategy, cells in per.items():
+            row = [f"`{strategy}`"]
+            for k in lengths:
+                cell = cells.get(k, {})
+                row.append(
+                    f"{_fmt(cell.get('speedup_vs_ar'), '.2f', '×')} ({_pct(cell.get('acceptance'))})"
+                )
+            row.append(_fmt(cells.get("adaptive", {}).get("speedup_vs_ar"), ".2f", "×"))
+            rows.append(row)
+        lines += [f"**{language}**", ""] + _table(header, rows) + [""]
+        if language in sweep["best"]:
+            best = sweep["best"][language]
+            adaptive = (
+                per.get(sweep.get("strategy") or "", {}).get("adaptive", {}).get("speedup_vs_ar")
+            )
+            fixed = per.get(sweep.get("strategy") or "", {}).get(str(best), {}).get("speedup_vs_ar")
+            verdict = ""
+            if adaptive is not None and fixed is not None and adaptive >= fixed:
+                verdict = " The adaptive policy did at least as well here, so leaving `draft_length` unset is as good."
+            lines += [
+                f"Best fixed length for `{sweep.get('strategy')}` in {language}: {best}.{verdict}",
+                "",
+            ]
+    return lines
+
+
+# --- plots ------------------------------------------------------------------------------------
+
+
+def write_plots(
+    directory: Path, results: dict[str, Any], sweep: dict[str, Any] | None = None
+) -> list[str]:
+    """latency_cdf.png, speedup_by_language.png and (with a sweep) acceptance_vs_draft_length.png."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    holes = results["holes"]
+    written: list[str] = []
+    if not holes:
+        return written
+    strategies = strategies_in(holes)
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for strategy in strategies:
+        values = sorted(h["runs"][strategy]["latency_ms"] for h in holes if strategy in h["runs"])
+        if values:
+            ys = [(i + 1) / len(values) for i in range(len(values))]
+            ax.step(values, ys, where="post", label=strategy)
+    ax.set_xlabel("end-to-end latency (ms)")
+    ax.set_ylabel("share of holes")
+    ax.set_title("Latency CDF per strategy")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    path = directory / "latency_cdf.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(str(path))
+
+    by_language = results["summary"].get("by_language", {})
+    languages = list(by_language)
+    others = [s for s in strategies if s != "ar"]
+    if languages and others:
+        fig, ax = plt.subplots(
+            figsize=(max(6, 1.3 * len(languages) * max(1, len(others)) / 2), 4.5)
+        )
+        width = 0.8 / len(others)
+        for i, strategy in enumerate(others):
+            values = [
+                by_language[lang].get(strategy, {}).get("speedup_vs_ar") or 0 for lang in languages
+            ]
+            ax.bar([x + i * width for x in range(len(languages))], values, width, label=strategy)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks([x + width * (len(others) - 1) / 2 for x in range(len(languages))], languages)
+        ax.set_ylabel("speedup vs ar (median)")
+        ax.set_title("Speedup per language")
+        ax.legend(fontsize=8)
+        path = directory / "speedup_by_language.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(str(path))
+
+    if sweep and sweep.get("summary"):
+        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+        for language, per in sweep["summary"].items():
+            for strategy, cells in per.items():
+                lengths = sorted((k for k in cells if k != "adaptive"), key=int)
+                xs = [int(k) for k in lengths]
+                acc = [cells[k]["acceptance"] for k in lengths]
+                spd = [cells[k]["speedup_vs_ar"] for k in lengths]
+                label = f"{language}/{strategy}"
+                left.plot(
+                    xs, [a if a is not None else float("nan") for a in acc], marker="o", label=label
+                )
+                right.plot(
+                    xs, [s if s is not None else float("nan") for s in spd], marker="o", label=label
+                )
+        left.set_xlabel("draft length k")
+        left.set_ylabel("acceptance (accepted / drafted)")
+        left.set_title("Acceptance vs draft length")
+        right.set_xlabel("draft length k")
+        right.set_ylabel("speedup vs ar (median)")
+        right.set_title("Speedup vs draft length")
+        for axis in (left, right):
+            axis.grid(alpha=0.3)
+            axis.legend(fontsize=7)
+        path = directory / "acceptance_vs_draft_length.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(str(path))
+    return written

@@ -1,0 +1,497 @@
+"""The bench loop: every strategy on every hole, interleaved, written as it goes.
+
+Order is hole-major with the strategy order rotated from one hole to the next, so slow moments of
+a shared machine fall on every strategy alike. Each strategy's run of a hole starts from a cold KV
+cache. After the primary strategy's run (`hybrid` when it is in the run) the same hole is asked
+again after typing 1 and 3 characters of the truth, keeping the cache: the keystroke replay.
+
+Results are rewritten after every hole (atomically), and an interrupt (Ctrl-C) writes the report
+for the holes that finished before it ends the command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from quickdraft.bench import report
+from quickdraft.bench.holes import Hole
+from quickdraft.bench.peers import PEERS, HFPeer, LlamaCppPeer, Peer
+from quickdraft.bench.session import Outcome, Session
+from quickdraft.config import STRATEGIES
+from quickdraft.errors import ConfigError, QuickdraftError
+
+ALL_STRATEGIES: tuple[str, ...] = (*STRATEGIES, *PEERS)
+DRAFTING = ("ngram", "draft", "hybrid")
+REPLAY_TYPED = (1, 3)
+RUN_KEYS = (
+    "completion",
+    "tokens",
+    "latency_ms",
+    "prefill_ms",
+    "decode_ms",
+    "new_tokens",
+    "target_forwards",
+    "accepted_by_source",
+    "drafted_by_source",
+    "identical_to_ar",
+    "exact_match",
+)
+
+
+def parse_strategies(value: str | None) -> list[str]:
+    if not value:
+        return list(ALL_STRATEGIES)
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in ALL_STRATEGIES]
+    if unknown:
+        raise ConfigError(
+            f"--strategies: unknown {', '.join(unknown)} (known: {', '.join(ALL_STRATEGIES)})"
+        )
+    if "ar" not in names:
+        names.insert(0, "ar")  # the baseline every comparison needs
+    return list(dict.fromkeys(names))
+
+
+def parse_lengths(value: str | None) -> list[int] | None:
+    if not value:
+        return None
+    try:
+        lengths = sorted({int(part) for part in value.split(",") if part.strip()})
+    except ValueError:
+        raise ConfigError(
+            f"--sweep-draft-length: expected numbers like 1,2,4,8, got {value!r}"
+        ) from None
+    if not lengths or lengths[0] < 1 or lengths[-1] > 64:
+        raise ConfigError(f"--sweep-draft-length: lengths must be between 1 and 64, got {value!r}")
+    return lengths
+
+
+@dataclass
+class BenchOptions:
+    repo: Path
+    out: Path
+    holes: int = 24
+    languages: list[str] | None = None
+    strategies: list[str] = field(default_factory=lambda: list(ALL_STRATEGIES))
+    max_new_tokens: int = 64
+    seed: int = 0
+    sweep: list[int] | None = None
+    replay: bool = True
+    warmup: bool = True
+    progress: bool = True
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _git_commit() -> str | None:
+    try:
+        here = Path(__file__).resolve().parent
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def describe_environment(completer: Any, options: BenchOptions) -> dict[str, Any]:
+    import torch
+
+    try:
+        import transformers
+
+        transformers_version = transformers.__version__
+    except ImportError:  # pragma: no cover
+        transformers_version = None
+    from quickdraft import __version__
+
+    models = getattr(completer, "models", None)
+    described: Any = None
+    if models is not None:
+        describe = getattr(models, "describe", None)
+        described = describe() if callable(describe) else None
+    config = getattr(completer, "config", None)
+    env: dict[str, Any] = {
+        "device": str(getattr(models, "device", "cpu")),
+        "dtype": str(getattr(models, "dtype", "")),
+        "torch": torch.__version__,
+        "transformers": transformers_version,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "models": described,
+        "preset": getattr(models, "preset", None) and getattr(models.preset, "name", models.preset),
+        "quickdraft": __version__,
+        "git_commit": _git_commit(),
+        "repo": str(options.repo),
+        "seed": options.seed,
+        "holes_requested": options.holes,
+        "max_new_tokens": options.max_new_tokens,
+        "strategies": list(options.strategies),
+        "sweep_draft_lengths": options.sweep,
+        "decoding": dataclasses.asdict(config.decoding) if config is not None else None,
+        "context": dataclasses.asdict(config.context) if config is not None else None,
+        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "interrupted": False,
+        "skipped": {},
+        "peers": {},
+        "notes": [],
+    }
+    return env
+
+
+def make_peers(completer: Any, strategies: list[str], gguf_path: str | None) -> dict[str, Peer]:
+    models = getattr(completer, "models", None)
+    target = getattr(models, "target", None)
+    draft = getattr(models, "draft", None)
+    tokenizer = getattr(models, "tokenizer", None)
+    pad = getattr(tokenizer, "pad_token_id", None)
+    threads = getattr(getattr(getattr(completer, "config", None), "model", None), "threads", None)
+    peers: dict[str, Peer] = {}
+    for name in strategies:
+        if name in ("hf-assisted", "hf-prompt-lookup"):
+            peers[name] = HFPeer(
+                name, target, draft if name == "hf-assisted" else None, pad_token_id=pad
+            )
+        elif name in ("llama-cpp", "llama-cpp-lookup"):
+            peers[name] = LlamaCppPeer(name, gguf_path, threads=threads)
+    return peers
+
+
+def _run_record(outcome: Outcome, truth: str) -> dict[str, Any]:
+    return {
+        "completion": outcome.completion,
+        "tokens": outcome.tokens,
+        "latency_ms": round(outcome.latency_ms, 3),
+        "prefill_ms": None if outcome.prefill_ms is None else round(outcome.prefill_ms, 3),
+        "decode_ms": None if outcome.decode_ms is None else round(outcome.decode_ms, 3),
+        "new_tokens": outcome.new_tokens,
+        "target_forwards": outcome.target_forwards,
+        "accepted_by_source": outcome.accepted_by_source,
+        "drafted_by_source": outcome.drafted_by_source,
+        "identical_to_ar": None,
+        "exact_match": report.exact_match(outcome.completion, truth),
+    }
+
+
+class Bench:
+    """Runs the holes through a `Completer` (and the peers) and writes `options.out`."""
+
+    def __init__(
+        self,
+        completer: Any,
+        holes: list[Hole],
+        options: BenchOptions,
+        *,
+        peers: dict[str, Peer] | None = None,
+        env: dict[str, Any] | None = None,
+        on_hole: Callable[[int, dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.session = Session(completer)
+        self.completer = completer
+        self.holes = holes
+        self.options = options
+        self.env = env if env is not None else describe_environment(completer, options)
+        self.peers = peers if peers is not None else make_peers(completer, options.strategies, None)
+        self.on_hole = on_hole
+        self.records: list[dict[str, Any]] = []
+        self.replay_records: list[dict[str, Any]] = []
+        self.sweep_records: list[dict[str, Any]] = []
+        self.strategies = self._usable_strategies()
+        ours = [s for s in self.strategies if s in STRATEGIES]
+        self.primary = next((s for s in ("hybrid", "ngram", "draft") if s in ours), None)
+        self.out = Path(options.out)
+
+    # --- which strategies can run ------------------------------------------------------
+
+    def _skip(self, name: str, reason: str) -> None:
+        self.env["skipped"][name] = reason
+
+    def _usable_strategies(self) -> list[str]:
+        usable = []
+        models = getattr(self.completer, "models", None)
+        has_draft = getattr(models, "draft", None) is not None
+        for name in self.options.strategies:
+            if name == "draft" and not has_draft:
+                self._skip(name, "no draft model is loaded")
+                continue
+            if name in PEERS:
+                peer = self.peers.get(name)
+                reason = "not set up" if peer is None else peer.unavailable()
+                if reason:
+                    self._skip(name, reason)
+                    continue
+                self.env["peers"][name] = peer.describe()
+            usable.append(name)
+        return usable
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def _order(self, index: int) -> list[str]:
+        shift = index % len(self.strategies)
+        return self.strategies[shift:] + self.strategies[:shift]
+
+    def _units_per_hole(self) -> int:
+        units = len(self.strategies)
+        if self.options.replay and self.primary:
+            units += len(REPLAY_TYPED)
+        if self.options.sweep:
+            units += len(self.options.sweep) * len([s for s in self.strategies if s in DRAFTING])
+        return units
+
+    def run(self) -> dict[str, Any]:
+        self.out.mkdir(parents=True, exist_ok=True)
+        bar = None
+        if self.options.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(
+                total=len(self.holes) * self._units_per_hole(),
+                unit="run",
+                desc="bench",
+                file=sys.stderr,
+                dynamic_ncols=True,
+            )
+        interrupted = False
+        try:
+            if self.options.warmup and self.holes:
+                if bar is not None:
+                    bar.set_postfix_str("warm-up")
+                self._warmup(self.holes[0])
+            for index, hole in enumerate(self.holes):
+                if bar is not None:
+                    bar.set_postfix_str(f"{hole.file}:{hole.line + 1} {hole.kind}")
+                record = self._run_hole(index, hole, bar)
+                if record is not None:
+                    self.records.append(record)
+                    if self.on_hole is not None:
+                        self.on_hole(index, record)
+                self._write(final=False)
+        except KeyboardInterrupt:
+            interrupted = True
+            self.env["interrupted"] = True
+        finally:
+            self.session.close()
+            if bar is not None:
+                bar.close()
+            results = self._write(final=True)
+        if interrupted:
+            raise KeyboardInterrupt
+        return results
+
+    def _warmup(self, hole: Hole) -> None:
+        """One short untimed run per strategy: kernels, allocator and caches settle first."""
+        self.session.open(hole)
+        self.session.set_max_new_tokens(min(8, self.options.max_new_tokens))
+        try:
+            plan = None
+            for name in self.strategies:
+                self.session.reset_cache()
+                if name in STRATEGIES:
+                    self.session.complete(hole, name)
+                else:
+                    plan = plan or self.session.plan(hole)
+                    self.peers[name].run(
+                        plan.prompt_ids, plan.max_new_tokens, plan.stop_ids, plan.stop
+                    )
+        finally:
+            self.session.set_max_new_tokens(None)
+            self.session.close()
+
+    def _run_hole(self, index: int, hole: Hole, bar) -> dict[str, Any] | None:
+        self.session.open(hole)
+        runs: dict[str, dict[str, Any]] = {}
+        plan = None
+        prompt_tokens = None
+        try:
+            for name in self._order(index):
+                if name not in self.strategies:
+                    continue  # dropped after a failure on an earlier hole
+                self.session.reset_cache()
+                try:
+                    if name in STRATEGIES:
+                        outcome = self.session.complete(hole, name)
+                        prompt_tokens = prompt_tokens or outcome.prompt_tokens
+                    else:
+                        plan = plan or self.session.plan(hole)
+                        outcome = self._run_peer(name, plan)
+                        prompt_tokens = prompt_tokens or len(plan.prompt_ids)
+                except Exception as exc:
+                    # A peer that breaks, or one of ours the models cannot do, leaves the run
+                    # with a note; `ar` is the baseline and a failure there ends the bench.
+                    if name == "ar" or (
+                        name in STRATEGIES and not isinstance(exc, QuickdraftError)
+                    ):
+                        raise
+                    self._skip(
+                        name, f"failed on {hole.file}:{hole.line + 1}: {type(exc).__name__}: {exc}"
+                    )
+                    self.strategies.remove(name)
+                    continue
+                finally:
+                    if bar is not None:
+                        bar.update(1)
+                runs[name] = _run_record(outcome, hole.truth)
+                if name == self.primary and self.options.replay:
+                    self._replay(hole, outcome, bar)
+            if self.options.sweep:
+                self._sweep(index, hole, bar)
+        finally:
+            self.session.close()
+        ar_tokens = runs["ar"]["tokens"]
+        for run in runs.values():
+            run["identical_to_ar"] = run["tokens"] == ar_tokens
+        ordered = {name: runs[name] for name in self.options.strategies if name in runs}
+        return {
+            **hole.to_dict(),
+            "prompt_tokens": prompt_tokens,
+            "truth": hole.truth,
+            "runs": ordered,
+        }
+
+    def _run_peer(self, name: str, plan) -> Outcome:
+        out = self.peers[name].run(plan.prompt_ids, plan.max_new_tokens, plan.stop_ids, plan.stop)
+        return Outcome(
+            completion=plan.finish(out.tokens),
+            tokens=out.tokens,
+            latency_ms=out.latency_ms + plan.build_ms,
+            prefill_ms=out.prefill_ms,
+            decode_ms=out.decode_ms,
+            new_tokens=len(out.tokens),
+            target_forwards=out.target_forwards,
+            accepted_by_source=None,
+            drafted_by_source=None,
+            prompt_tokens=len(plan.prompt_ids),
+        )
+
+    # --- keystroke replay ----------------------------------------------------------------
+
+    def _replay(self, hole: Hole, cold: Outcome, bar) -> None:
+        steps = []
+        for typed in REPLAY_TYPED:
+            if len(hole.truth) <= typed:
+                if bar is not None:
+                    bar.update(1)
+                continue
+            outcome = self.session.complete(hole, self.primary, typed=typed)
+            if bar is not None:
+                bar.update(1)
+            steps.append(
+                {
+                    "chars": typed,
+                    "latency_ms": round(outcome.latency_ms, 3),
+                    "prefill_ms": outcome.prefill_ms,
+                    "prompt_tokens": outcome.prompt_tokens,
+                    "reused_tokens": outcome.reused_tokens,
+                    "prefill_tokens": outcome.prefill_tokens,
+                    "new_tokens": outcome.new_tokens,
+                    "exact_match": report.exact_match(outcome.completion, hole.truth[typed:]),
+                }
+            )
+        self.replay_records.append(
+            {
+                "file": hole.file,
+                "language": hole.language,
+                "line": hole.line,
+                "col": hole.col,
+                "strategy": self.primary,
+                "cold": {
+                    "chars": 0,
+                    "latency_ms": round(cold.latency_ms, 3),
+                    "prefill_ms": cold.prefill_ms,
+                    "prompt_tokens": cold.prompt_tokens,
+                    "reused_tokens": cold.reused_tokens,
+                    "prefill_tokens": cold.prefill_tokens,
+                    "new_tokens": cold.new_tokens,
+                },
+                "typed": steps,
+            }
+        )
+
+    # --- draft-length sweep --------------------------------------------------------------
+
+    def _sweep(self, index: int, hole: Hole, bar) -> None:
+        drafting = [s for s in self.strategies if s in DRAFTING]
+        cells = [(s, k) for s in drafting for k in self.options.sweep]
+        shift = index % len(cells) if cells else 0
+        runs: dict[str, dict[str, Any]] = {}
+        try:
+            for strategy, length in cells[shift:] + cells[:shift]:
+                self.session.set_draft_length(hole.language, length)
+                self.session.reset_cache()
+                outcome = self.session.complete(hole, strategy)
+                if bar is not None:
+                    bar.update(1)
+                runs.setdefault(strategy, {})[str(length)] = {
+                    "latency_ms": round(outcome.latency_ms, 3),
+                    "tokens": outcome.tokens,
+                    "new_tokens": outcome.new_tokens,
+                    "target_forwards": outcome.target_forwards,
+                    "drafted_by_source": outcome.drafted_by_source,
+                    "accepted_by_source": outcome.accepted_by_source,
+                }
+        finally:
+            self.session.set_draft_length(hole.language, None)
+        self.sweep_records.append(
+            {
+                "file": hole.file,
+                "language": hole.language,
+                "line": hole.line,
+                "col": hole.col,
+                "runs": {
+                    s: dict(sorted(r.items(), key=lambda kv: int(kv[0]))) for s, r in runs.items()
+                },
+            }
+        )
+
+    # --- output --------------------------------------------------------------------------
+
+    def results(self) -> dict[str, Any]:
+        return {"env": self.env, "holes": self.records, "summary": report.summarize(self.records)}
+
+    def _write(self, *, final: bool) -> dict[str, Any]:
+        self.env["holes_finished"] = len(self.records)
+        if final:
+            self.env["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        results = self.results()
+        _write_json(self.out / "results.json", results)
+        replay = None
+        if self.replay_records:
+            replay = {
+                "strategy": self.primary,
+                "holes": self.replay_records,
+                "summary": report.summarize_replay(self.replay_records),
+            }
+            _write_json(self.out / "replay.json", replay)
+        sweep = None
+        if self.sweep_records:
+            sweep = report.summarize_sweep(self.sweep_records, self.records, self.primary)
+            sweep["holes"] = self.sweep_records
+            _write_json(self.out / "sweep.json", sweep)
+            if sweep["best"]:
+                _write_json(self.out / "draft_length.json", report.config_snippet(sweep))
+        if final:
+            plots = report.write_plots(self.out, results, sweep)
+            markdown = report.render_markdown(results, replay=replay, sweep=sweep, plots=plots)
+            (self.out / "report.md").write_text(markdown, encoding="utf-8")
+        return results

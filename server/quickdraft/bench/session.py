@@ -1,0 +1,217 @@
+"""The bench's one door into the completion pipeline: a `Completer`, used as `serve` uses it.
+
+Documents are opened with `set_document` (which also feeds the n-gram index), completions are
+asked for with `complete`, and the peers get the very prompt ids `Completer` builds. The few
+things a benchmark needs beyond what the server uses (a cold cache, a fixed draft length, the
+prompt ids, post-processing of a peer's tokens) are asked of the Completer here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from quickdraft.bench.holes import Hole, offset_to_position
+from quickdraft.config import QuickdraftConfig
+
+
+@dataclass
+class Outcome:
+    """One completion of one hole by one strategy, in the bench's terms."""
+
+    completion: str
+    """What ends up at the cursor (token healing and auto-closed brackets accounted for)."""
+    tokens: list[int]
+    latency_ms: float
+    prefill_ms: float | None
+    decode_ms: float | None
+    new_tokens: int
+    target_forwards: int | None
+    accepted_by_source: dict[str, int] | None = None
+    drafted_by_source: dict[str, int] | None = None
+    prompt_tokens: int | None = None
+    prefill_tokens: int | None = None
+    reused_tokens: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PeerPlan:
+    """What a peer needs to answer the same request: prompt, budget, stop rule, post-processing."""
+
+    prompt_ids: list[int]
+    max_new_tokens: int
+    stop_ids: frozenset[int]
+    stop: Callable[[list[int]], bool] | None
+    finish: Callable[[list[int]], str]
+    """Tokens -> the text the server would insert (same post-processing as `complete`)."""
+    build_ms: float
+    """Time `Completer` took to build the prompt ids (added to peers' end-to-end latency)."""
+
+
+def request_for(
+    hole: Hole, text: str | None = None, line: int | None = None, col: int | None = None
+):
+    from quickdraft.completer import CompletionRequest
+
+    return CompletionRequest(
+        uri=hole.uri,
+        text=hole.text if text is None else text,
+        line=hole.line if line is None else line,
+        character=hole.col if col is None else col,
+        language_id=hole.language,
+    )
+
+
+def insertion(completion: Any, text: str, offset: int) -> str:
+    """The text a completion leaves at the cursor: what it replaces before the cursor (token
+    healing) is taken off its start, and what it replaces after (an auto-closed bracket it
+    re-types) off its end."""
+    body = getattr(completion, "text", completion) or ""
+    before = int(getattr(completion, "replace_before", 0) or 0)
+    after = int(getattr(completion, "replace_after", 0) or 0)
+    if before and body.startswith(text[offset - before : offset]):
+        body = body[before:]
+    tail = text[offset : offset + after]
+    if after and tail and body.endswith(tail):
+        body = body[: -len(tail)]
+    return body
+
+
+class Session:
+    """A `Completer` plus the bench's bookkeeping of which documents are open."""
+
+    def __init__(self, completer: Any) -> None:
+        self.completer = completer
+        self._open: list[str] = []
+        self._base_config: QuickdraftConfig | None = getattr(completer, "config", None)
+
+    # --- documents ----------------------------------------------------------------------
+
+    def open(self, hole: Hole) -> None:
+        """Open the hole's companions, then the hole's own document (the one being edited)."""
+        self.close()
+        for other in hole.open_files:
+            self.completer.set_document(other.uri, other.text, other.language)
+            self._open.append(other.uri)
+        self.completer.set_document(hole.uri, hole.text, hole.language)
+        self._open.append(hole.uri)
+
+    def close(self) -> None:
+        for uri in reversed(self._open):
+            self.completer.close_document(uri)
+        self._open.clear()
+
+    # --- settings -----------------------------------------------------------------------
+
+    def set_draft_length(self, language: str, draft_length: int | None) -> None:
+        """Fix the draft length for one language (None: back to the configuration's own)."""
+        base = self._base_config
+        if base is None:
+            return
+        languages = dict(base.languages)
+        if draft_length is not None:
+            own = base.language(language)
+            languages[language] = dataclasses.replace(own, draft_length=draft_length)
+        self._apply(dataclasses.replace(base, languages=languages))
+
+    def set_max_new_tokens(self, max_new_tokens: int | None) -> None:
+        base = self._base_config
+        if base is None:
+            return
+        if max_new_tokens is None:
+            self._apply(base)
+            return
+        decoding = dataclasses.replace(base.decoding, max_new_tokens=max_new_tokens)
+        languages = {
+            name: dataclasses.replace(lang, max_new_tokens=None)
+            for name, lang in base.languages.items()
+        }
+        self._apply(dataclasses.replace(base, decoding=decoding, languages=languages))
+
+    def _apply(self, config: QuickdraftConfig) -> None:
+        update = getattr(self.completer, "update_config", None)
+        if callable(update):
+            update(config)
+        else:
+            self.completer.config = config
+
+    # --- running ------------------------------------------------------------------------
+
+    def reset_cache(self) -> None:
+        engine = getattr(self.completer, "engine", None)
+        if engine is not None:
+            engine.reset_cache()
+
+    def complete(self, hole: Hole, strategy: str, *, typed: int = 0) -> Outcome:
+        """Ask `Completer` for a completion at the hole (after typing `typed` characters of the
+        truth), timed end to end as the language server's worker would see it."""
+        if typed:
+            text, line, col = hole.typed(typed)
+            offset = hole.offset + len(hole.truth[:typed])
+            self.completer.set_document(hole.uri, text, hole.language)
+        else:
+            text, line, col, offset = hole.text, hole.line, hole.col, hole.offset
+        request = request_for(hole, text, line, col)
+        started = time.perf_counter()
+        completion = self.completer.complete(request, strategy=strategy)
+        latency = (time.perf_counter() - started) * 1000
+        if typed:
+            self.completer.set_document(hole.uri, hole.text, hole.language)
+        stats = getattr(completion, "stats", None)
+
+        def stat(name: str, default=None):
+            return getattr(stats, name, default) if stats is not None else default
+
+        tokens = [int(t) for t in (getattr(completion, "tokens", None) or [])]
+        return Outcome(
+            completion=insertion(completion, text, offset),
+            tokens=tokens,
+            latency_ms=latency,
+            prefill_ms=stat("prefill_ms"),
+            decode_ms=stat("decode_ms"),
+            new_tokens=int(stat("new_tokens", len(tokens))),
+            target_forwards=stat("target_forwards"),
+            accepted_by_source=dict(stat("accepted_by_source", {}) or {}),
+            drafted_by_source=dict(stat("drafted_by_source", {}) or {}),
+            prompt_tokens=stat("prompt_tokens"),
+            prefill_tokens=stat("prefill_tokens"),
+            reused_tokens=stat("reused_tokens"),
+            extra={"stop_reason": getattr(completion, "stop_reason", None)},
+        )
+
+    def plan(self, hole: Hole) -> PeerPlan:
+        """The request as `Completer` would hand it to the engine, for a peer to answer."""
+        request = request_for(hole)
+        completer = self.completer
+        started = time.perf_counter()
+        prompt_ids = [int(t) for t in completer.build_prompt_ids(request)]
+        build_ms = (time.perf_counter() - started) * 1000
+        models = completer.models
+        stop_ids = frozenset(int(t) for t in (getattr(models, "stop_token_ids", None) or ()))
+        prepared = None
+        prepare = getattr(completer, "prepare", None)
+        if callable(prepare):
+            prepared = prepare(request)
+        max_new = getattr(prepared, "max_new_tokens", None)
+        if max_new is None:
+            config = getattr(completer, "config", None)
+            max_new = config.max_new_tokens_for(hole.language) if config is not None else 64
+        stop = getattr(prepared, "stop", None)
+        finish_fn = getattr(prepared, "finish", None)
+        tokenizer = models.tokenizer
+
+        def finish(tokens: list[int]) -> str:
+            if callable(finish_fn):
+                return insertion(finish_fn(tokens), hole.text, hole.offset)
+            return tokenizer.decode(tokens, skip_special_tokens=True)
+
+        return PeerPlan(prompt_ids, int(max_new), stop_ids, stop, finish, build_ms)
+
+
+def replay_position(hole: Hole, typed: int) -> tuple[int, int]:
+    text, _, _ = hole.typed(typed)
+    return offset_to_position(text, hole.offset + len(hole.truth[:typed]))

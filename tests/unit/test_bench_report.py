@@ -1,0 +1,195 @@
+"""Summary statistics and report generation from recorded runs (no models involved)."""
+
+from __future__ import annotations
+
+from quickdraft.bench import report
+from quickdraft.config import load_config
+
+
+def run(
+    latency, tokens, *, completion="x = 1", forwards=None, identical=True, exact=False, **extra
+):
+    return {
+        "completion": completion,
+        "tokens": tokens,
+        "latency_ms": latency,
+        "prefill_ms": 10.0,
+        "decode_ms": latency - 10.0,
+        "new_tokens": len(tokens),
+        "target_forwards": len(tokens) if forwards is None else forwards,
+        "accepted_by_source": extra.get("accepted", {}),
+        "drafted_by_source": extra.get("drafted", {}),
+        "identical_to_ar": identical,
+        "exact_match": exact,
+    }
+
+
+def hole(language, runs, *, truth="x = 1", kind="line", line=0):
+    return {
+        "file": f"f.{language}",
+        "language": language,
+        "line": line,
+        "col": 0,
+        "kind": kind,
+        "prompt_tokens": 100,
+        "truth": truth,
+        "runs": runs,
+    }
+
+
+HOLES = [
+    hole(
+        "python",
+        {
+            "ar": run(100.0, [1, 2, 3, 4], exact=True),
+            "hybrid": run(
+                50.0,
+                [1, 2, 3, 4],
+                forwards=2,
+                exact=True,
+                drafted={"ngram": 4},
+                accepted={"ngram": 3},
+            ),
+        },
+        line=1,
+    ),
+    hole(
+        "python",
+        {
+            "ar": run(200.0, [1, 2]),
+            "hybrid": run(
+                50.0, [1, 2], forwards=1, drafted={"ngram": 2, "draft": 2}, accepted={"ngram": 1}
+            ),
+        },
+        truth="x = 10",
+        line=2,
+    ),
+    hole(
+        "rust",
+        {
+            "ar": run(90.0, [5, 6], completion="let"),
+            "hybrid": run(100.0, [5, 7], completion="lex", identical=False),
+        },
+        truth="let y = 2;",
+        kind="block",
+    ),
+]
+
+
+def test_percentile_interpolates_like_numpy():
+    assert report.percentile([], 50) is None
+    assert report.percentile([3.0], 99) == 3.0
+    assert report.percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert report.percentile([float(i) for i in range(1, 101)], 90) == 90.1
+
+
+def test_summary_per_strategy_and_language():
+    summary = report.summarize(HOLES)
+    assert set(summary) == {"ar", "hybrid", "by_language"}
+    hybrid = summary["hybrid"]
+    assert set(hybrid) == set(report.SUMMARY_KEYS)
+    # Ratios ar/hybrid per hole: 2.0, 4.0, 0.9 -> median 2.0.
+    assert hybrid["speedup_vs_ar"] == 2.0
+    assert hybrid["tokens_per_forward"] == round(8 / 5, 3)  # 4+2+2 tokens, 2+1+2 forwards
+    assert hybrid["identical_to_ar"] == round(2 / 3, 3)
+    assert hybrid["exact_match"] == round(1 / 3, 3)
+    assert hybrid["p50_ms"] == 50.0
+    assert summary["ar"]["speedup_vs_ar"] == 1.0
+    assert summary["by_language"]["python"]["hybrid"]["speedup_vs_ar"] == 3.0
+    assert summary["by_language"]["rust"]["hybrid"]["identical_to_ar"] == 0.0
+
+
+def test_matching_rules():
+    assert report.exact_match("x = 1  \n", "x = 1")
+    assert not report.exact_match("x = 1", "x = 10")
+    assert report.prefix_match("x = 1", "x = 10")
+    assert not report.prefix_match("", "x = 10")
+    assert not report.prefix_match("y", "x = 10")
+
+
+def test_details_acceptance_and_prefix_match():
+    detail = report.details(HOLES, "hybrid")
+    assert detail["drafted"] == {"ngram": 6, "draft": 2}
+    assert detail["accepted"] == {"ngram": 4}
+    assert detail["prefix_match"] == 2 / 3
+    assert (
+        report.acceptance_text(detail["drafted"], detail["accepted"])
+        == "draft 0/2 (0%), ngram 4/6 (67%)"
+    )
+
+
+def test_markdown_has_every_table(tmp_path):
+    results = {
+        "env": {
+            "device": "cpu",
+            "dtype": "float32",
+            "repo": "r",
+            "seed": 0,
+            "max_new_tokens": 8,
+            "skipped": {"llama-cpp": "not installed"},
+            "notes": ["a note"],
+        },
+        "holes": HOLES,
+        "summary": report.summarize(HOLES),
+    }
+    plots = report.write_plots(tmp_path, results)
+    assert [p.rsplit("/", 1)[-1] for p in plots] == ["latency_cdf.png", "speedup_by_language.png"]
+    text = report.render_markdown(results, plots=plots)
+    for heading in (
+        "## Per strategy",
+        "## Per language",
+        "## Per kind of hole",
+        "## Notes",
+        "## Plots",
+    ):
+        assert heading in text
+    assert "`llama-cpp` skipped: not installed" in text
+    assert "| `hybrid` | 3 |" in text
+    assert "2.00×" in text
+
+
+def test_markdown_without_holes():
+    results = {"env": {"interrupted": True}, "holes": [], "summary": report.summarize([])}
+    text = report.render_markdown(results)
+    assert "interrupted" in text and "nothing to report" in text
+
+
+def test_sweep_summary_picks_the_best_length_per_language():
+    records = [
+        {
+            "file": h["file"],
+            "language": h["language"],
+            "line": h["line"],
+            "col": h["col"],
+            "runs": {
+                "hybrid": {
+                    "2": run(
+                        h["runs"]["ar"]["latency_ms"] / 1.5,
+                        h["runs"]["ar"]["tokens"],
+                        drafted={"ngram": 4},
+                        accepted={"ngram": 2},
+                    ),
+                    "4": run(
+                        h["runs"]["ar"]["latency_ms"] / 3.0,
+                        h["runs"]["ar"]["tokens"],
+                        drafted={"ngram": 8},
+                        accepted={"ngram": 6},
+                    ),
+                }
+            },
+        }
+        for h in HOLES
+    ]
+    sweep = report.summarize_sweep(records, HOLES, "hybrid")
+    assert sweep["best"] == {"python": 4, "rust": 4}
+    cell = sweep["summary"]["python"]["hybrid"]["4"]
+    assert (
+        cell["speedup_vs_ar"] == 3.0
+        and cell["acceptance"] == 0.75
+        and cell["identical_to_ar"] == 1.0
+    )
+    assert sweep["summary"]["python"]["hybrid"]["adaptive"]["speedup_vs_ar"] == 3.0
+    snippet = report.config_snippet(sweep)
+    assert snippet == {"languages": {"python": {"draft_length": 4}, "rust": {"draft_length": 4}}}
+    assert load_config(snippet).draft_length_for("rust") == 4
+    assert "Best fixed length for `hybrid` in python: 4" in "\n".join(report.render_sweep(sweep))

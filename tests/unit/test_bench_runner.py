@@ -1,0 +1,306 @@
+"""The bench loop against a fake Completer: schema, interleaving, replay, sweep, interrupts."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from quickdraft.bench.holes import sample_holes
+from quickdraft.bench.peers import Peer, PeerOutput
+from quickdraft.bench.runner import RUN_KEYS, Bench, BenchOptions, parse_lengths, parse_strategies
+from quickdraft.config import QuickdraftConfig, load_config
+from quickdraft.errors import ConfigError
+
+try:  # the real request type when the pipeline is there, a stand-in until then
+    from quickdraft.completer import CompletionRequest  # noqa: F401
+except ImportError:  # pragma: no cover
+
+    @dataclass
+    class CompletionRequest:  # type: ignore[no-redef]
+        uri: str
+        text: str
+        line: int
+        character: int
+        language_id: str
+
+    sys.modules["quickdraft.completer"] = types.SimpleNamespace(CompletionRequest=CompletionRequest)
+
+HOLE_KEYS = {"file", "language", "line", "col", "kind", "prompt_tokens", "truth", "runs"}
+SUMMARY_KEYS = {
+    "p50_ms",
+    "p90_ms",
+    "p99_ms",
+    "tokens_per_forward",
+    "speedup_vs_ar",
+    "identical_to_ar",
+    "exact_match",
+}
+
+
+@dataclass
+class FakeStats:
+    prompt_tokens: int
+    prefill_tokens: int
+    reused_tokens: int
+    new_tokens: int
+    target_forwards: int
+    drafted_by_source: dict = field(default_factory=dict)
+    accepted_by_source: dict = field(default_factory=dict)
+    prefill_ms: float = 1.0
+    decode_ms: float = 2.0
+    total_ms: float = 3.0
+
+
+@dataclass
+class FakeCompletion:
+    text: str
+    tokens: list
+    stats: FakeStats
+    mode: str = "line"
+
+
+class FakeEngine:
+    def __init__(self) -> None:
+        self.resets = 0
+        self.cached: list[int] = []
+
+    def reset_cache(self) -> None:
+        self.resets += 1
+        self.cached = []
+
+
+class FakeCompleter:
+    """Answers with the start of the hidden truth (read back from the file on disk), so every
+    strategy agrees with `ar` and the first few holes match exactly."""
+
+    def __init__(self, config: QuickdraftConfig, *, interrupt_after: int | None = None) -> None:
+        self.config = config
+        self.engine = FakeEngine()
+        self.documents: dict[str, tuple[str, str]] = {}
+        self.models = types.SimpleNamespace(
+            target=None,
+            draft=object(),
+            tokenizer=types.SimpleNamespace(decode=lambda ids, **kw: bytes(ids).decode("latin-1")),
+            stop_token_ids={0},
+            device="cpu",
+            dtype="float64",
+            describe=lambda: {"target": "fake", "draft": "fake"},
+        )
+        self.calls: list[tuple[str, str]] = []
+        self.interrupt_after = interrupt_after
+        self.draft_lengths: list[int | None] = []
+
+    def set_document(self, uri, text, language_id) -> None:
+        self.documents[uri] = (text, language_id)
+
+    def close_document(self, uri) -> None:
+        self.documents.pop(uri, None)
+
+    def build_prompt_ids(self, request) -> list[int]:
+        lines = request.text.split("\n")
+        offset = sum(len(x) + 1 for x in lines[: request.line]) + request.character
+        return list(request.text[:offset].encode()[-300:]) or [1]
+
+    def complete(self, request, strategy=None):
+        if self.interrupt_after is not None and len(self.calls) >= self.interrupt_after:
+            raise KeyboardInterrupt
+        assert request.uri in self.documents, "the hole's document is open"
+        assert self.documents[request.uri][0] == request.text
+        self.calls.append((request.uri, strategy))
+        self.draft_lengths.append(self.config.draft_length_for(request.language_id))
+        original = Path(request.uri.removeprefix("file://")).read_text()
+        lines = request.text.split("\n")
+        offset = sum(len(x) + 1 for x in lines[: request.line]) + request.character
+        typed = len(request.text) - len(original)  # the hole removed text: typed is negative
+        rest = original[offset : offset - typed] if typed < 0 else ""
+        text = rest[:12]
+        prompt = self.build_prompt_ids(request)
+        reused = 0
+        for a, b in zip(self.engine.cached, prompt, strict=False):
+            if a != b:
+                break
+            reused += 1
+        self.engine.cached = prompt
+        tokens = list(text.encode())
+        forwards = len(tokens) if strategy == "ar" else max(1, len(tokens) // 3)
+        drafted = {} if strategy == "ar" else {"ngram": 6, "draft": 3}
+        accepted = {} if strategy == "ar" else {"ngram": 4, "draft": 1}
+        stats = FakeStats(
+            len(prompt), len(prompt) - reused, reused, len(tokens), forwards, drafted, accepted
+        )
+        return FakeCompletion(text, tokens, stats)
+
+
+class FakePeer(Peer):
+    name = "hf-prompt-lookup"
+
+    def unavailable(self):
+        return None
+
+    def run(self, prompt_ids, max_new_tokens, stop_ids, stop):
+        return PeerOutput(
+            tokens=[65, 66], latency_ms=5.0, prefill_ms=1.0, decode_ms=4.0, target_forwards=2
+        )
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "a.py").write_text(
+        "def area(width, height):\n    product = width * height\n    return abs(product)\n\n\n"
+        "def main():\n    value = area(3, 4)\n    print(value, area(value, 2))\n"
+    )
+    (root / "pkg" / "b.py").write_text(
+        "from .a import area\n\n\ndef double(x):\n    total = area(x, 2)\n    return total + total\n"
+    )
+    (root / "pkg" / "c.ts").write_text(
+        'export function greet(name: string): string {\n  const base = "Hello, " + name;\n'
+        "  return base.trim();\n}\n"
+    )
+    return root
+
+
+def make_bench(repo, tmp_path, *, holes=4, strategies="ar,ngram,draft,hybrid", **kwargs):
+    config = load_config({"decoding": {"max_new_tokens": 16}})
+    completer = FakeCompleter(config, interrupt_after=kwargs.pop("interrupt_after", None))
+    options = BenchOptions(
+        repo=repo,
+        out=tmp_path / "out",
+        holes=holes,
+        strategies=parse_strategies(strategies),
+        max_new_tokens=16,
+        progress=False,
+        **kwargs,
+    )
+    sampled = sample_holes(repo, holes, seed=0)
+    peers = {"hf-prompt-lookup": FakePeer()}
+    return Bench(completer, sampled, options, peers=peers), completer
+
+
+def test_results_json_has_exactly_the_schema(repo, tmp_path):
+    bench, _ = make_bench(repo, tmp_path, strategies="ar,ngram,draft,hybrid,hf-prompt-lookup")
+    bench.run()
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert set(results) == {"env", "holes", "summary"}
+    for key in ("device", "dtype", "torch", "transformers", "models"):
+        assert key in results["env"]
+    assert len(results["holes"]) == 4
+    for hole in results["holes"]:
+        assert set(hole) == HOLE_KEYS
+        assert list(hole["runs"]) == ["ar", "ngram", "draft", "hybrid", "hf-prompt-lookup"]
+        for run in hole["runs"].values():
+            assert set(run) == set(RUN_KEYS)
+        for name in ("ar", "ngram", "draft", "hybrid"):
+            assert hole["runs"][name]["identical_to_ar"] is True
+        # The peer answered something else, and is reported as such.
+        assert hole["runs"]["hf-prompt-lookup"]["identical_to_ar"] is False
+        assert hole["runs"]["hf-prompt-lookup"]["completion"] == "AB"
+    summary = results["summary"]
+    assert set(summary) == {"ar", "ngram", "draft", "hybrid", "hf-prompt-lookup", "by_language"}
+    for name in ("ar", "ngram", "draft", "hybrid", "hf-prompt-lookup"):
+        assert set(summary[name]) == SUMMARY_KEYS
+    assert summary["hybrid"]["identical_to_ar"] == 1.0
+    assert summary["hf-prompt-lookup"]["identical_to_ar"] == 0.0
+    assert summary["ar"]["speedup_vs_ar"] == 1.0
+    assert summary["ar"]["tokens_per_forward"] == 1.0
+    assert set(summary["by_language"]) == {"python", "typescript"}
+    for per in summary["by_language"].values():
+        for s in per.values():
+            assert set(s) == SUMMARY_KEYS
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## Per strategy" in report and "## Per language" in report
+    assert (tmp_path / "out" / "latency_cdf.png").stat().st_size > 0
+    assert (tmp_path / "out" / "speedup_by_language.png").stat().st_size > 0
+
+
+def test_exact_match_is_against_the_hidden_truth(repo, tmp_path):
+    bench, _ = make_bench(repo, tmp_path, holes=6)
+    results = bench.run()
+    for hole in results["holes"]:
+        run = hole["runs"]["ar"]
+        assert run["completion"] == hole["truth"][:12]
+        assert run["exact_match"] is (len(hole["truth"].rstrip()) <= 12)
+
+
+def test_strategies_interleave_and_start_cold(repo, tmp_path):
+    bench, completer = make_bench(repo, tmp_path, replay=False, warmup=False)
+    bench.run()
+    per_hole: dict[str, list[str]] = {}
+    for uri, strategy in completer.calls:
+        per_hole.setdefault(uri, []).append(strategy)
+    orders = [tuple(calls) for calls in per_hole.values()]
+    firsts = [order[0] for order in orders]
+    assert len(set(firsts)) > 1, "the strategy order rotates from hole to hole"
+    assert completer.engine.resets == len(completer.calls)
+
+
+def test_keystroke_replay_reuses_the_prefix(repo, tmp_path):
+    bench, _ = make_bench(repo, tmp_path, holes=3)
+    bench.run()
+    replay = json.loads((tmp_path / "out" / "replay.json").read_text())
+    assert replay["strategy"] == "hybrid"
+    for record in replay["holes"]:
+        assert record["cold"]["reused_tokens"] == 0
+        for step in record["typed"]:
+            assert step["chars"] in (1, 3)
+            assert step["reused_tokens"] > 0
+            assert step["prefill_tokens"] < record["cold"]["prefill_tokens"] + step["chars"] + 1
+    assert "Keystroke replay" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_sweep_writes_a_loadable_config_snippet(repo, tmp_path):
+    bench, completer = make_bench(repo, tmp_path, holes=3, sweep=[1, 4], replay=False)
+    bench.run()
+    out = tmp_path / "out"
+    snippet = json.loads((out / "draft_length.json").read_text())
+    config = load_config(snippet)
+    for language, lang in snippet["languages"].items():
+        assert lang["draft_length"] in (1, 4)
+        assert config.draft_length_for(language) == lang["draft_length"]
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert set(sweep["summary"]["python"]) == {"ngram", "draft", "hybrid"}
+    assert set(sweep["summary"]["python"]["hybrid"]) == {"1", "4", "adaptive"}
+    assert {1, 4} <= set(completer.draft_lengths)
+    assert completer.config.draft_length_for("python") is None, "the sweep restores the config"
+    assert (out / "acceptance_vs_draft_length.png").exists()
+    assert "Draft-length sweep" in (out / "report.md").read_text()
+
+
+def test_interrupt_keeps_finished_holes(repo, tmp_path):
+    # 4 strategies per hole, no warm-up or replay: the 10th call is in the third hole.
+    bench, _ = make_bench(repo, tmp_path, holes=4, warmup=False, replay=False, interrupt_after=9)
+    with pytest.raises(KeyboardInterrupt):
+        bench.run()
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert len(results["holes"]) == 2
+    assert results["env"]["interrupted"] is True
+    assert set(results["summary"]["ar"]) == SUMMARY_KEYS
+    assert "interrupted" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_unavailable_strategies_are_skipped_with_a_reason(repo, tmp_path):
+    bench, _ = make_bench(repo, tmp_path, holes=2, strategies="ar,hybrid,hf-assisted,llama-cpp")
+    results = bench.run()
+    skipped = results["env"]["skipped"]
+    assert set(skipped) == {"hf-assisted", "llama-cpp"}
+    assert all(isinstance(reason, str) and reason for reason in skipped.values())
+    assert list(results["holes"][0]["runs"]) == ["ar", "hybrid"]
+    assert "skipped" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_option_parsing():
+    assert parse_strategies("hybrid,ngram")[0] == "ar"
+    assert parse_strategies(None)[:4] == ["ar", "ngram", "draft", "hybrid"]
+    with pytest.raises(ConfigError, match="beam"):
+        parse_strategies("ar,beam")
+    assert parse_lengths("8,1,2,2") == [1, 2, 8]
+    assert parse_lengths(None) is None
+    with pytest.raises(ConfigError):
+        parse_lengths("0,2")
+    with pytest.raises(ConfigError):
+        parse_lengths("two")
