@@ -1,0 +1,140 @@
+"""`quickdraft complete FILE --line L --col C`: one completion at a cursor, from the shell."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from quickdraft.errors import InputError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from quickdraft.cli import add_decoding_arguments, add_model_arguments
+
+    parser = subparsers.add_parser(
+        "complete",
+        help="complete the code at a cursor position in a file",
+        description=(
+            "Print the completion at FILE:LINE:COL, built exactly as the language server builds "
+            "it (FIM prompt, open files as context and n-gram sources, post-processing)."
+        ),
+    )
+    parser.add_argument("file", type=Path, help="the file being edited")
+    parser.add_argument("--line", type=int, required=True, help="cursor line, 1-based")
+    parser.add_argument(
+        "--col", type=int, required=True, help="cursor column, 1-based, in characters"
+    )
+    parser.add_argument(
+        "--open",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="OTHER_FILE",
+        help="another open file (context and n-gram source); repeatable",
+    )
+    parser.add_argument("--language", help="language id (default: from the file extension)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--raw", action="store_true", help="skip post-processing rules")
+    add_model_arguments(parser)
+    add_decoding_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+LANGUAGE_BY_SUFFIX = {
+    ".py": "python",
+    ".pyi": "python",
+    ".js": "javascript",
+    ".mjs": "javascript",
+    ".cjs": "javascript",
+    ".jsx": "javascriptreact",
+    ".ts": "typescript",
+    ".mts": "typescript",
+    ".tsx": "typescriptreact",
+    ".rs": "rust",
+    ".go": "go",
+    ".java": "java",
+    ".c": "c",
+    ".h": "c",
+    ".cc": "cpp",
+    ".cpp": "cpp",
+    ".cxx": "cpp",
+    ".hpp": "cpp",
+    ".hh": "cpp",
+    ".lua": "lua",
+    ".rb": "ruby",
+    ".sh": "shellscript",
+}
+
+
+def language_of(path: Path) -> str:
+    return LANGUAGE_BY_SUFFIX.get(path.suffix.lower(), "plaintext")
+
+
+def read_source(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, not a file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    if b"\x00" in data:
+        raise InputError(f"{path}: looks binary (contains NUL bytes)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from quickdraft.cli import config_dict_from_args
+    from quickdraft.config import load_config
+
+    # Cheap checks first: a bad path or position should not wait for models to load.
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise InputError(f"--max-tokens must be at least 1, got {args.max_new_tokens}")
+    text = read_source(args.file)
+    others = [(path, read_source(path)) for path in args.open]
+    lines = text.split("\n")
+    if not 1 <= args.line <= len(lines):
+        raise InputError(f"--line {args.line} is out of range: {args.file} has {len(lines)} lines")
+    line_text = lines[args.line - 1].rstrip("\r")
+    if not 1 <= args.col <= len(line_text) + 1:
+        raise InputError(
+            f"--col {args.col} is out of range: line {args.line} has {len(line_text)} characters "
+            f"(columns 1..{len(line_text) + 1})"
+        )
+    config = load_config(config_dict_from_args(args))
+
+    from quickdraft.completer import Completer, CompletionRequest
+    from quickdraft.models import load_models
+
+    models = load_models(config.model)
+    completer = Completer(models, config)
+    if config.model.calibrate and args.strategy != "ar":
+        completer.calibrate()
+    for path, other_text in others:
+        completer.set_document(path.resolve().as_uri(), other_text, language_of(path))
+    uri = args.file.resolve().as_uri()
+    language = args.language or language_of(args.file)
+    completer.set_document(uri, text, language)
+    request = CompletionRequest(uri, text, args.line - 1, args.col - 1, language)
+    completion = completer.complete(request, use_typed_ahead=False)
+    if args.json:
+        out = {
+            "completion": completion.raw_text if args.raw else completion.text,
+            "tokens": completion.tokens,
+            "stop_reason": completion.stop_reason,
+            "mode": completion.mode,
+            "prompt_tokens": completion.prompt_tokens,
+            "latency_ms": round(completion.latency_ms, 1),
+            **completion.stats.to_dict(),
+        }
+        json.dump(out, sys.stdout, ensure_ascii=False)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write((completion.raw_text if args.raw else completion.text) + "\n")
+    return 0

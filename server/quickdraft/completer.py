@@ -1,0 +1,270 @@
+"""The completion pipeline shared by `quickdraft complete`, `quickdraft serve` and the bench:
+
+    document -> should_complete -> build_prompt -> generate (stop rule inside) -> finalize
+
+It owns the engine and the open documents (which feed the n-gram drafter), and knows nothing
+about LSP: positions are 0-based lines and Python string offsets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from quickdraft.config import QuickdraftConfig
+from quickdraft.context import OpenDocument, Prompt, build_prompt, get_fim_template
+from quickdraft.context.snippets import uri_to_path
+from quickdraft.decoding import CostModel, Engine, GenerationRequest, GenerationStats
+from quickdraft.errors import InputError
+from quickdraft.postprocess import StopRule, TypedAheadCache, decide_mode, finalize
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CompletionRequest:
+    uri: str
+    text: str
+    line: int
+    character: int
+    language_id: str | None = None
+
+
+@dataclass
+class Completion:
+    text: str
+    """What to insert at the cursor, post-processed."""
+    tokens: list[int] = field(default_factory=list)
+    """Generated token ids (before post-processing trimmed the text)."""
+    raw_text: str = ""
+    mode: str = "line"
+    stop_reason: str = ""
+    stats: GenerationStats = field(default_factory=GenerationStats)
+    prompt_tokens: int = 0
+    latency_ms: float = 0.0
+    skipped: str | None = None
+    """Why no completion was attempted (language disabled, document too large, binary)."""
+    from_typed_ahead: bool = False
+
+
+def quickdraft_home() -> Path:
+    return Path(os.environ.get("QUICKDRAFT_HOME") or Path.home() / ".cache" / "quickdraft")
+
+
+class Completer:
+    def __init__(self, models: Any, config: QuickdraftConfig | None = None) -> None:
+        self.models = models
+        self.config = config or QuickdraftConfig()
+        self.tokenizer = models.tokenizer
+        self.template = get_fim_template(models.family)
+        self.engine = Engine(
+            models.target,
+            models.draft,
+            stop_token_ids=models.stop_token_ids,
+            config=self.config.decoding,
+        )
+        self.documents: dict[str, OpenDocument] = {}
+        self._indexed: dict[str, str] = {}  # uri -> text as last indexed for n-gram drafting
+        self.typed_ahead = TypedAheadCache()
+        self._lock = threading.Lock()
+
+    # --- configuration and calibration ---------------------------------------------------
+
+    def update_config(self, config: QuickdraftConfig) -> None:
+        """Apply new settings; model settings are the loader's business, not this one's."""
+        old = self.config.decoding
+        self.config = config
+        self.engine.config = config.decoding
+        if (old.ngram_min, old.ngram_max) != (config.decoding.ngram_min, config.decoding.ngram_max):
+            from quickdraft.decoding import NgramIndex
+
+            self.engine.ngram = NgramIndex(config.decoding.ngram_min, config.decoding.ngram_max)
+            self._indexed.clear()
+        self.typed_ahead = TypedAheadCache()
+
+    def calibrate(self, context_tokens: int = 512, cache: bool = True) -> CostModel:
+        """Measure step costs once per machine and model, then reuse them from disk."""
+        key = self._calibration_key(context_tokens)
+        path = quickdraft_home() / "calibration" / f"{key}.json"
+        if cache and path.exists():
+            try:
+                costs = CostModel.from_dict(json.loads(path.read_text()))
+                self.engine.cost_model = costs
+                return costs
+            except (ValueError, KeyError, TypeError):
+                log.warning("ignoring unreadable calibration file %s", path)
+        costs = self.engine.calibrate(context_tokens=context_tokens)
+        if cache:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(costs.to_dict(), indent=2))
+            tmp.replace(path)
+        return costs
+
+    def _calibration_key(self, context_tokens: int) -> str:
+        def describe(model: Any) -> str:
+            if model is None:
+                return "none"
+            params = next(model.parameters())
+            name = (
+                getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
+            )
+            modules = sorted({type(m).__name__ for m in model.modules()})
+            return f"{name}|{params.dtype}|{params.device}|{sum(p.numel() for p in model.parameters())}|{','.join(modules)}"
+
+        parts = [
+            describe(self.models.target),
+            describe(self.models.draft),
+            str(context_tokens),
+            str(torch.get_num_threads()),
+            torch.__version__,
+            platform.machine(),
+            platform.processor(),
+            str(os.cpu_count()),
+        ]
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
+
+    # --- documents -------------------------------------------------------------------------
+
+    def set_document(self, uri: str, text: str, language_id: str | None = None) -> None:
+        """Open or change a document. Its tokens reach the n-gram index at the next request."""
+        with self._lock:
+            self.documents[uri] = OpenDocument(
+                path=uri_to_path(uri), text=text, language_id=language_id
+            )
+
+    def close_document(self, uri: str) -> None:
+        with self._lock:
+            self.documents.pop(uri, None)
+            self._indexed.pop(uri, None)
+        self.engine.ngram.remove_source(uri)
+        self.typed_ahead.invalidate(uri)
+
+    def _refresh_ngram_sources(self) -> None:
+        """Re-tokenize the documents that changed since the last request (only those)."""
+        with self._lock:
+            changed = [
+                (uri, doc.text)
+                for uri, doc in self.documents.items()
+                if self._indexed.get(uri) != doc.text and self._usable(doc.text) is None
+            ]
+        for uri, text in changed:
+            self.engine.ngram.set_source(uri, self.tokenizer.encode(text, add_special_tokens=False))
+            self._indexed[uri] = text
+
+    def _usable(self, text: str) -> str | None:
+        """Why a document cannot be completed in, or None."""
+        if len(text) > self.config.context.max_document_bytes or (
+            len(text.encode("utf-8", "surrogatepass")) > self.config.context.max_document_bytes
+        ):
+            return f"document larger than {self.config.context.max_document_bytes} bytes"
+        if "\x00" in text:
+            return "binary document (contains NUL bytes)"
+        return None
+
+    # --- the pipeline ----------------------------------------------------------------------
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def should_complete(self, request: CompletionRequest) -> str | None:
+        """None if the request should be answered by the model, else the reason not to."""
+        if not self.config.language(request.language_id).enabled:
+            return f"completion disabled for {request.language_id}"
+        return self._usable(request.text)
+
+    def build_prompt(self, request: CompletionRequest) -> Prompt:
+        others = [doc for uri, doc in self.documents.items() if uri != request.uri]
+        return build_prompt(
+            request.text,
+            request.line,
+            request.character,
+            request.language_id,
+            others,
+            self.template,
+            self.count_tokens,
+            self.config.context,
+            path=uri_to_path(request.uri),
+        )
+
+    def build_prompt_ids(self, request: CompletionRequest) -> list[int]:
+        return self.tokenizer.encode(self.build_prompt(request).text, add_special_tokens=False)
+
+    def complete(
+        self,
+        request: CompletionRequest,
+        *,
+        cancel: threading.Event | None = None,
+        strategy: str | None = None,
+        max_new_tokens: int | None = None,
+        use_typed_ahead: bool = True,
+    ) -> Completion:
+        started = time.perf_counter()
+        skipped = self.should_complete(request)
+        if skipped is not None:
+            return Completion(text="", skipped=skipped)
+        prompt = self.build_prompt(request)  # raises PositionError for positions outside
+
+        language = request.language_id
+        if use_typed_ahead:
+            cached = self.typed_ahead.lookup(request.uri, prompt.prefix, prompt.suffix)
+            if cached is not None:
+                return Completion(
+                    text=cached,
+                    from_typed_ahead=True,
+                    latency_ms=(time.perf_counter() - started) * 1000,
+                )
+
+        prompt_ids = self.tokenizer.encode(prompt.text, add_special_tokens=False)
+        multiline = self.config.language(language).multiline
+        mode = decide_mode(prompt.prefix, prompt.suffix, language, multiline)
+        rule = StopRule(prompt.prefix, prompt.suffix, language, mode)
+
+        def stop(new_tokens: list[int]) -> bool:
+            return rule(self.tokenizer.decode(new_tokens, skip_special_tokens=True))
+
+        self._refresh_ngram_sources()
+        decoding = self.config.decoding
+        deadline = time.monotonic() + decoding.deadline_ms / 1000 if decoding.deadline_ms else None
+        limit = max_new_tokens or self.config.max_new_tokens_for(language)
+        if limit < 1:
+            raise InputError(f"max new tokens must be at least 1, got {limit}")
+        result = self.engine.generate(
+            GenerationRequest(
+                prompt_ids=prompt_ids,
+                max_new_tokens=limit,
+                strategy=strategy or decoding.strategy,
+                temperature=decoding.temperature,
+                top_p=decoding.top_p,
+                seed=decoding.seed,
+                draft_length=self.config.draft_length_for(language),
+                language=language,
+                deadline=deadline,
+                cancel=cancel,
+                stop=stop,
+            )
+        )
+        raw = self.tokenizer.decode(result.tokens, skip_special_tokens=True)
+        text = finalize(raw, prompt.prefix, prompt.suffix, language, mode)
+        if text and result.stop_reason != "cancelled":
+            self.typed_ahead.remember(request.uri, prompt.prefix, text, prompt.suffix)
+        return Completion(
+            text=text,
+            tokens=result.tokens,
+            raw_text=raw,
+            mode=mode,
+            stop_reason=result.stop_reason,
+            stats=result.stats,
+            prompt_tokens=len(prompt_ids),
+            latency_ms=(time.perf_counter() - started) * 1000,
+        )
