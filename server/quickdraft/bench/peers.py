@@ -137,9 +137,8 @@ class HFPeer(Peer):
         self.target = target
         self.draft = draft
         self.pad_token_id = pad_token_id
-        self._assistant_tokens: int | None = None
-        if draft is not None and getattr(draft, "generation_config", None) is not None:
-            self._assistant_tokens = draft.generation_config.num_assistant_tokens
+        self._assistant_config = getattr(draft, "generation_config", None)
+        self._assistant_tokens = getattr(self._assistant_config, "num_assistant_tokens", None)
 
     def unavailable(self) -> str | None:
         if not hasattr(self.target, "generate"):
@@ -151,18 +150,26 @@ class HFPeer(Peer):
     def describe(self) -> dict[str, Any]:
         if self.name == "hf-prompt-lookup":
             return {"prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS}
-        config = getattr(self.draft, "generation_config", None)
-        return {
-            "num_assistant_tokens": self._assistant_tokens,
-            "num_assistant_tokens_schedule": getattr(config, "num_assistant_tokens_schedule", None),
-            "assistant_confidence_threshold": getattr(
-                config, "assistant_confidence_threshold", None
-            ),
-        }
+        # What transformers will use: the draft's generation config over its global defaults.
+        config = self._assistant_config
+        try:
+            defaults = config._get_default_generation_params()  # private; best effort
+        except Exception:
+            defaults = {}
+        values: dict[str, Any] = {}
+        for key in (
+            "num_assistant_tokens",
+            "num_assistant_tokens_schedule",
+            "assistant_confidence_threshold",
+        ):
+            own = getattr(config, key, None)
+            values[key] = own if own is not None else defaults.get(key)
+        return values
 
     def run(self, prompt_ids, max_new_tokens, stop_ids, stop) -> PeerOutput:
         import torch
         from transformers import GenerationConfig
+        from transformers.utils import logging as transformers_logging
 
         device = next(self.target.parameters()).device
         input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
@@ -181,14 +188,16 @@ class HFPeer(Peer):
         else:
             # HF's heuristic schedule carries the number of assistant tokens from one call to
             # the next; start every hole from the default, as every strategy starts cold.
-            if self._assistant_tokens is not None:
-                self.draft.generation_config.num_assistant_tokens = self._assistant_tokens
+            if self._assistant_config is not None:
+                self._assistant_config.num_assistant_tokens = self._assistant_tokens
             kwargs["assistant_model"] = self.draft
         criteria = _stopping_criteria(len(prompt_ids), stop_ids, max_new_tokens, stop)
         if criteria is not None:
             kwargs["stopping_criteria"] = criteria
         clock = _FirstTokenClock()
         counter = _ForwardCounter(self.target)
+        verbosity = transformers_logging.get_verbosity()
+        transformers_logging.set_verbosity_error()  # its notes on argument styles, per call
         try:
             started = time.perf_counter()
             with torch.inference_mode():
@@ -204,6 +213,7 @@ class HFPeer(Peer):
             finished = time.perf_counter()
         finally:
             counter.close()
+            transformers_logging.set_verbosity(verbosity)
         raw = out[0, len(prompt_ids) :].tolist()
         tokens = emit(raw, stop_ids, max_new_tokens, stop)
         latency = (finished - started) * 1000
