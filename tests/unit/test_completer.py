@@ -1,0 +1,125 @@
+"""The pipeline shared by complete, serve and bench."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from quickdraft.completer import Completer, CompletionRequest
+from quickdraft.config import load_config
+from quickdraft.errors import PositionError
+from quickdraft.testing import build_tiny_model, build_tiny_tokenizer
+
+TEXT = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    "
+URI = "file:///work/x.py"
+
+
+@pytest.fixture(scope="module")
+def models():
+    tokenizer = build_tiny_tokenizer()
+    vocab = len(tokenizer)
+    stops = {
+        tokenizer.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|fim_pad|>", "<|file_sep|>")
+    }
+    return SimpleNamespace(
+        target=build_tiny_model(vocab, seed=0),
+        draft=build_tiny_model(vocab, seed=1, layers=1),
+        tokenizer=tokenizer,
+        family="qwen2.5-coder",
+        stop_token_ids=stops,
+    )
+
+
+def make(models, **settings):
+    return Completer(models, load_config({"decoding": {"max_new_tokens": 12}, **settings}))
+
+
+def request(text=TEXT, line=4, character=4, language="python"):
+    return CompletionRequest(URI, text, line, character, language)
+
+
+def test_every_strategy_gives_the_same_tokens(models):
+    completer = make(models)
+    completer.set_document("file:///work/y.py", "def sub(a, b):\n    return a - b\n", "python")
+    results = {
+        s: completer.complete(request(), strategy=s, use_typed_ahead=False)
+        for s in ("ar", "ngram", "draft", "hybrid")
+    }
+    assert results["ar"].tokens
+    for strategy, completion in results.items():
+        assert completion.tokens == results["ar"].tokens, strategy
+        assert completion.text == results["ar"].text
+
+
+def test_open_documents_feed_the_ngram_index_and_leave_it_when_closed(models):
+    completer = make(models)
+    completer.set_document("file:///work/y.py", "print('hello')\n", "python")
+    completer.complete(request(), use_typed_ahead=False)
+    assert "file:///work/y.py" in completer.engine.ngram.sources
+    before = completer.engine.ngram.tokens_of("file:///work/y.py")
+    completer.set_document("file:///work/y.py", "print('hello world')\n", "python")
+    completer.complete(request(), use_typed_ahead=False)
+    assert completer.engine.ngram.tokens_of("file:///work/y.py") != before
+    completer.close_document("file:///work/y.py")
+    assert "file:///work/y.py" not in completer.engine.ngram.sources
+
+
+def test_other_open_files_appear_in_the_prompt_but_not_the_current_one(models):
+    completer = make(models)
+    completer.set_document(URI, TEXT, "python")
+    completer.set_document(
+        "file:///work/helpers.py", "def sub(a, b):\n    return a - b\n", "python"
+    )
+    prompt = completer.build_prompt(request()).text
+    assert "helpers.py" in prompt and "return a - b" in prompt
+    assert prompt.count("def add(a, b)") == 1
+
+
+def test_disabled_language_huge_and_binary_documents_are_skipped(models):
+    completer = make(models, languages={"python": {"enabled": False}})
+    assert completer.complete(request()).skipped.startswith("completion disabled")
+    completer = make(models, context={"max_document_bytes": 100})
+    big = "x = 1\n" * 100
+    assert "larger than" in completer.complete(request(big, 3, 0)).skipped
+    completer = make(models)
+    assert "binary" in completer.complete(request("a\x00b\n", 0, 1)).skipped
+    # A binary open document is not indexed, and does not break completion elsewhere.
+    completer.set_document("file:///work/blob.bin", "\x00\x01\x02", None)
+    assert completer.complete(request(), use_typed_ahead=False).skipped is None
+    assert "file:///work/blob.bin" not in completer.engine.ngram.sources
+
+
+def test_positions_outside_the_document_raise_position_error(models):
+    completer = make(models)
+    with pytest.raises(PositionError):
+        completer.complete(request(line=99))
+    with pytest.raises(PositionError):
+        completer.complete(request(line=0, character=500))
+
+
+def test_typed_ahead_answers_without_the_model(models):
+    completer = make(models)
+    first = completer.complete(request())
+    if len(first.text) < 2:
+        pytest.skip("the random model produced a one-character suggestion")
+    typed = first.text[0]
+    text = TEXT + typed
+    again = completer.complete(request(text, 4, 4 + len(typed)))
+    assert again.from_typed_ahead and again.text == first.text[1:]
+    assert again.tokens == []
+
+
+def test_calibration_is_measured_once_and_cached(models, tmp_path, monkeypatch):
+    monkeypatch.setenv("QUICKDRAFT_HOME", str(tmp_path))
+    completer = make(models)
+    costs = completer.calibrate(context_tokens=24)
+    assert costs.measured and list((tmp_path / "calibration").glob("*.json"))
+    again = make(models)
+
+    def fail(*args, **kwargs):
+        raise AssertionError("calibrated twice")
+
+    monkeypatch.setattr(again.engine, "calibrate", fail)
+    assert again.calibrate(context_tokens=24) == costs
+    assert again.engine.cost_model == costs
