@@ -8,6 +8,7 @@ import time
 
 import pytest
 import torch
+
 from quickdraft.config import DecodingConfig
 from quickdraft.decoding import CostModel, Engine, GenerationRequest
 from quickdraft.errors import ConfigError, InputError

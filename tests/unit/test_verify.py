@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 import torch
+
 from quickdraft.decoding.verify import accept_greedy, accept_sampling, warp
 
 V = 4
