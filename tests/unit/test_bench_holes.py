@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from quickdraft.bench.holes import (
     KINDS,
     candidate_spans,

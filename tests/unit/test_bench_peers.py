@@ -6,6 +6,7 @@ import sys
 import types
 
 import pytest
+
 from quickdraft.bench.peers import HFPeer, LlamaCppPeer, emit
 from quickdraft.decoding import Engine, GenerationRequest
 from quickdraft.testing import build_tiny_model, build_tiny_tokenizer

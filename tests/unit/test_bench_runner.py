@@ -3,31 +3,17 @@
 from __future__ import annotations
 
 import json
-import sys
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
 from quickdraft.bench.holes import sample_holes
 from quickdraft.bench.peers import Peer, PeerOutput
 from quickdraft.bench.runner import RUN_KEYS, Bench, BenchOptions, parse_lengths, parse_strategies
 from quickdraft.config import QuickdraftConfig, load_config
 from quickdraft.errors import ConfigError
-
-try:  # the real request type when the pipeline is there, a stand-in until then
-    from quickdraft.completer import CompletionRequest  # noqa: F401
-except ImportError:  # pragma: no cover
-
-    @dataclass
-    class CompletionRequest:  # type: ignore[no-redef]
-        uri: str
-        text: str
-        line: int
-        character: int
-        language_id: str
-
-    sys.modules["quickdraft.completer"] = types.SimpleNamespace(CompletionRequest=CompletionRequest)
 
 HOLE_KEYS = {"file", "language", "line", "col", "kind", "prompt_tokens", "truth", "runs"}
 SUMMARY_KEYS = {
@@ -80,11 +66,15 @@ class FakeCompleter:
     def __init__(self, config: QuickdraftConfig, *, interrupt_after: int | None = None) -> None:
         self.config = config
         self.engine = FakeEngine()
+        self.tokenizer = types.SimpleNamespace(
+            encode=lambda text, **kw: list(text.encode()),
+            decode=lambda ids, **kw: bytes(ids).decode("latin-1"),
+        )
         self.documents: dict[str, tuple[str, str]] = {}
         self.models = types.SimpleNamespace(
             target=None,
             draft=object(),
-            tokenizer=types.SimpleNamespace(decode=lambda ids, **kw: bytes(ids).decode("latin-1")),
+            tokenizer=self.tokenizer,
             stop_token_ids={0},
             device="cpu",
             dtype="float64",
@@ -100,12 +90,17 @@ class FakeCompleter:
     def close_document(self, uri) -> None:
         self.documents.pop(uri, None)
 
-    def build_prompt_ids(self, request) -> list[int]:
+    def build_prompt(self, request):
         lines = request.text.split("\n")
         offset = sum(len(x) + 1 for x in lines[: request.line]) + request.character
-        return list(request.text[:offset].encode()[-300:]) or [1]
+        prefix, suffix = request.text[:offset], request.text[offset:]
+        return types.SimpleNamespace(text=prefix[-300:], prefix=prefix, suffix=suffix)
 
-    def complete(self, request, strategy=None):
+    def build_prompt_ids(self, request) -> list[int]:
+        return self.tokenizer.encode(self.build_prompt(request).text) or [1]
+
+    def complete(self, request, *, strategy=None, max_new_tokens=None, use_typed_ahead=True):
+        assert use_typed_ahead is False, "the bench never answers from the typed-ahead cache"
         if self.interrupt_after is not None and len(self.calls) >= self.interrupt_after:
             raise KeyboardInterrupt
         assert request.uri in self.documents, "the hole's document is open"

@@ -301,21 +301,21 @@ class Bench:
 
     def _warmup(self, hole: Hole) -> None:
         """One short untimed run per strategy: kernels, allocator and caches settle first."""
+        budget = min(8, self.options.max_new_tokens)
         self.session.open(hole)
-        self.session.set_max_new_tokens(min(8, self.options.max_new_tokens))
         try:
             plan = None
             for name in self.strategies:
                 self.session.reset_cache()
                 if name in STRATEGIES:
-                    self.session.complete(hole, name)
+                    self.session.complete(hole, name, max_new_tokens=budget)
                 else:
-                    plan = plan or self.session.plan(hole)
+                    plan = plan or self.session.plan(hole, max_new_tokens=budget)
                     self.peers[name].run(
-                        plan.prompt_ids, plan.max_new_tokens, plan.stop_ids, plan.stop
+                        plan.prompt_ids, plan.max_new_tokens, plan.stop_ids, plan.new_stop()
                     )
         finally:
-            self.session.set_max_new_tokens(None)
+            self.session.reset_cache()
             self.session.close()
 
     def _run_hole(self, index: int, hole: Hole, bar) -> dict[str, Any] | None:
@@ -370,7 +370,9 @@ class Bench:
         }
 
     def _run_peer(self, name: str, plan) -> Outcome:
-        out = self.peers[name].run(plan.prompt_ids, plan.max_new_tokens, plan.stop_ids, plan.stop)
+        out = self.peers[name].run(
+            plan.prompt_ids, plan.max_new_tokens, plan.stop_ids, plan.new_stop()
+        )
         return Outcome(
             completion=plan.finish(out.tokens),
             tokens=out.tokens,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from quickdraft.bench.holes import Hole, offset_to_position
+from quickdraft.bench.holes import Hole
 from quickdraft.config import QuickdraftConfig
 
 
@@ -45,7 +45,8 @@ class PeerPlan:
     prompt_ids: list[int]
     max_new_tokens: int
     stop_ids: frozenset[int]
-    stop: Callable[[list[int]], bool] | None
+    new_stop: Callable[[], Callable[[list[int]], bool] | None]
+    """A fresh stop check per run (the server's stop rule keeps state while it reads)."""
     finish: Callable[[list[int]], str]
     """Tokens -> the text the server would insert (same post-processing as `complete`)."""
     build_ms: float
@@ -118,20 +119,6 @@ class Session:
             languages[language] = dataclasses.replace(own, draft_length=draft_length)
         self._apply(dataclasses.replace(base, languages=languages))
 
-    def set_max_new_tokens(self, max_new_tokens: int | None) -> None:
-        base = self._base_config
-        if base is None:
-            return
-        if max_new_tokens is None:
-            self._apply(base)
-            return
-        decoding = dataclasses.replace(base.decoding, max_new_tokens=max_new_tokens)
-        languages = {
-            name: dataclasses.replace(lang, max_new_tokens=None)
-            for name, lang in base.languages.items()
-        }
-        self._apply(dataclasses.replace(base, decoding=decoding, languages=languages))
-
     def _apply(self, config: QuickdraftConfig) -> None:
         update = getattr(self.completer, "update_config", None)
         if callable(update):
@@ -142,13 +129,24 @@ class Session:
     # --- running ------------------------------------------------------------------------
 
     def reset_cache(self) -> None:
+        """A cold start: no KV cache, and no memory of completions the engine generated for
+        earlier runs (the n-gram drafter remembers recent completions, which would hand the
+        next strategy this hole's answer)."""
         engine = getattr(self.completer, "engine", None)
-        if engine is not None:
-            engine.reset_cache()
+        if engine is None:
+            return
+        engine.reset_cache()
+        ngram = getattr(engine, "ngram", None)
+        for source in list(getattr(ngram, "sources", ())):
+            if source.startswith("completion:"):
+                ngram.remove_source(source)
 
-    def complete(self, hole: Hole, strategy: str, *, typed: int = 0) -> Outcome:
+    def complete(
+        self, hole: Hole, strategy: str, *, typed: int = 0, max_new_tokens: int | None = None
+    ) -> Outcome:
         """Ask `Completer` for a completion at the hole (after typing `typed` characters of the
-        truth), timed end to end as the language server's worker would see it."""
+        truth), timed end to end as the language server's worker would see it. The typed-ahead
+        cache is bypassed: every request reaches the engine."""
         if typed:
             text, line, col = hole.typed(typed)
             offset = hole.offset + len(hole.truth[:typed])
@@ -157,7 +155,9 @@ class Session:
             text, line, col, offset = hole.text, hole.line, hole.col, hole.offset
         request = request_for(hole, text, line, col)
         started = time.perf_counter()
-        completion = self.completer.complete(request, strategy=strategy)
+        completion = self.completer.complete(
+            request, strategy=strategy, max_new_tokens=max_new_tokens, use_typed_ahead=False
+        )
         latency = (time.perf_counter() - started) * 1000
         if typed:
             self.completer.set_document(hole.uri, hole.text, hole.language)
@@ -180,38 +180,40 @@ class Session:
             prompt_tokens=stat("prompt_tokens"),
             prefill_tokens=stat("prefill_tokens"),
             reused_tokens=stat("reused_tokens"),
-            extra={"stop_reason": getattr(completion, "stop_reason", None)},
+            extra={
+                "stop_reason": getattr(completion, "stop_reason", None),
+                "skipped": getattr(completion, "skipped", None),
+            },
         )
 
-    def plan(self, hole: Hole) -> PeerPlan:
-        """The request as `Completer` would hand it to the engine, for a peer to answer."""
+    def plan(self, hole: Hole, max_new_tokens: int | None = None) -> PeerPlan:
+        """The request exactly as `Completer.complete` hands it to the engine (prompt ids, token
+        budget, stop tokens, stop rule) and the post-processing it applies, for a peer."""
+        from quickdraft.postprocess import StopRule, decide_mode, finalize
+
         request = request_for(hole)
         completer = self.completer
+        language = hole.language
         started = time.perf_counter()
-        prompt_ids = [int(t) for t in completer.build_prompt_ids(request)]
+        prompt = completer.build_prompt(request)
+        prompt_ids = [
+            int(t) for t in completer.tokenizer.encode(prompt.text, add_special_tokens=False)
+        ]
         build_ms = (time.perf_counter() - started) * 1000
-        models = completer.models
-        stop_ids = frozenset(int(t) for t in (getattr(models, "stop_token_ids", None) or ()))
-        prepared = None
-        prepare = getattr(completer, "prepare", None)
-        if callable(prepare):
-            prepared = prepare(request)
-        max_new = getattr(prepared, "max_new_tokens", None)
-        if max_new is None:
-            config = getattr(completer, "config", None)
-            max_new = config.max_new_tokens_for(hole.language) if config is not None else 64
-        stop = getattr(prepared, "stop", None)
-        finish_fn = getattr(prepared, "finish", None)
-        tokenizer = models.tokenizer
+        config = completer.config
+        mode = decide_mode(
+            prompt.prefix, prompt.suffix, language, config.language(language).multiline
+        )
+        tokenizer = completer.tokenizer
+
+        def new_stop():
+            rule = StopRule(prompt.prefix, prompt.suffix, language, mode)
+            return lambda tokens: rule(tokenizer.decode(tokens, skip_special_tokens=True))
 
         def finish(tokens: list[int]) -> str:
-            if callable(finish_fn):
-                return insertion(finish_fn(tokens), hole.text, hole.offset)
-            return tokenizer.decode(tokens, skip_special_tokens=True)
+            raw = tokenizer.decode(tokens, skip_special_tokens=True)
+            return finalize(raw, prompt.prefix, prompt.suffix, language, mode)
 
-        return PeerPlan(prompt_ids, int(max_new), stop_ids, stop, finish, build_ms)
-
-
-def replay_position(hole: Hole, typed: int) -> tuple[int, int]:
-    text, _, _ = hole.typed(typed)
-    return offset_to_position(text, hole.offset + len(hole.truth[:typed]))
+        stop_ids = frozenset(int(t) for t in (completer.models.stop_token_ids or ()))
+        limit = max_new_tokens or config.max_new_tokens_for(language)
+        return PeerPlan(prompt_ids, int(limit), stop_ids, new_stop, finish, build_ms)

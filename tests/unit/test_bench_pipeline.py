@@ -1,0 +1,128 @@
+"""The bench through the real Completer and engine, on tiny in-memory models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from quickdraft.bench.holes import sample_holes
+from quickdraft.bench.runner import Bench, BenchOptions, make_peers, parse_strategies
+from quickdraft.bench.session import Session
+from quickdraft.completer import Completer
+from quickdraft.config import load_config
+from quickdraft.testing import build_tiny_model, build_tiny_tokenizer
+
+OURS = ("ar", "ngram", "draft", "hybrid")
+
+
+@pytest.fixture(scope="module")
+def models():
+    tokenizer = build_tiny_tokenizer()
+    vocab = len(tokenizer)
+    stops = {
+        tokenizer.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|fim_pad|>", "<|file_sep|>")
+    }
+    return SimpleNamespace(
+        target=build_tiny_model(vocab, seed=0),
+        draft=build_tiny_model(vocab, seed=1, layers=1),
+        tokenizer=tokenizer,
+        family="qwen2.5-coder",
+        stop_token_ids=stops,
+        device="cpu",
+        dtype="float64",
+    )
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    (root / "lib").mkdir(parents=True)
+    (root / "lib" / "geometry.py").write_text(
+        "from .units import scale\n\n\ndef area(width, height):\n    product = width * height\n"
+        "    return scale(product, 2)\n\n\ndef perimeter(width, height):\n"
+        "    total = width + height\n    return scale(total, 2)\n"
+    )
+    (root / "lib" / "units.py").write_text(
+        "def scale(value, factor):\n    result = value * factor\n    return result\n"
+    )
+    return root
+
+
+def test_every_strategy_matches_ar_and_the_replay_reuses_the_cache(models, repo, tmp_path):
+    config = load_config({"decoding": {"max_new_tokens": 10}})
+    completer = Completer(models, config)
+    holes = sample_holes(repo, 3, seed=0)
+    strategies = parse_strategies("ar,ngram,draft,hybrid,hf-prompt-lookup")
+    options = BenchOptions(
+        repo=repo,
+        out=tmp_path / "out",
+        holes=3,
+        strategies=strategies,
+        max_new_tokens=10,
+        progress=False,
+        sweep=[2],
+    )
+    results = Bench(completer, holes, options, peers=make_peers(completer, strategies, None)).run()
+    assert len(results["holes"]) == 3
+    for name in OURS:
+        assert results["summary"][name]["identical_to_ar"] == 1.0, name
+    for hole in results["holes"]:
+        assert hole["prompt_tokens"] > 0
+        assert hole["runs"]["ar"]["tokens"], "tiny models still produce tokens"
+        assert hole["runs"]["hf-prompt-lookup"]["identical_to_ar"] in (True, False)
+    replay = json.loads((tmp_path / "out" / "replay.json").read_text())
+    for record in replay["holes"]:
+        assert record["cold"]["reused_tokens"] == 0
+        for step in record["typed"]:
+            assert step["reused_tokens"] > 0
+            assert step["prefill_tokens"] < record["cold"]["prefill_tokens"]
+    sweep = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    for record in sweep["holes"]:
+        ar = next(
+            h
+            for h in results["holes"]
+            if h["file"] == record["file"]
+            and h["line"] == record["line"]
+            and h["col"] == record["col"]
+        )
+        for runs in record["runs"].values():
+            assert runs["2"]["tokens"] == ar["runs"]["ar"]["tokens"]
+    assert completer.documents == {}, "every document is closed afterwards"
+
+
+def test_a_cold_start_forgets_earlier_completions(models, repo):
+    completer = Completer(models, load_config({"decoding": {"max_new_tokens": 10}}))
+    session = Session(completer)
+    hole = sample_holes(repo, 1, seed=1)[0]
+    session.open(hole)
+    session.complete(hole, "ar")
+    assert any(s.startswith("completion:") for s in completer.engine.ngram.sources)
+    session.reset_cache()
+    assert not any(s.startswith("completion:") for s in completer.engine.ngram.sources)
+    assert set(completer.engine.ngram.sources) >= {hole.uri}
+    session.close()
+
+
+def test_peer_plan_is_the_request_complete_sends(models, repo):
+    completer = Completer(models, load_config({"decoding": {"max_new_tokens": 10}}))
+    session = Session(completer)
+    hole = sample_holes(repo, 1, seed=2)[0]
+    session.open(hole)
+    plan = session.plan(hole)
+    assert plan.prompt_ids == completer.build_prompt_ids(
+        SimpleNamespace(
+            uri=hole.uri,
+            text=hole.text,
+            line=hole.line,
+            character=hole.col,
+            language_id=hole.language,
+        )
+    )
+    assert plan.max_new_tokens == 10
+    assert plan.stop_ids == frozenset(models.stop_token_ids)
+    ar = session.complete(hole, "ar")
+    assert plan.finish(ar.tokens) == ar.completion
+    session.close()
