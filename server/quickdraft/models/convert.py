@@ -1,0 +1,118 @@
+"""GGUF -> safetensors directory, once.
+
+transformers reads a GGUF file (`from_pretrained(dir, gguf_file=...)`) and dequantizes every
+tensor, which takes a while and peaks at several times the model's size in memory. Doing that at
+every start would be slow, so the result is saved once as a normal Hugging Face directory
+(model + tokenizer) and loaded from there afterwards.
+
+Storage dtype: bfloat16. It halves the disk and load time against float32, it is the dtype the
+original Qwen2.5-Coder checkpoints ship in, and the rounding it adds (relative 2^-9) is far below
+the Q4_K quantization error already in the weights. Loading upcasts to the runtime dtype; every
+decoding strategy sees the same upcast weights, so greedy identity is unaffected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from quickdraft.errors import ModelError
+from quickdraft.models import store
+
+STORAGE_DTYPE = torch.bfloat16
+
+
+def _convert_into(gguf_path: Path, out: Path, dtype: torch.dtype) -> dict[str, Any]:
+    """Load `gguf_path` with transformers and save model + tokenizer into `out`."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    directory, name = str(gguf_path.parent), gguf_path.name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
+        model = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=dtype)
+    except Exception as exc:  # transformers raises many kinds here
+        raise ModelError(f"cannot convert {gguf_path}: {type(exc).__name__}: {exc}") from exc
+    _drop_gguf_quantizer(model, gguf_path)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return {
+        "architecture": type(model).__name__,
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+
+
+def _drop_gguf_quantizer(model, gguf_path: Path) -> None:
+    """Make a dequantized GGUF model an ordinary one, so `save_pretrained` writes safetensors.
+
+    transformers attaches its GGUF quantizer even when every weight was unpacked into a plain
+    `nn.Linear` (no GGUF kernels on CPU), and then refuses to save. Refuse ourselves if any
+    module still holds packed blocks; otherwise detach the quantizer and its config entry.
+    """
+    packed = {type(m).__name__ for m in model.modules() if "gguf" in type(m).__name__.lower()}
+    if packed:
+        raise ModelError(
+            f"cannot convert {gguf_path}: transformers kept packed GGUF modules ({', '.join(packed)})"
+        )
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config._name_or_path = gguf_path.name
+
+
+# Tests replace this to simulate a crash half way; the real one is `_convert_into`.
+CONVERTER: Callable[[Path, Path, torch.dtype], dict[str, Any]] = _convert_into
+
+
+def convert_gguf(
+    gguf_path: Path,
+    final_dir: Path,
+    *,
+    dtype: torch.dtype = STORAGE_DTYPE,
+    info: dict[str, Any] | None = None,
+) -> Path:
+    """Convert `gguf_path` into `final_dir` (atomic: temp dir, marker written last, rename)."""
+    started = time.monotonic()
+    meta = dict(info or {}, gguf=str(gguf_path), storage_dtype=str(dtype).removeprefix("torch."))
+    with store.building(final_dir, meta) as temp:
+        meta.update(CONVERTER(gguf_path, temp, dtype))
+        meta["convert_seconds"] = round(time.monotonic() - started, 1)
+    return final_dir
+
+
+def gguf_cache_key(path: Path, *, hash_limit: int = 64 << 20) -> str:
+    """A key for a user's `.gguf` file: sha256 of small files, else size + mtime + head hash.
+
+    Hashing a multi-GiB file on every start would cost seconds, so large files are keyed by
+    size, modification time and the sha256 of their first MiB.
+    """
+    stat = path.stat()
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        if stat.st_size <= hash_limit:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        else:
+            digest.update(handle.read(1 << 20))
+            digest.update(f"{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return digest.hexdigest()[:16]
+
+
+def converted_path_for(gguf_path: Path, home: Path | None = None) -> Path:
+    key = gguf_cache_key(gguf_path)
+    stem = gguf_path.name.removesuffix(".gguf")
+    return store.converted_dir(home) / f"{stem}-{key}"
+
+
+def ensure_converted(gguf_path: Path, home: Path | None = None) -> Path:
+    """The converted directory for a user's `.gguf` file, converting it on first use."""
+    gguf_path = Path(os.path.abspath(gguf_path))
+    final = converted_path_for(gguf_path, home)
+    if not store.is_complete(final):
+        convert_gguf(gguf_path, final, info={"source": "gguf-file"})
+    return final
