@@ -100,6 +100,19 @@ class Session:
             self._open.append(other.uri)
         self.completer.set_document(hole.uri, hole.text, hole.language)
         self._open.append(hole.uri)
+        # The other files were opened a while ago in the editor's life, so their tokens are
+        # already in the n-gram index: index them now, untimed (the Completer indexes changed
+        # documents lazily, at the next request). The current document is re-indexed inside
+        # every timed request (see `touch`), as it is after each edit in `serve`.
+        refresh = getattr(self.completer, "_refresh_ngram_sources", None)
+        if callable(refresh):
+            refresh()
+
+    def touch(self, hole: Hole) -> None:
+        """Make the hole's document "just edited", so the next request re-indexes it, as the
+        first request after a keystroke does; every strategy then pays the same for it."""
+        self.completer.close_document(hole.uri)
+        self.completer.set_document(hole.uri, hole.text, hole.language)
 
     def close(self) -> None:
         for uri in reversed(self._open):
@@ -153,6 +166,7 @@ class Session:
             self.completer.set_document(hole.uri, text, hole.language)
         else:
             text, line, col, offset = hole.text, hole.line, hole.col, hole.offset
+            self.touch(hole)
         request = request_for(hole, text, line, col)
         started = time.perf_counter()
         completion = self.completer.complete(
