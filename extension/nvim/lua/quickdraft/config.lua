@@ -1,0 +1,154 @@
+-- Options of require("quickdraft").setup() -> the server command and quickdraft's config tree.
+--
+-- Pure functions (no editor state), unit-tested by tests/config_spec.lua.
+-- The tree has the shape of server/quickdraft/config.py with snake_case keys:
+--   { model = {...}, decoding = {...}, context = {...}, languages = { [id] = {...} } }
+-- Options left unset are omitted, so they never override the server's own defaults or the flags
+-- on its command line. The server validates the values.
+
+local M = {}
+
+M.defaults = {
+  -- The server: `{server_path} serve [model flags] {server_args...}`; `cmd` (a list) overrides it.
+  server_path = 'quickdraft',
+  server_args = {},
+  cmd = nil,
+  -- The config tree sections (keys in snake_case or camelCase).
+  model = {},
+  decoding = {},
+  context = {},
+  languages = {},
+  -- Filetypes to attach to; nil attaches to every buffer that is a file.
+  filetypes = nil,
+  root_markers = { '.git' },
+  -- Ghost text: 'auto' (native vim.lsp.inline_completion on 0.12+, else the plugin's own),
+  -- 'native', 'plugin', or false (none; only the completion menu).
+  inline = 'auto',
+  -- Delay after the last keystroke before the plugin's ghost text asks the server (0.11 path).
+  debounce_ms = 75,
+  -- vim.lsp.completion for textDocument/completion (the menu; <C-x><C-o> when autotrigger is off).
+  completion = { enable = true, autotrigger = false },
+  -- Insert-mode keys; false disables one. Each falls back to the key's own meaning when no
+  -- suggestion is shown.
+  keymaps = {
+    accept = '<Tab>',
+    accept_word = '<M-Right>',
+    accept_line = '<M-Down>',
+    dismiss = '<C-]>',
+  },
+  hl_group = 'QuickdraftSuggestion',
+}
+
+--- `maxNewTokens` -> `max_new_tokens` (the rule of config.py's `_snake`).
+---@param key string
+---@return string
+function M.to_snake(key)
+  local out = key:sub(1, 1) .. key:sub(2):gsub('(%u)', '_%1')
+  return (out:lower():gsub('-', '_'))
+end
+
+local function is_set(value)
+  return value ~= nil and value ~= vim.NIL and not (type(value) == 'string' and vim.trim(value) == '')
+end
+
+local function snake_table(tbl)
+  local out = {}
+  for key, value in pairs(tbl or {}) do
+    if type(key) == 'string' and is_set(value) then
+      out[M.to_snake(key)] = type(value) == 'string' and vim.trim(value) or value
+    end
+  end
+  return out
+end
+
+--- Merge user options over the defaults and check their types.
+---@param opts table|nil
+---@return table
+function M.normalize(opts)
+  opts = opts or {}
+  vim.validate('opts', opts, 'table')
+  local merged = vim.tbl_deep_extend('force', vim.deepcopy(M.defaults), opts)
+  -- Lists replace, never merge element-wise.
+  for _, key in ipairs({ 'server_args', 'cmd', 'filetypes', 'root_markers' }) do
+    if opts[key] ~= nil then
+      merged[key] = opts[key]
+    end
+  end
+  vim.validate('server_path', merged.server_path, 'string')
+  vim.validate('server_args', merged.server_args, 'table')
+  vim.validate('cmd', merged.cmd, 'table', true)
+  vim.validate('model', merged.model, 'table')
+  vim.validate('decoding', merged.decoding, 'table')
+  vim.validate('context', merged.context, 'table')
+  vim.validate('languages', merged.languages, 'table')
+  vim.validate('filetypes', merged.filetypes, 'table', true)
+  vim.validate('debounce_ms', merged.debounce_ms, 'number')
+  vim.validate('keymaps', merged.keymaps, 'table')
+  if not vim.tbl_contains({ 'auto', 'native', 'plugin', false }, merged.inline) then
+    error(("quickdraft: inline must be 'auto', 'native', 'plugin' or false, got %s"):format(
+      vim.inspect(merged.inline)
+    ))
+  end
+  return merged
+end
+
+--- The configuration tree sent as initializationOptions and workspace/didChangeConfiguration.
+---@param opts table normalized options
+---@return table
+function M.tree(opts)
+  local tree = {}
+  for _, section in ipairs({ 'model', 'decoding', 'context' }) do
+    local values = snake_table(opts[section])
+    if section == 'model' and type(values.draft) == 'string' and values.draft:lower() == 'none' then
+      values.draft = vim.NIL -- n-gram drafting only
+    end
+    if next(values) then
+      tree[section] = values
+    end
+  end
+  local languages = {}
+  for id, settings in pairs(opts.languages or {}) do
+    if type(settings) == 'table' then
+      languages[id] = snake_table(settings)
+    end
+  end
+  if next(languages) then
+    tree.languages = languages
+  end
+  return tree
+end
+
+--- The command that starts the server.
+---@param opts table normalized options
+---@return string[]
+function M.cmd(opts)
+  if opts.cmd then
+    return vim.deepcopy(opts.cmd)
+  end
+  local cmd = { opts.server_path, 'serve' }
+  local model = M.tree(opts).model or {}
+  for _, flag in ipairs({ 'preset', 'target', 'draft', 'device', 'dtype' }) do
+    local value = model[flag]
+    if value ~= nil then
+      vim.list_extend(cmd, { '--' .. flag, value == vim.NIL and 'none' or tostring(value) })
+    end
+  end
+  if model.calibrate == false then
+    table.insert(cmd, '--no-calibrate')
+  end
+  for _, arg in ipairs(opts.server_args) do
+    table.insert(cmd, tostring(arg))
+  end
+  return cmd
+end
+
+--- Whether a language is switched off in the options (the server also knows it).
+---@param opts table
+---@param language_id string
+---@return boolean
+function M.language_enabled(opts, language_id)
+  local settings = (opts.languages or {})[language_id]
+  return not (type(settings) == 'table' and settings.enabled == false)
+end
+
+return M

@@ -1,0 +1,347 @@
+-- quickdraft for Neovim: registers `quickdraft serve` with vim.lsp.config / vim.lsp.enable and
+-- shows its suggestions as ghost text (native vim.lsp.inline_completion on 0.12+, the plugin's
+-- own extmarks on 0.11), with the completion menu from vim.lsp.completion as a fallback.
+--
+--   require('quickdraft').setup({ model = { preset = 'qwen2.5-coder-1.5b' } })
+--
+-- See :help quickdraft.
+
+local config = require('quickdraft.config')
+local stats = require('quickdraft.stats')
+
+local api = vim.api
+
+local M = {}
+
+M.name = 'quickdraft'
+
+---@type table|nil normalized options (nil before setup)
+M.options = nil
+
+local totals = stats.new_totals()
+local augroup = nil
+
+local function has_native_inline()
+  return vim.lsp.inline_completion ~= nil and type(vim.lsp.inline_completion.enable) == 'function'
+end
+
+--- 'native', 'plugin' or false: how ghost text is shown with the current options and Neovim.
+---@return string|false
+function M.inline_mode()
+  local wanted = M.options and M.options.inline
+  if wanted == false then
+    return false
+  end
+  if wanted == 'native' then
+    return has_native_inline() and 'native' or 'plugin'
+  end
+  if wanted == 'plugin' then
+    return 'plugin'
+  end
+  return has_native_inline() and 'native' or 'plugin'
+end
+
+local function record_stats(_, result, ctx)
+  stats.add(totals, result)
+  if ctx and ctx.client_id then
+    M.last_stats_client = ctx.client_id
+  end
+  api.nvim_exec_autocmds('User', { pattern = 'QuickdraftStats', modeline = false, data = result })
+end
+
+local function capabilities()
+  return vim.tbl_deep_extend('force', vim.lsp.protocol.make_client_capabilities(), {
+    textDocument = { inlineCompletion = { dynamicRegistration = false } },
+  })
+end
+
+local function lsp_config(opts)
+  local tree = config.tree(opts)
+  return {
+    cmd = config.cmd(opts),
+    filetypes = opts.filetypes,
+    root_markers = opts.root_markers,
+    init_options = tree,
+    -- Sent as workspace/didChangeConfiguration right after initialize, and on update().
+    settings = tree,
+    capabilities = capabilities(),
+    handlers = {
+      ['$/quickdraft/stats'] = record_stats,
+      -- A server that pulls section "quickdraft" gets the tree itself.
+      ['workspace/configuration'] = function(_, params, ctx)
+        local client = vim.lsp.get_client_by_id(ctx.client_id)
+        local settings = client and client.settings or tree
+        local answers = {}
+        for _, item in ipairs((params and params.items) or {}) do
+          if item.section == nil or item.section == '' or item.section == 'quickdraft' then
+            table.insert(answers, settings)
+          else
+            table.insert(answers, vim.tbl_get(settings, unpack(vim.split(item.section, '.', { plain = true })))
+              or vim.NIL)
+          end
+        end
+        return answers
+      end,
+    },
+  }
+end
+
+--- The running quickdraft clients.
+---@return vim.lsp.Client[]
+function M.clients()
+  return vim.lsp.get_clients({ name = M.name })
+end
+
+local function map(lhs, action, desc)
+  if not lhs or lhs == '' then
+    return
+  end
+  vim.keymap.set('i', lhs, function()
+    if not action() then
+      -- Nothing to accept: the key keeps its own meaning.
+      api.nvim_feedkeys(vim.keycode(lhs), 'n', false)
+    end
+  end, { desc = desc, silent = true })
+end
+
+local function native_item_suffix(item)
+  local text = item.insert_text or item.insertText or item.value
+  if type(text) == 'table' then
+    text = text.value
+  end
+  if type(text) ~= 'string' then
+    return nil
+  end
+  local row, col = unpack(api.nvim_win_get_cursor(0))
+  row = row - 1
+  local start_row, start_col
+  local range = item.range
+  if type(range) == 'table' then
+    if type(range[1]) == 'number' then -- Range4
+      start_row, start_col = range[1], range[2]
+    elseif type(range.start) == 'table' then -- vim.Range
+      start_row, start_col = range.start.row or range.start[1], range.start.col or range.start[2]
+    end
+  end
+  if start_row ~= row or type(start_col) ~= 'number' or start_col > col then
+    return text
+  end
+  local line = api.nvim_get_current_line()
+  local typed = line:sub(start_col + 1, col)
+  if text:sub(1, #typed) == typed then
+    return text:sub(#typed + 1)
+  end
+  return text
+end
+
+--- Accept the whole suggestion; false when none is shown.
+---@return boolean
+function M.accept()
+  if M.inline_mode() == 'native' then
+    return vim.lsp.inline_completion.get() == true
+  end
+  return require('quickdraft.ghost').accept()
+end
+
+local function accept_part(part_of)
+  if M.inline_mode() == 'native' then
+    local accepted = vim.lsp.inline_completion.get({
+      on_accept = function(item)
+        local suffix = native_item_suffix(item)
+        if not suffix then
+          return
+        end
+        local part = part_of(suffix)
+        local lines = vim.split(part, '\n', { plain = true })
+        local row, col = unpack(api.nvim_win_get_cursor(0))
+        api.nvim_buf_set_text(0, row - 1, col, row - 1, col, lines)
+        api.nvim_win_set_cursor(0, { row + #lines - 1, #lines == 1 and col + #lines[1] or #lines[#lines] })
+      end,
+    })
+    return accepted == true
+  end
+  local ghost = require('quickdraft.ghost')
+  if part_of == ghost.next_word then
+    return ghost.accept_word()
+  end
+  return ghost.accept_line()
+end
+
+--- Insert the next word of the suggestion; false when none is shown.
+---@return boolean
+function M.accept_word()
+  return accept_part(require('quickdraft.ghost').next_word)
+end
+
+--- Insert the rest of the suggestion's current line; false when none is shown.
+---@return boolean
+function M.accept_line()
+  return accept_part(require('quickdraft.ghost').next_line)
+end
+
+--- Hide the suggestion; false when none was shown.
+---@return boolean
+function M.dismiss()
+  if M.inline_mode() == 'native' then
+    -- 0.12 dismisses on cursor movement; there is no public call to hide it otherwise.
+    return false
+  end
+  return require('quickdraft.ghost').dismiss()
+end
+
+--- The suggestion the plugin's ghost text shows (nil with native inline completion).
+---@return table|nil
+function M.suggestion()
+  if M.inline_mode() == 'plugin' then
+    return require('quickdraft.ghost').current()
+  end
+  return nil
+end
+
+local function on_attach(args)
+  local client = vim.lsp.get_client_by_id(args.data.client_id)
+  if not client or client.name ~= M.name then
+    return
+  end
+  local bufnr = args.buf
+  local opts = M.options
+  if opts.completion.enable and client.server_capabilities.completionProvider then
+    vim.lsp.completion.enable(true, client.id, bufnr, { autotrigger = opts.completion.autotrigger })
+  end
+  local mode = M.inline_mode()
+  if mode == 'native' then
+    vim.lsp.inline_completion.enable(true, { bufnr = bufnr })
+  elseif mode == 'plugin' then
+    require('quickdraft.ghost').attach(bufnr, opts)
+  end
+end
+
+local function on_detach(args)
+  local client = vim.lsp.get_client_by_id(args.data.client_id)
+  if client and client.name == M.name and M.inline_mode() == 'plugin' then
+    require('quickdraft.ghost').detach(args.buf)
+  end
+end
+
+local function set_keymaps(keymaps)
+  map(keymaps.accept, M.accept, 'quickdraft: accept the suggestion')
+  map(keymaps.accept_word, M.accept_word, 'quickdraft: accept the next word')
+  map(keymaps.accept_line, M.accept_line, 'quickdraft: accept the next line')
+  map(keymaps.dismiss, M.dismiss, 'quickdraft: dismiss the suggestion')
+end
+
+--- Everything :QuickdraftStatus shows, as data.
+---@return table
+function M.status()
+  local clients = {}
+  for _, client in ipairs(M.clients()) do
+    table.insert(clients, {
+      id = client.id,
+      state = client:is_stopped() and 'stopped' or (client.initialized and 'running' or 'starting'),
+      buffers = vim.tbl_keys(client.attached_buffers or {}),
+      server = client.server_info,
+      cmd = client.config.cmd,
+    })
+  end
+  return {
+    configured = M.options ~= nil,
+    inline = M.inline_mode(),
+    cmd = M.options and config.cmd(M.options) or nil,
+    config = M.options and config.tree(M.options) or nil,
+    clients = clients,
+    last = totals.last,
+    totals = vim.deepcopy(totals),
+  }
+end
+
+--- A short text for statuslines: the last completion's latency, tokens per forward, acceptance.
+---@return string
+function M.statusline()
+  if not totals.last then
+    return ''
+  end
+  return 'qd ' .. stats.format(totals.last)
+end
+
+function M.show_status()
+  local st = M.status()
+  local lines = {}
+  if not st.configured then
+    table.insert(lines, 'quickdraft: setup() has not been called')
+  else
+    if #st.clients == 0 then
+      table.insert(lines, 'quickdraft: server not running (no buffer attached)')
+    end
+    for _, c in ipairs(st.clients) do
+      local name = c.server and (c.server.name .. ' ' .. (c.server.version or '')) or 'quickdraft'
+      table.insert(lines, ('quickdraft: %s, client %d, %s, buffers %s'):format(
+        c.state, c.id, vim.trim(name), table.concat(c.buffers, ' ')))
+    end
+    table.insert(lines, 'command: ' .. table.concat(st.cmd, ' '))
+    table.insert(lines, 'ghost text: ' .. tostring(st.inline))
+    table.insert(lines, 'last: ' .. stats.format(st.last))
+    table.insert(lines, 'session: ' .. stats.format_totals(st.totals))
+  end
+  vim.notify(table.concat(lines, '\n'), vim.log.levels.INFO)
+  return lines
+end
+
+--- Restart the server(s) with the current options.
+function M.restart()
+  vim.lsp.enable(M.name, false)
+  vim.wait(5000, function()
+    return #M.clients() == 0
+  end, 20)
+  totals = stats.new_totals()
+  vim.lsp.enable(M.name, true)
+end
+
+--- Change options at run time. Model or command changes restart the server; the rest is sent
+--- as workspace/didChangeConfiguration.
+---@param opts table options as for setup()
+function M.update(opts)
+  assert(M.options, 'quickdraft: call setup() first')
+  local before_cmd = config.cmd(M.options)
+  M.options = config.normalize(vim.tbl_deep_extend('force', M.options, opts or {}))
+  vim.lsp.config(M.name, lsp_config(M.options))
+  if not vim.deep_equal(before_cmd, config.cmd(M.options)) then
+    M.restart()
+    return
+  end
+  local tree = config.tree(M.options)
+  for _, client in ipairs(M.clients()) do
+    client.settings = tree
+    client:notify('workspace/didChangeConfiguration', { settings = tree })
+  end
+end
+
+---@param opts table|nil see :help quickdraft-setup
+function M.setup(opts)
+  if vim.fn.has('nvim-0.11') ~= 1 then
+    vim.notify('quickdraft needs Neovim 0.11 or newer', vim.log.levels.ERROR)
+    return
+  end
+  M.options = config.normalize(opts)
+  api.nvim_set_hl(0, 'QuickdraftSuggestion', { link = 'Comment', default = true })
+
+  augroup = api.nvim_create_augroup('quickdraft', { clear = true })
+  api.nvim_create_autocmd('LspAttach', { group = augroup, callback = on_attach })
+  api.nvim_create_autocmd('LspDetach', { group = augroup, callback = on_detach })
+
+  set_keymaps(M.options.keymaps)
+
+  api.nvim_create_user_command('QuickdraftStatus', function()
+    M.show_status()
+  end, { desc = 'quickdraft: server state and the last completion stats' })
+  api.nvim_create_user_command('QuickdraftRestart', function()
+    M.restart()
+  end, { desc = 'quickdraft: restart the server' })
+  api.nvim_create_user_command('QuickdraftLog', function()
+    vim.cmd.split(vim.lsp.log.get_filename())
+  end, { desc = 'quickdraft: open the LSP log' })
+
+  vim.lsp.config(M.name, lsp_config(M.options))
+  vim.lsp.enable(M.name)
+end
+
+return M

@@ -1,0 +1,121 @@
+-- Unit tests of the plugin's pure logic. Run: nvim -l extension/nvim/tests/config_spec.lua
+-- (the plugin directory is found from this file's path). Prints "N passed, M failed".
+
+local here = debug.getinfo(1, 'S').source:sub(2)
+local plugin = vim.fn.fnamemodify(here, ':p:h:h')
+vim.opt.runtimepath:prepend(plugin)
+
+local config = require('quickdraft.config')
+local stats = require('quickdraft.stats')
+local ghost = require('quickdraft.ghost')
+
+local passed, failed = 0, 0
+local function test(name, fn)
+  local ok, err = pcall(fn)
+  if ok then
+    passed = passed + 1
+  else
+    failed = failed + 1
+    io.stdout:write(('FAIL %s: %s\n'):format(name, err))
+  end
+end
+local function eq(expected, actual)
+  if not vim.deep_equal(expected, actual) then
+    error(('expected %s, got %s'):format(vim.inspect(expected), vim.inspect(actual)), 2)
+  end
+end
+
+test('to_snake follows config.py', function()
+  eq('max_new_tokens', config.to_snake('maxNewTokens'))
+  eq('draft_length', config.to_snake('draft_length'))
+  eq('enabled', config.to_snake('enabled'))
+  eq('max_new_tokens', config.to_snake('max-new-tokens'))
+end)
+
+test('defaults give an empty tree and a bare serve command', function()
+  local opts = config.normalize({})
+  eq({}, config.tree(opts))
+  eq({ 'quickdraft', 'serve' }, config.cmd(opts))
+end)
+
+test('options become the snake_case tree, unset values left out', function()
+  local opts = config.normalize({
+    model = { preset = 'qwen2.5-coder-1.5b', device = 'cpu', target = '', calibrate = false },
+    decoding = { maxNewTokens = 48, draft_length = 6 },
+    context = { maxPromptTokens = 1024 },
+    languages = { python = { draftLength = 4, enabled = true, multiline = 'never' }, markdown = { enabled = false } },
+  })
+  eq({
+    model = { preset = 'qwen2.5-coder-1.5b', device = 'cpu', calibrate = false },
+    decoding = { max_new_tokens = 48, draft_length = 6 },
+    context = { max_prompt_tokens = 1024 },
+    languages = { python = { draft_length = 4, enabled = true, multiline = 'never' }, markdown = { enabled = false } },
+  }, config.tree(opts))
+  eq(false, config.language_enabled(opts, 'markdown'))
+  eq(true, config.language_enabled(opts, 'python'))
+  eq(true, config.language_enabled(opts, 'go'))
+end)
+
+test('the command carries the model flags, then server_args; cmd overrides all', function()
+  local opts = config.normalize({
+    server_path = '/venv/bin/quickdraft',
+    server_args = { '--log-level', 'debug' },
+    model = { target = '/m/t', draft = 'none', device = 'cpu', calibrate = false },
+  })
+  eq({ '/venv/bin/quickdraft', 'serve', '--target', '/m/t', '--draft', 'none', '--device', 'cpu',
+       '--no-calibrate', '--log-level', 'debug' }, config.cmd(opts))
+  eq(vim.NIL, config.tree(opts).model.draft)
+  eq({ 'x', 'y' }, config.cmd(config.normalize({ cmd = { 'x', 'y' }, model = { target = 't' } })))
+end)
+
+test('normalize rejects wrong types', function()
+  eq(false, (pcall(config.normalize, { server_args = 'x' })))
+  eq(false, (pcall(config.normalize, { inline = 'sometimes' })))
+  eq(false, (pcall(config.normalize, { debounce_ms = 'fast' })))
+  eq(true, (pcall(config.normalize, { inline = false })))
+end)
+
+test('list options replace the defaults', function()
+  eq({ 'pyproject.toml' }, config.normalize({ root_markers = { 'pyproject.toml' } }).root_markers)
+end)
+
+test('stats line and totals', function()
+  eq('no completion yet', stats.format(nil))
+  eq('84 ms · 2.7 tok/fwd · 75% acc', stats.format({
+    latency_ms = 83.6, tokens = 20, tokens_per_forward = 2.66,
+    accepted_by_source = { ngram = 6, draft = 6 }, drafted_by_source = { ngram = 8, draft = 8 },
+  }))
+  eq('12.0 s · 40% drafted', stats.format({ latency_ms = 12000, tokens = 10, accepted_by_source = { ngram = 4 } }))
+  eq('-', stats.format({ latency_ms = 0 / 0 }))
+  local totals = stats.new_totals()
+  stats.add(totals, { latency_ms = 100, tokens = 10, accepted_by_source = { ngram = 3 }, drafted_by_source = { ngram = 4 } })
+  stats.add(totals, { latency_ms = 50, tokens = 6, accepted_by_source = { draft = 1 }, drafted_by_source = { draft = 4 } })
+  eq('2 completions, 16 tokens, mean 75 ms, 50% of drafted tokens accepted', stats.format_totals(totals))
+end)
+
+test('camelCase stats are read as snake_case', function()
+  local s = stats.normalize({ latencyMs = 41.2, tokens = 8, tokensPerForward = 3.2,
+    acceptedBySource = { ngram = 3 }, draftedBySource = { ngram = 4 } })
+  eq({ latency_ms = 41.2, tokens = 8, tokens_per_forward = 3.2,
+    accepted_by_source = { ngram = 3 }, drafted_by_source = { ngram = 4 } }, s)
+  eq('41 ms · 3.2 tok/fwd · 75% acc', stats.format(s))
+  eq(2, stats.normalize({ latencyMs = 1, latency_ms = 2 }).latency_ms)
+  eq({}, stats.normalize(nil))
+  local totals = stats.new_totals()
+  stats.add(totals, { latencyMs = 10, tokens = 2 })
+  eq(10, totals.last.latency_ms)
+end)
+
+test('next word and next line of a suggestion', function()
+  eq('total', ghost.next_word('total = add(a, b)'))
+  eq(' =', ghost.next_word(' = add(a, b)'))
+  eq(' add', ghost.next_word(' add(a, b)'))
+  eq('(', ghost.next_word('(a, b)'))
+  eq('\n    return', ghost.next_word('\n    return x'))
+  eq('total = add(a, b)', ghost.next_line('total = add(a, b)\nprint(total)'))
+  eq('\nprint(total)', ghost.next_line('\nprint(total)\nmore'))
+  eq('x', ghost.next_line('x'))
+end)
+
+io.stdout:write(('%d passed, %d failed\n'):format(passed, failed))
+os.exit(failed == 0 and 0 or 1)

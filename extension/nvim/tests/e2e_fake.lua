@@ -1,0 +1,161 @@
+-- End-to-end scenario against tests/fake_server.py (a scripted server), checking the plugin's own
+-- behaviour exactly: ghost text, typing through it, accepting a word / a line / everything,
+-- dismissing, the <Tab> fallback, settings sent to the server, stats and :QuickdraftStatus.
+--
+-- Driven by tests/e2e/test_nvim.py:
+--   QD_PLUGIN (extension/nvim), QD_CMD (JSON list: the server command), QD_FILE, QD_RESULT,
+--   QD_FAKE_LOG (the fake server's log), QD_FAKE_SUGGESTION, QD_FAKE_RANGE ("1": range variant)
+
+vim.opt.runtimepath:prepend(os.getenv('QD_PLUGIN'))
+local H = dofile(os.getenv('QD_PLUGIN') .. '/tests/harness.lua')
+
+vim.cmd('filetype on')
+
+local suggestion = os.getenv('QD_FAKE_SUGGESTION')
+local range_variant = os.getenv('QD_FAKE_RANGE') == '1'
+
+local function log_events(kind)
+  local out = {}
+  local file = io.open(os.getenv('QD_FAKE_LOG'), 'r')
+  if not file then
+    return out
+  end
+  for line in file:lines() do
+    local entry = vim.json.decode(line, { luanil = { object = true, array = true } })
+    if entry.event == kind then
+      table.insert(out, entry.data == nil and vim.NIL or entry.data)
+    end
+  end
+  file:close()
+  return out
+end
+
+local quickdraft = require('quickdraft')
+quickdraft.setup({
+  cmd = vim.json.decode(os.getenv('QD_CMD')),
+  model = { target = '/models/target', device = 'cpu' },
+  decoding = { maxNewTokens = 32 },
+  languages = { python = { draftLength = 3, enabled = true } },
+  debounce_ms = 30,
+})
+
+local expected_tree = {
+  model = { target = '/models/target', device = 'cpu' },
+  decoding = { max_new_tokens = 32 },
+  languages = { python = { draft_length = 3, enabled = true } },
+}
+
+H.run(function()
+  vim.cmd.edit(os.getenv('QD_FILE'))
+  local client = H.wait(function()
+    local c = quickdraft.clients()[1]
+    return c and c.initialized and c.attached_buffers[vim.api.nvim_get_current_buf()] and c
+  end, 20000)
+  if not H.check('the server starts and attaches to the buffer', client ~= nil) then
+    return
+  end
+  H.eq('languageId of the buffer', 'python', vim.bo.filetype)
+
+  H.wait(function()
+    return #log_events('didChangeConfiguration') > 0
+  end, 5000)
+  H.eq('initializationOptions is the config tree', { expected_tree }, log_events('initialize'))
+  H.eq('didChangeConfiguration carries the config tree', { expected_tree }, log_events('didChangeConfiguration'))
+
+  if range_variant then
+    -- The server answers with a range over the word before the cursor and repeats it.
+    H.type('Gores')
+    local shown = H.wait(function()
+      return H.ghost_text()
+    end, 10000)
+    H.eq('ghost text leaves out what the range covers and is already typed', suggestion, shown)
+    H.type('<Tab>')
+    local last = H.wait(function()
+      local lines = vim.api.nvim_buf_get_lines(0, -3, -1, false)
+      return lines[1]:find('^res') and lines
+    end, 5000)
+    H.eq('accepting replaces the range with the item', vim.split('res' .. suggestion, '\n'), last)
+    return
+  end
+
+  -- New line at the end, Insert mode: a suggestion appears as ghost text.
+  H.type('Go')
+  H.eq('in Insert mode', 'i', H.mode())
+  local shown = H.wait(function()
+    return H.ghost_text()
+  end, 10000)
+  H.eq('ghost text shows the suggestion', suggestion, shown)
+  local marks = H.ghost_marks()
+  local row, col = unpack(vim.api.nvim_win_get_cursor(0))
+  H.check('ghost text sits at the cursor, inline, highlighted', marks[1] and marks[1].row == row - 1
+    and marks[1].col == col and marks[1].pos == 'inline' and marks[1].hl == 'QuickdraftSuggestion', marks)
+  H.eq('the buffer is unchanged by the ghost text', '', vim.api.nvim_get_current_line())
+  local requests = #log_events('inlineCompletion')
+  H.check('the request was automatic', log_events('inlineCompletion')[requests].trigger == 2)
+
+  -- Typing the suggestion's own characters keeps it, shortened, without asking again.
+  H.type('tot')
+  H.sleep(300)
+  H.eq('typing through keeps the rest', suggestion:sub(4), H.ghost_text())
+  H.eq('no new request while typing through', requests, #log_events('inlineCompletion'))
+
+  -- Accept a word, then a line.
+  H.type('<M-Right>')
+  H.eq('accept word inserts the next word', 'total', vim.api.nvim_get_current_line())
+  H.eq('the rest stays shown', suggestion:sub(6), H.ghost_text())
+  H.type('<M-Down>')
+  local first_line = vim.split(suggestion, '\n')[1]
+  H.eq('accept line inserts the rest of the line', first_line, vim.api.nvim_get_current_line())
+  H.eq('the next line stays shown', suggestion:sub(#first_line + 1), H.ghost_text())
+
+  -- Accept everything.
+  H.type('<Tab>')
+  local expected = vim.split(suggestion, '\n')
+  H.eq('accept inserts the whole rest', expected, vim.api.nvim_buf_get_lines(0, -#expected - 1, -1, false))
+  local last_line = vim.api.nvim_buf_line_count(0)
+  H.eq('the cursor ends after the inserted text', { last_line, #expected[#expected] },
+    vim.api.nvim_win_get_cursor(0))
+
+  -- A new suggestion comes for the new position; <C-]> dismisses it.
+  H.check('a new suggestion after accepting', H.wait(function()
+    return H.ghost_text()
+  end, 10000) ~= nil)
+  H.type('<C-]>')
+  H.eq('dismiss hides the ghost text', {}, H.ghost_marks())
+
+  -- With nothing shown, <Tab> is a tab.
+  H.type('<Tab>')
+  local after_tab = vim.api.nvim_get_current_line()
+  H.check('<Tab> without a suggestion indents as usual', after_tab:sub(1, #expected[#expected]) == expected[#expected]
+    and after_tab:sub(#expected[#expected] + 1):match('^%s+$') ~= nil, after_tab)
+
+  -- Leaving Insert mode clears the ghost text.
+  H.wait(function()
+    return H.ghost_text()
+  end, 10000)
+  H.type('<Esc>')
+  H.sleep(100)
+  H.eq('leaving Insert mode hides the ghost text', {}, H.ghost_marks())
+
+  -- Settings changed at run time reach the server.
+  quickdraft.update({ decoding = { maxNewTokens = 16 } })
+  local changes = H.wait(function()
+    local events = log_events('didChangeConfiguration')
+    return #events >= 2 and events
+  end, 5000)
+  H.eq('update() sends didChangeConfiguration with the new tree',
+    vim.tbl_deep_extend('force', expected_tree, { decoding = { max_new_tokens = 16 } }),
+    changes and changes[#changes])
+
+  -- Stats from $/quickdraft/stats and :QuickdraftStatus.
+  local status = quickdraft.status()
+  H.check('stats notifications are counted', status.totals.completions >= 1, status.totals)
+  H.eq('the last stats are kept', 12.5, status.last and status.last.latency_ms)
+  local lines = quickdraft.show_status()
+  local text = table.concat(lines, '\n')
+  H.check(':QuickdraftStatus shows the server running', text:find('quickdraft: running', 1, true) ~= nil, lines)
+  H.check(':QuickdraftStatus shows the last stats', text:find('last: 13 ms · 2.5 tok/fwd · 75% acc', 1, true) ~= nil, lines)
+  H.check(':QuickdraftStatus command exists', vim.fn.exists(':QuickdraftStatus') == 2)
+  H.eq('statusline text', 'qd 13 ms · 2.5 tok/fwd · 75% acc', quickdraft.statusline())
+  H.data.status = lines
+end)

@@ -1,0 +1,162 @@
+-- A tiny driver for end-to-end scenarios in a real (headless) Neovim.
+--
+-- A scenario runs in a coroutine; between its steps the editor's main loop runs, so keys queued
+-- with nvim_input() are handled exactly as typed ones (Insert mode, TextChangedI, mappings) and
+-- LSP messages arrive. Results go to $QD_RESULT as JSON: { checks = [...], failures = [...],
+-- data = {...} }, then Neovim quits (exit code 0 when every check passed).
+
+local H = {}
+
+H.checks = {}
+H.failures = {}
+H.data = {}
+
+local function note(line)
+  io.stderr:write('[e2e] ' .. line .. '\n')
+end
+H.note = note
+
+--- Let the editor run for `ms` milliseconds.
+function H.sleep(ms)
+  local co = coroutine.running()
+  vim.defer_fn(function()
+    local ok, err = coroutine.resume(co)
+    if not ok then
+      H.finish('error: ' .. tostring(err))
+    end
+  end, ms)
+  coroutine.yield()
+end
+
+--- Wait until `cond()` returns a truthy value (returned), or nil after `timeout_ms`.
+function H.wait(cond, timeout_ms, interval)
+  local deadline = vim.uv.now() + timeout_ms
+  while true do
+    local ok, value = pcall(cond)
+    if ok and value then
+      return value
+    end
+    if vim.uv.now() >= deadline then
+      return nil
+    end
+    H.sleep(interval or 25)
+  end
+end
+
+--- Queue keys as if typed (key notation, e.g. "<Esc>").
+function H.type(keys)
+  vim.api.nvim_input(keys)
+  H.sleep(20)
+end
+
+--- Record a check; `detail` is kept with it for the report.
+function H.check(name, ok, detail)
+  table.insert(H.checks, { name = name, ok = ok and true or false, detail = detail })
+  if not ok then
+    table.insert(H.failures, name .. (detail ~= nil and (': ' .. vim.inspect(detail)) or ''))
+    note('FAIL ' .. name .. (detail ~= nil and (': ' .. vim.inspect(detail)) or ''))
+  else
+    note('ok   ' .. name)
+  end
+  return ok
+end
+
+function H.eq(name, expected, actual)
+  return H.check(name, vim.deep_equal(expected, actual), { expected = expected, actual = actual })
+end
+
+local finished = false
+
+--- Write the results and quit.
+function H.finish(err)
+  if finished then
+    return
+  end
+  finished = true
+  if err then
+    table.insert(H.failures, err)
+    note(err)
+  end
+  local result = { checks = H.checks, failures = H.failures, data = H.data }
+  local path = os.getenv('QD_RESULT')
+  if path then
+    local file = assert(io.open(path, 'w'))
+    file:write(vim.json.encode(result))
+    file:close()
+  end
+  vim.schedule(function()
+    vim.cmd((#H.failures == 0) and 'qall!' or 'cquit!')
+  end)
+end
+
+--- Run `scenario` in a coroutine; any error fails the run.
+function H.run(scenario)
+  local co = coroutine.create(function()
+    local ok, err = xpcall(scenario, debug.traceback)
+    H.finish(not ok and ('error: ' .. tostring(err)) or nil)
+  end)
+  vim.schedule(function()
+    local ok, err = coroutine.resume(co)
+    if not ok then
+      H.finish('error: ' .. tostring(err))
+    end
+  end)
+end
+
+--- The lines of the current buffer as one string.
+function H.text(bufnr)
+  return table.concat(vim.api.nvim_buf_get_lines(bufnr or 0, 0, -1, false), '\n')
+end
+
+--- The ghost text extmarks of the plugin in `bufnr`: { {row, col, virt_text, virt_lines}... }.
+function H.ghost_marks(bufnr)
+  local ns = vim.api.nvim_get_namespaces()['quickdraft.ghost']
+  local out = {}
+  if not ns then
+    return out
+  end
+  for _, mark in ipairs(vim.api.nvim_buf_get_extmarks(bufnr or 0, ns, 0, -1, { details = true })) do
+    local details = mark[4]
+    local text = {}
+    for _, chunk in ipairs(details.virt_text or {}) do
+      table.insert(text, chunk[1])
+    end
+    local lines = {}
+    for _, line in ipairs(details.virt_lines or {}) do
+      local parts = {}
+      for _, chunk in ipairs(line) do
+        table.insert(parts, chunk[1])
+      end
+      table.insert(lines, table.concat(parts))
+    end
+    table.insert(out, {
+      row = mark[2],
+      col = mark[3],
+      virt_text = table.concat(text),
+      virt_lines = lines,
+      pos = details.virt_text_pos,
+      hl = details.virt_text and details.virt_text[1] and details.virt_text[1][2],
+    })
+  end
+  return out
+end
+
+--- The ghost text as the text it stands for (virt_text, then each virt_line after a newline).
+function H.ghost_text(bufnr)
+  local marks = H.ghost_marks(bufnr)
+  if #marks == 0 then
+    return nil
+  end
+  local mark = marks[1]
+  local parts = { mark.virt_text }
+  for _, line in ipairs(mark.virt_lines) do
+    table.insert(parts, line)
+  end
+  return table.concat(parts, '\n')
+end
+
+function H.mode()
+  return vim.api.nvim_get_mode().mode
+end
+
+return H
