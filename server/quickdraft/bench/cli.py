@@ -8,6 +8,7 @@ quickdraft bench --repo . --preset P --sweep-draft-length 1,2,4,6,8,12
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -60,6 +61,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="also run ngram/draft/hybrid at each fixed draft length and write the best per language",
     )
     group.add_argument(
+        "--config",
+        type=Path,
+        metavar="JSON",
+        help="settings file laid under the flags (e.g. a draft_length.json a sweep wrote)",
+    )
+    group.add_argument(
         "--open-files", type=int, default=4, help="other files open per hole (default 4)"
     )
     group.add_argument("--no-replay", action="store_true", help="skip the keystroke replay")
@@ -85,13 +92,19 @@ def run(args: argparse.Namespace) -> int:
     languages = resolve_languages(args.languages) if args.languages else None
     out = args.out or Path("bench-out") / datetime.now().strftime("%Y%m%d-%H%M%S")
 
+    base = None
+    if args.config is not None:
+        try:
+            base = load_config(json.loads(Path(args.config).read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"--config: cannot read {args.config}: {exc}") from None
     data = config_dict_from_args(args)
     data.setdefault("decoding", {})
     data["decoding"].update(max_new_tokens=max_new, temperature=0.0)
     data["decoding"].pop("seed", None)
     if args.quick:
         data.setdefault("model", {}).setdefault("calibrate", False)
-    config = load_config(data)
+    config = load_config(data, base)
 
     holes = sample_holes(
         repo, holes_wanted, languages=languages, seed=args.seed, open_files=args.open_files
