@@ -17,7 +17,6 @@ import os
 import platform
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -205,7 +204,6 @@ class Bench:
         *,
         peers: dict[str, Peer] | None = None,
         env: dict[str, Any] | None = None,
-        on_hole: Callable[[int, dict[str, Any]], None] | None = None,
     ) -> None:
         self.session = Session(completer)
         self.completer = completer
@@ -213,7 +211,6 @@ class Bench:
         self.options = options
         self.env = env if env is not None else describe_environment(completer, options)
         self.peers = peers if peers is not None else make_peers(completer, options.strategies, None)
-        self.on_hole = on_hole
         self.records: list[dict[str, Any]] = []
         self.replay_records: list[dict[str, Any]] = []
         self.sweep_records: list[dict[str, Any]] = []
@@ -284,8 +281,6 @@ class Bench:
                 record = self._run_hole(index, hole, bar)
                 if record is not None:
                     self.records.append(record)
-                    if self.on_hole is not None:
-                        self.on_hole(index, record)
                 self._write(final=False)
         except KeyboardInterrupt:
             interrupted = True
