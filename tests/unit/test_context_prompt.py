@@ -210,6 +210,28 @@ def test_snippets_from_other_documents_within_their_share():
     assert prompt.prompt_tokens <= 1500
 
 
+def test_typing_on_a_line_keeps_the_prompt_start_identical():
+    other = "".join(
+        f"def invoice_{i}(invoice_items):\n    return sum(invoice_items) * {i}\n\n"
+        for i in range(50)
+    )
+    docs = [{"uri": "file:///proj/billing.py", "text": other}]
+    head = functions(300) + "invoice_items = load()\nfirst = invoice_1(invoice_items)\n"
+    typed = "total = invoice_3(items) + invoice_7(items)"
+    config = ContextConfig(max_prompt_tokens=1500, snippet_share=0.3)
+    previous = None
+    for n in range(len(typed) + 1):
+        text = head + typed[:n] + "\n"
+        prompt = build_prompt(
+            text, 1202, n, "python", docs, QWEN, utf8_count, config, path="/proj/m.py"
+        )
+        assert prompt.snippets
+        before_cursor = prompt.text.split("<|fim_suffix|>")[0]
+        if previous is not None:
+            assert before_cursor.startswith(previous)  # only grows: the KV cache stays valid
+        previous = before_cursor
+
+
 def test_no_snippets_when_their_share_is_zero():
     docs = [{"path": "/p/other.py", "text": "def invoice_total(x):\n    return x\n"}]
     text = "total = invoice_total(1)\n"

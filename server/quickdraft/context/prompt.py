@@ -355,8 +355,11 @@ def build_prompt(
     bare = count.count_tokens(render("", "", []))
     snippet_budget = int(total * config.snippet_share)
     if snippet_budget > 0 and config.max_snippets > 0 and documents:
-        query_lines = doc.full[max(0, line - config.snippet_lines) : line]
-        query = "".join(query_lines) + doc.contents[line][:character]
+        # The complete lines above the cursor: typing on the cursor's line then leaves the
+        # snippets (the very start of the prompt) alone.
+        query = "".join(doc.full[max(0, line - config.snippet_lines) : line])
+        if not query.strip():
+            query = doc.contents[line][:character]
         snippets = select_snippets(
             query,
             documents,
