@@ -153,8 +153,14 @@ def _scan_prefix(spec: _Spec, prefix: str) -> tuple[list[str], _LexState]:
     """Brackets still open at the end of the prefix (innermost last), and the lexer state."""
     window = prefix
     if len(prefix) > PREFIX_WINDOW_CHARS:
+        # Start at an unindented line: more likely outside any string or comment than an
+        # arbitrary line, since the lexer can't know what it starts in.
         window = prefix[-PREFIX_WINDOW_CHARS:]
-        window = window[window.find("\n") + 1 :]
+        start = window.find("\n") + 1
+        found = re.search(r"\n(?=[^\s\"'`#/*])", window)
+        if found:
+            start = found.end()
+        window = window[start:]
     stack: list[str] = []
 
     def bracket(_: int, char: str) -> bool:

@@ -226,6 +226,24 @@ def test_unknown_language_block_uses_indentation_and_brackets():
     assert finalize(generated, prefix, "\n", "yaml", "block") == "- one\n  - two"
 
 
+def test_a_long_prefix_is_scanned_from_an_unindented_line():
+    # Make the scan window's first full line the *second* line of a docstring: read from there,
+    # its closing quotes would open a string and the code after it would look like text.
+    from quickdraft.postprocess import PREFIX_WINDOW_CHARS
+
+    chunk = 'def f():\n    """Doc (with an open bracket\n    and more text."""\n    return 1\n\n'
+    body = chunk * (PREFIX_WINDOW_CHARS // len(chunk) + 2)
+    for pad in range(len(chunk)):
+        prefix = body + "#" * pad + "\nx = compute("
+        window = prefix[-PREFIX_WINDOW_CHARS:]
+        if window[window.find("\n") + 1 :].startswith("    and more text."):
+            break
+    else:
+        raise AssertionError("no padding puts the window start inside a docstring")
+    assert decide_mode(prefix, ")\n", "python") == "line"
+    assert finalize("a)", prefix, ")\n", "python", "line") == "a"
+
+
 def test_rule_restarts_if_the_decoded_text_changes_behind_it():
     rule = StopRule("def f(x):\n    ", "\n", "python", "block")
     assert not rule("y = 1\n    ")
