@@ -156,14 +156,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 def gguf_source(config, loaded) -> str | None:
-    """The `.gguf` file the target was loaded from, if it was (llama.cpp peers need one)."""
-    for name in ("target_path", "target_source", "target_file", "source"):
-        value = getattr(loaded, name, None)
-        if value is not None and str(value).endswith(".gguf"):
-            return str(value)
-    target = config.model.target
-    if target and str(target).endswith(".gguf"):
-        return str(target)
+    """The `.gguf` file the target came from, if it did (the llama.cpp peers need one): a
+    `--target x.gguf`, or a preset fetched as GGUF and converted (its completion marker names
+    the file)."""
+    info = getattr(loaded, "target_info", None)
+    reference = str(getattr(info, "reference", "") or config.model.target or "")
+    if reference.endswith(".gguf"):
+        return reference
+    path = getattr(info, "path", None)
+    if path is not None:
+        marker = Path(path) / "quickdraft-complete.json"
+        try:
+            gguf = json.loads(marker.read_text(encoding="utf-8")).get("gguf")
+        except (OSError, ValueError, AttributeError):
+            gguf = None
+        if gguf and Path(gguf).is_file():
+            return str(gguf)
     return None
 
 
