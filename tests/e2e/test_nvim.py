@@ -53,7 +53,9 @@ def _find_nvim() -> tuple[str | None, str]:
         if not candidate or not Path(candidate).exists():
             continue
         version = _nvim_version(candidate)
-        seen.append(f"{candidate} ({'.'.join(map(str, version)) if version else 'unknown version'})")
+        seen.append(
+            f"{candidate} ({'.'.join(map(str, version)) if version else 'unknown version'})"
+        )
         if version and version >= (0, 11):
             return candidate, ""
     if seen:
@@ -96,8 +98,12 @@ def run_scenario(script: str, workdir: Path, env: dict[str, str], timeout: float
         )
     except subprocess.TimeoutExpired as exc:
         log = _lsp_log(workdir)
-        pytest.fail(f"{script} did not finish in {timeout}s\nstderr:\n{exc.stderr}\nLSP log tail:\n{log}")
-    report = f"rc={proc.returncode}\nstderr:\n{proc.stderr[-6000:]}\nLSP log tail:\n{_lsp_log(workdir)}"
+        pytest.fail(
+            f"{script} did not finish in {timeout}s\nstderr:\n{exc.stderr}\nLSP log tail:\n{log}"
+        )
+    report = (
+        f"rc={proc.returncode}\nstderr:\n{proc.stderr[-6000:]}\nLSP log tail:\n{_lsp_log(workdir)}"
+    )
     assert result_path.exists(), f"{script} wrote no result\n{report}"
     result = json.loads(result_path.read_text())
     assert result["checks"], f"{script} ran no check\n{report}"
@@ -108,7 +114,7 @@ def run_scenario(script: str, workdir: Path, env: dict[str, str], timeout: float
 
 def _lsp_log(workdir: Path) -> str:
     log = workdir / "state" / "nvim" / "lsp.log"
-    return log.read_text(errors="replace")[-4000:] if log.exists() else "(none)"
+    return log.read_text(errors="replace")[-4000:] if log.exists() else ""
 
 
 def passed(result: dict) -> set[str]:
@@ -128,6 +134,23 @@ def test_plugin_unit_spec():
     assert match and int(match.group(1)) > 0 and match.group(2) == "0", proc.stdout
 
 
+def test_help_file_tags(tmp_path: Path):
+    """doc/quickdraft.txt is a valid help file (:helptags fails on duplicate or broken tags)."""
+    doc = tmp_path / "doc"
+    shutil.copytree(PLUGIN / "doc", doc)
+    proc = subprocess.run(
+        [NVIM, "--headless", "--clean", "-c", f"helptags {doc}", "-c", "qa!"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0 and not re.search(r"\bE\d+:", proc.stderr), proc.stderr
+    tags = (doc / "tags").read_text()
+    for tag in ("quickdraft-setup", ":QuickdraftStatus", "quickdraft-keys", "quickdraft-options"):
+        assert tag + "\t" in tags, tags
+
+
 @pytest.mark.parametrize("use_range", [False, True], ids=["insert-at-cursor", "range"])
 def test_plugin_behaviour_with_scripted_server(tmp_path: Path, use_range: bool):
     source = tmp_path / "main.py"
@@ -140,6 +163,8 @@ def test_plugin_behaviour_with_scripted_server(tmp_path: Path, use_range: bool):
         "QD_FAKE_RANGE": "1" if use_range else "0",
     }
     result = run_scenario("e2e_fake.lua", tmp_path, env, timeout=120)
+    # The plugin only cancels requests that are still pending (Neovim logs an error otherwise).
+    assert "Cannot find request" not in _lsp_log(tmp_path), _lsp_log(tmp_path)
     if use_range:
         assert "accepting replaces the range with the item" in passed(result)
     else:
@@ -187,10 +212,20 @@ def test_real_server_ghost_text_and_accept(tmp_path: Path, tiny_models):
     assert suggestion, data
     # The server was started from the options: `serve` and the model flags.
     assert data["cmd"][: len(server) + 1] == [*server, "serve"], data["cmd"]
-    for flag in ("--target", str(target), "--draft", str(draft), "--device", "cpu", "--no-calibrate"):
+    for flag in (
+        "--target",
+        str(target),
+        "--draft",
+        str(draft),
+        "--device",
+        "cpu",
+        "--no-calibrate",
+    ):
         assert flag in data["cmd"], data["cmd"]
     # Accepting put exactly the ghost text into the buffer at the cursor.
-    assert data["text_after"] == data["text_before_cursor"] + suggestion + data["text_after_cursor"], data
+    assert (
+        data["text_after"] == data["text_before_cursor"] + suggestion + data["text_after_cursor"]
+    ), data
     assert data["text_after"] != data["text_before"], data
     # and the server's stats notifications arrived
     assert data["completions"] >= 1, data

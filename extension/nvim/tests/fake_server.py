@@ -48,7 +48,9 @@ def initialized(ls: LanguageServer, params: types.InitializedParams) -> None:
 
 
 @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
-def did_change_configuration(ls: LanguageServer, params: types.DidChangeConfigurationParams) -> None:
+def did_change_configuration(
+    ls: LanguageServer, params: types.DidChangeConfigurationParams
+) -> None:
     log("didChangeConfiguration", params.settings)
 
 
@@ -57,13 +59,19 @@ def inline_completion(
     ls: LanguageServer, params: types.InlineCompletionParams
 ) -> types.InlineCompletionList:
     document = ls.workspace.get_text_document(params.text_document.uri)
-    line = document.lines[params.position.line] if params.position.line < len(document.lines) else ""
+    line = (
+        document.lines[params.position.line] if params.position.line < len(document.lines) else ""
+    )
     # positions are UTF-16 by default; the tests type ASCII
     prefix = line[: params.position.character]
     log(
         "inlineCompletion",
-        {"line": params.position.line, "character": params.position.character, "prefix": prefix,
-         "trigger": int(params.context.trigger_kind)},
+        {
+            "line": params.position.line,
+            "character": params.position.character,
+            "prefix": prefix,
+            "trigger": int(params.context.trigger_kind),
+        },
     )
     ls.protocol.notify(
         "$/quickdraft/stats",
@@ -93,7 +101,11 @@ def inline_completion(
 def completion(ls: LanguageServer, params: types.CompletionParams) -> types.CompletionList:
     return types.CompletionList(
         is_incomplete=False,
-        items=[types.CompletionItem(label=SUGGESTION.split("\n")[0], kind=types.CompletionItemKind.Text)],
+        items=[
+            types.CompletionItem(
+                label=SUGGESTION.split("\n")[0], kind=types.CompletionItemKind.Text
+            )
+        ],
     )
 
 

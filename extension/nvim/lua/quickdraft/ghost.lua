@@ -200,7 +200,8 @@ function M.request(bufnr, trigger_kind)
   local seq = s.seq
   local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
   params.context = { triggerKind = trigger_kind or 2 }
-  local ok, id = client:request('textDocument/inlineCompletion', params, function(err, result)
+  local ok, id -- (declared first: the handler below refers to `id`)
+  ok, id = client:request('textDocument/inlineCompletion', params, function(err, result)
     if s.request and s.request.id == id then
       s.request = nil
     end
