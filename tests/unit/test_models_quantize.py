@@ -1,0 +1,154 @@
+"""Batch-invariant int8: row i of a k-row forward equals the 1-row forward, bitwise."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from quickdraft.models.quantize import (
+    ROWWISE_ATTENTION,
+    Int8Linear,
+    quantize_model,
+    quantize_rows,
+    rowwise_attention,
+)
+from quickdraft.testing import build_tiny_model
+
+
+@pytest.fixture(autouse=True)
+def threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(
+    ("k_in", "n_out", "bias"), [(96, 40, True), (256, 512, False), (64, 1000, False)]
+)
+def test_int8_linear_is_batch_invariant_and_close(k_in, n_out, bias):
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(k_in, n_out, bias=bias)
+    q = Int8Linear.from_linear(linear)
+    for rows in (2, 5, 8, 16, 33):
+        x = torch.randn(rows, k_in) * torch.linspace(0.1, 10, rows)[:, None]
+        batch = q(x)
+        for i in range(rows):
+            assert torch.equal(q(x[i : i + 1]), batch[i : i + 1]), (rows, i)
+        # And no other row changes row i: perturb everything else.
+        other = x.clone()
+        other[1:] *= 100
+        assert torch.equal(q(other)[0], batch[0])
+    x = torch.randn(3, 7, k_in)
+    reference = linear(x)
+    rel = (q(x) - reference).norm() / reference.norm()
+    assert rel < 0.02
+    assert q(x).shape == reference.shape and q.weight.shape == linear.weight.shape
+
+
+def test_quantize_rows_roundtrip():
+    x = torch.randn(4, 50)
+    q, scale = quantize_rows(x)
+    assert q.dtype == torch.int8 and scale.shape == (4, 1)
+    assert (q.abs().amax(dim=1) == 127).all()
+    assert torch.allclose(q.float() * scale, x, atol=float(scale.max()) / 2 + 1e-7)
+    zero, _ = quantize_rows(torch.zeros(1, 8))
+    assert (zero == 0).all()
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama", "starcoder2"])
+def test_whole_model_forward_is_batch_invariant(arch):
+    """k new tokens in one forward == k one-token steps == one prefill, bitwise."""
+    model = build_tiny_model(300, arch=arch, dtype=torch.float32, hidden=128, heads=4, kv_heads=2)
+    quantize_model(model)
+    assert model.config._attn_implementation == ROWWISE_ATTENTION
+    torch.manual_seed(1)
+    ids = torch.randint(0, 300, (1, 60))
+    n, k = 45, 12
+    with torch.inference_mode():
+        cache = DynamicCache(config=model.config)
+        model(input_ids=ids[:, :n], cache=cache)
+        batch = model(input_ids=ids[:, n : n + k], cache=cache).logits[0]
+        cache.crop(-k)
+        steps = torch.stack(
+            [model(input_ids=ids[:, n + i : n + i + 1], cache=cache).logits[0, 0] for i in range(k)]
+        )
+        full = model(input_ids=ids[:, : n + k]).logits[0, n:]
+        # Prefill in uneven chunks, as a runner with prefix reuse would.
+        cache = DynamicCache(config=model.config)
+        chunks = []
+        for a, b in ((0, 7), (7, 30), (30, 31), (31, n + k)):
+            chunks.append(model(input_ids=ids[:, a:b], cache=cache).logits[0])
+        chunked = torch.cat(chunks)[n:]
+    assert torch.equal(batch, steps)
+    assert torch.equal(batch, full)
+    assert torch.equal(batch, chunked)
+
+
+def test_rowwise_attention_matches_sdpa():
+    torch.manual_seed(0)
+    b, h, kv_h, q_len, kv_len, d = 1, 8, 2, 5, 17, 16
+    query = torch.randn(b, h, q_len, d)
+    key = torch.randn(b, kv_h, kv_len, d)
+    value = torch.randn(b, kv_h, kv_len, d)
+    module = torch.nn.Module()
+    out, _ = rowwise_attention(module, query, key, value, None, scaling=d**-0.5)
+    # Reference: causal mask aligned to the end (the cache holds kv_len - q_len older tokens).
+    rep_k = key.repeat_interleave(h // kv_h, dim=1)
+    rep_v = value.repeat_interleave(h // kv_h, dim=1)
+    mask = torch.ones(q_len, kv_len, dtype=torch.bool).tril(diagonal=kv_len - q_len)
+    ref = torch.nn.functional.scaled_dot_product_attention(query, rep_k, rep_v, attn_mask=mask)
+    assert torch.allclose(out, ref.transpose(1, 2), atol=1e-5)
+    # Sliding window: row i sees only the last `window` keys up to its own position.
+    window = 4
+    out_w, _ = rowwise_attention(
+        module, query, key, value, None, scaling=d**-0.5, sliding_window=window
+    )
+    band = mask & ~torch.ones(q_len, kv_len, dtype=torch.bool).tril(
+        diagonal=kv_len - q_len - window
+    )
+    ref_w = torch.nn.functional.scaled_dot_product_attention(query, rep_k, rep_v, attn_mask=band)
+    assert torch.allclose(out_w, ref_w.transpose(1, 2), atol=1e-5)
+
+
+def test_int8_model_tracks_float32():
+    model = build_tiny_model(300, dtype=torch.float32, hidden=128, heads=4, kv_heads=2)
+    torch.manual_seed(2)
+    ids = torch.randint(0, 300, (1, 40))
+    with torch.inference_mode():
+        reference = model(input_ids=ids).logits
+        quantize_model(model)
+        got = model(input_ids=ids).logits
+    agree = (got.argmax(-1) == reference.argmax(-1)).float().mean()
+    assert agree > 0.9
+
+
+def test_engine_strategies_identical_on_int8_float32_activations():
+    """The promise itself on int8 weights with float32 activations (not float64): every
+    strategy and draft length gives plain greedy's tokens, because the forward is
+    batch-invariant."""
+    from quickdraft.decoding import Engine, GenerationRequest
+    from quickdraft.testing import build_tiny_tokenizer
+
+    tok = build_tiny_tokenizer()
+    vocab = len(tok)
+    target = quantize_model(build_tiny_model(vocab, seed=3, dtype=torch.float32, layers=2))
+    draft = quantize_model(build_tiny_model(vocab, seed=4, dtype=torch.float32, layers=1))
+    engine = Engine(target, draft, stop_token_ids=[])
+    text = (
+        "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n"
+    )
+    prompt = tok.encode(text)
+
+    def run(strategy, k=None):
+        engine.reset_cache()
+        return engine.generate(
+            GenerationRequest(prompt, max_new_tokens=24, strategy=strategy, draft_length=k)
+        ).tokens
+
+    expected = run("ar")
+    assert len(expected) == 24
+    for strategy in ("ngram", "draft", "hybrid"):
+        for k in (None, 1, 3, 8):
+            assert run(strategy, k) == expected, (strategy, k)
