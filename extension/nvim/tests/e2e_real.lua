@@ -60,7 +60,7 @@ H.run(function()
       break
     end
   end
-  H.data.suggestion = shown
+  H.data.shown = shown
   if not H.check('ghost text appears while typing', shown ~= nil and shown ~= '') then
     return
   end
@@ -68,7 +68,14 @@ H.run(function()
   local row, col = unpack(vim.api.nvim_win_get_cursor(0))
   H.check('the ghost text is an extmark with virt_text at the cursor',
     #marks == 1 and marks[1].row == row - 1 and marks[1].col == col and marks[1].virt_text ~= nil, marks)
-  H.eq('the suggestion the plugin holds is the one drawn', shown, quickdraft.suggestion().text)
+  -- What accepting inserts; the extmark shows it with control characters made printable (^Q).
+  local raw = quickdraft.suggestion() and quickdraft.suggestion().text
+  H.data.suggestion = raw
+  local printable = {}
+  for _, line in ipairs(vim.split(raw or '', '\n', { plain = true })) do
+    table.insert(printable, vim.fn.strtrans(line))
+  end
+  H.eq('the ghost text is the suggestion the plugin holds', table.concat(printable, '\n'), shown)
 
   local bufnr = vim.api.nvim_get_current_buf()
   H.data.text_before = H.text()
@@ -83,7 +90,7 @@ H.run(function()
   end, 5000)
   H.data.text_after = H.text()
   H.check('accepting changes the buffer', changed)
-  H.eq('accepting inserts exactly the ghost text', H.data.text_before_cursor .. shown .. H.data.text_after_cursor,
+  H.eq('accepting inserts exactly the suggestion', H.data.text_before_cursor .. raw .. H.data.text_after_cursor,
     H.data.text_after)
 
   H.type('<Esc>')
