@@ -1,0 +1,149 @@
+"""`quickdraft bench --quick` end to end: the CLI, model loading, Completer, peers, files written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from quickdraft.cli import main
+
+OURS = ("ar", "ngram", "draft", "hybrid")
+HOLE_KEYS = {"file", "language", "line", "col", "kind", "prompt_tokens", "truth", "runs"}
+RUN_KEYS = {
+    "completion",
+    "tokens",
+    "latency_ms",
+    "prefill_ms",
+    "decode_ms",
+    "new_tokens",
+    "target_forwards",
+    "accepted_by_source",
+    "drafted_by_source",
+    "identical_to_ar",
+    "exact_match",
+}
+SUMMARY_KEYS = {
+    "p50_ms",
+    "p90_ms",
+    "p99_ms",
+    "tokens_per_forward",
+    "speedup_vs_ar",
+    "identical_to_ar",
+    "exact_match",
+}
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    (root / "app").mkdir(parents=True)
+    (root / "app" / "shapes.py").write_text(
+        "from .units import scale\n\n\nclass Rect:\n    def __init__(self, w, h):\n"
+        "        self.w = w\n        self.h = h\n\n    def area(self):\n"
+        "        product = self.w * self.h\n        return scale(product, 2)\n"
+    )
+    (root / "app" / "units.py").write_text(
+        "def scale(value, factor):\n    result = value * factor\n    return round(result, 3)\n"
+    )
+    (root / "web").mkdir()
+    (root / "web" / "greet.ts").write_text(
+        "export function greet(name: string): string {\n  const base = 'Hello, ' + name;\n"
+        "  return base.trim();\n}\n"
+    )
+    (root / "web" / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00binary")
+    return root
+
+
+def bench_args(tiny_models: Path, repo: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "bench",
+        "--repo",
+        str(repo),
+        "--target",
+        str(tiny_models / "target"),
+        "--draft",
+        str(tiny_models / "draft"),
+        "--device",
+        "cpu",
+        "--quick",
+        "--no-progress",
+        "--out",
+        str(out),
+        *extra,
+    ]
+
+
+def test_quick_run_writes_results_report_and_plots(tiny_models, repo, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(bench_args(tiny_models, repo, out)) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert set(results) == {"env", "holes", "summary"}
+    assert len(results["holes"]) == 3
+    for key in ("device", "dtype", "torch", "transformers", "models"):
+        assert key in results["env"]
+    for hole in results["holes"]:
+        assert set(hole) == HOLE_KEYS
+        assert hole["file"] != "web/logo.png"
+        for name in OURS:
+            assert set(hole["runs"][name]) == RUN_KEYS
+    for name in OURS:
+        assert set(results["summary"][name]) == SUMMARY_KEYS
+        # Greedy speculative decoding through the whole pipeline is plain decoding.
+        assert results["summary"][name]["identical_to_ar"] == 1.0, name
+    # transformers' peers ran on the same prompts; their identity is reported, whatever it is.
+    for peer in ("hf-assisted", "hf-prompt-lookup"):
+        assert peer in results["summary"]
+    # llama.cpp needs the package and GGUF models: skipped with a reason, not an error.
+    for peer in ("llama-cpp", "llama-cpp-lookup"):
+        assert peer in results["env"]["skipped"]
+    report = (out / "report.md").read_text()
+    assert "## Per strategy" in report and "## Keystroke replay" in report
+    assert (out / "latency_cdf.png").exists() and (out / "speedup_by_language.png").exists()
+    replay = json.loads((out / "replay.json").read_text())
+    assert all(step["reused_tokens"] > 0 for rec in replay["holes"] for step in rec["typed"])
+    printed = capsys.readouterr().out
+    assert "hybrid" in printed and "results.json" in printed
+
+
+def test_sweep_writes_the_best_draft_length(tiny_models, repo, tmp_path):
+    out = tmp_path / "out"
+    args = bench_args(
+        tiny_models, repo, out, "--strategies", "ar,hybrid", "--sweep-draft-length", "1,4"
+    )
+    assert main([*args, "--languages", "py", "--no-replay"]) == 0
+    snippet = json.loads((out / "draft_length.json").read_text())
+    assert snippet["languages"]["python"]["draft_length"] in (1, 4)
+    assert (out / "acceptance_vs_draft_length.png").exists()
+
+
+def test_interrupt_keeps_the_finished_holes(tiny_models, repo, tmp_path, monkeypatch):
+    from quickdraft.bench.session import Session
+
+    real = Session.complete
+    calls = {"n": 0}
+
+    def interrupting(self, hole, strategy, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > 2 + 2 * 2:  # warm-up (2 runs), then hole 1 and hole 2 (2 runs each)
+            raise KeyboardInterrupt
+        return real(self, hole, strategy, **kwargs)
+
+    monkeypatch.setattr(Session, "complete", interrupting)
+    out = tmp_path / "out"
+    args = bench_args(tiny_models, repo, out, "--strategies", "ar,hybrid", "--no-replay")
+    assert main(args) == 130
+    results = json.loads((out / "results.json").read_text())
+    assert results["env"]["interrupted"] is True
+    assert len(results["holes"]) == 3 - 1
+    assert "interrupted" in (out / "report.md").read_text()
+
+
+def test_bad_arguments_are_one_line_errors(tiny_models, repo, tmp_path, capsys):
+    assert main(bench_args(tiny_models, tmp_path / "missing", tmp_path / "o")) == 2
+    assert "--repo" in capsys.readouterr().err
+    assert main(bench_args(tiny_models, repo, tmp_path / "o", "--strategies", "ar,beam")) == 2
+    assert "beam" in capsys.readouterr().err
+    assert main(bench_args(tiny_models, repo, tmp_path / "o", "--languages", "cobol")) == 2
+    assert "cobol" in capsys.readouterr().err
