@@ -1,0 +1,231 @@
+"""The server's copy of every open document, kept in step by open/change/close.
+
+LSP positions count characters in the encoding negotiated at `initialize` (UTF-16 unless the
+client offers otherwise); Python strings count code points. Everything in this module that takes
+or returns a `character` says which of the two it means. The Completer only ever sees code
+points (`Document.to_codepoint`), and ranges go back to the client through
+`Document.from_codepoint`.
+
+Lines end at `\\n`, `\\r\\n` or `\\r`, as the LSP specification says.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from quickdraft.errors import PositionError
+
+UTF8 = "utf-8"
+UTF16 = "utf-16"
+UTF32 = "utf-32"
+ENCODINGS = (UTF8, UTF16, UTF32)
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def units(text: str, encoding: str = UTF16) -> int:
+    """Length of `text` in code units of `encoding`."""
+    if encoding == UTF32 or text.isascii():
+        return len(text)
+    if encoding == UTF16:
+        return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+    return len(text.encode("utf-8", errors="surrogatepass"))
+
+
+def _unit_width(ch: str, encoding: str) -> int:
+    code = ord(ch)
+    if encoding == UTF16:
+        return 2 if code > 0xFFFF else 1
+    if encoding == UTF8:
+        if code < 0x80:
+            return 1
+        if code < 0x800:
+            return 2
+        return 3 if code < 0x10000 else 4
+    return 1
+
+
+def codepoint_column(
+    line: str, character: int, encoding: str = UTF16, *, strict: bool = False
+) -> int:
+    """Code point index in `line` of the LSP column `character` (in `encoding` units).
+
+    A column past the end of the line means the end of the line (the LSP rule), unless
+    `strict`, when it raises PositionError. A column inside a character (half a surrogate
+    pair) rounds down to that character's start.
+    """
+    if character < 0:
+        raise PositionError(f"character {character} is negative")
+    if encoding == UTF32 or line.isascii():
+        if character > len(line):
+            if strict:
+                raise PositionError(
+                    f"character {character} is past the end of the line ({len(line)})"
+                )
+            return len(line)
+        return character
+    count = 0
+    for index, ch in enumerate(line):
+        width = _unit_width(ch, encoding)
+        if count + width > character:
+            return index
+        count += width
+    if character > count and strict:
+        raise PositionError(f"character {character} is past the end of the line ({count})")
+    return len(line)
+
+
+def lsp_column(line: str, column: int, encoding: str = UTF16) -> int:
+    """LSP column (in `encoding` units) of code point index `column` in `line`."""
+    return units(line[:column], encoding)
+
+
+@dataclass
+class Document:
+    uri: str
+    text: str
+    language_id: str = ""
+    version: int = 0
+    encoding: str = UTF16
+    _line_starts: list[int] | None = field(default=None, repr=False, compare=False)
+
+    # --- lines -------------------------------------------------------------------------
+
+    @property
+    def line_starts(self) -> list[int]:
+        """Offset (code points) where each line begins."""
+        if self._line_starts is None:
+            self._line_starts = [0] + [m.end() for m in _LINE_BREAK.finditer(self.text)]
+        return self._line_starts
+
+    @property
+    def line_count(self) -> int:
+        return len(self.line_starts)
+
+    def line_text(self, line: int) -> str:
+        """Line `line` without its line break."""
+        starts = self.line_starts
+        start = starts[line]
+        end = starts[line + 1] if line + 1 < len(starts) else len(self.text)
+        text = self.text[start:end]
+        if text.endswith("\r\n"):
+            return text[:-2]
+        if text.endswith(("\n", "\r")):
+            return text[:-1]
+        return text
+
+    # --- positions ---------------------------------------------------------------------
+
+    def to_codepoint(self, line: int, character: int, *, strict: bool = True) -> int:
+        """Code point column on `line` of the LSP position (line, character).
+
+        strict: positions outside the document raise PositionError (requests).
+        Otherwise they are clamped as the LSP specification says (edits).
+        """
+        if line < 0:
+            raise PositionError(f"line {line} is negative")
+        if line >= self.line_count:
+            if strict:
+                raise PositionError(
+                    f"line {line} is past the end of the document ({self.line_count} lines)"
+                )
+            line = self.line_count - 1
+            return len(self.line_text(line))
+        return codepoint_column(self.line_text(line), character, self.encoding, strict=strict)
+
+    def offset_at(self, line: int, character: int, *, strict: bool = True) -> int:
+        """Offset (code points) into `text` of the LSP position (line, character)."""
+        if line >= self.line_count and not strict:
+            return len(self.text)
+        column = self.to_codepoint(line, character, strict=strict)
+        return self.line_starts[line] + column
+
+    def from_codepoint(self, line: int, column: int) -> int:
+        """LSP character (in the document's encoding) of code point `column` on `line`."""
+        return lsp_column(self.line_text(line), column, self.encoding)
+
+    def position_at(self, offset: int) -> tuple[int, int]:
+        """LSP (line, character) of the code point `offset` into `text`."""
+        offset = max(0, min(offset, len(self.text)))
+        starts = self.line_starts
+        lo, hi = 0, len(starts) - 1
+        while lo < hi:  # last line start <= offset
+            mid = (lo + hi + 1) // 2
+            if starts[mid] <= offset:
+                lo = mid
+            else:
+                hi = mid - 1
+        column = min(offset - starts[lo], len(self.line_text(lo)))
+        return lo, self.from_codepoint(lo, column)
+
+    # --- edits -------------------------------------------------------------------------
+
+    def apply_change(self, text: str, range_: tuple[int, int, int, int] | None = None) -> None:
+        """Replace `range_` (start line, start character, end line, end character, in LSP
+        units) with `text`; no range replaces the whole document."""
+        if range_ is None:
+            self.text = text
+        else:
+            start = self.offset_at(range_[0], range_[1], strict=False)
+            end = self.offset_at(range_[2], range_[3], strict=False)
+            if end < start:
+                start, end = end, start
+            self.text = self.text[:start] + text + self.text[end:]
+        self._line_starts = None
+
+    # --- usability ---------------------------------------------------------------------
+
+    def unusable_reason(self, max_bytes: int) -> str | None:
+        """Why this document cannot be completed (too large, binary), or None."""
+        text = self.text
+        # Cheap bounds first: UTF-8 takes 1 to 4 bytes a code point.
+        if len(text) > max_bytes or (
+            len(text) * 4 > max_bytes and len(text.encode("utf-8", "surrogatepass")) > max_bytes
+        ):
+            return f"document is larger than context.max_document_bytes ({max_bytes} bytes)"
+        if "\x00" in text:
+            return "document contains NUL bytes (binary content)"
+        return None
+
+
+class DocumentStore:
+    """Open documents by URI. Lives on the event loop; the model worker gets snapshots."""
+
+    def __init__(self, encoding: str = UTF16):
+        self.encoding = encoding
+        self._documents: dict[str, Document] = {}
+
+    def __contains__(self, uri: str) -> bool:
+        return uri in self._documents
+
+    def __len__(self) -> int:
+        return len(self._documents)
+
+    def uris(self) -> list[str]:
+        return list(self._documents)
+
+    def get(self, uri: str) -> Document | None:
+        return self._documents.get(uri)
+
+    def open(self, uri: str, text: str, language_id: str = "", version: int = 0) -> Document:
+        document = Document(uri, text, language_id, version, self.encoding)
+        self._documents[uri] = document
+        return document
+
+    def change(
+        self,
+        uri: str,
+        changes: list[tuple[str, tuple[int, int, int, int] | None]],
+        version: int | None = None,
+    ) -> Document:
+        """Apply content changes in order; raises KeyError for a document that is not open."""
+        document = self._documents[uri]
+        for text, range_ in changes:
+            document.apply_change(text, range_)
+        if version is not None:
+            document.version = version
+        return document
+
+    def close(self, uri: str) -> Document | None:
+        return self._documents.pop(uri, None)

@@ -1,0 +1,72 @@
+"""`textDocument/completion`: the same suggestion as one item, for clients without inline
+completion. Clients that do have inline completion get an empty list here, so one keystroke
+does not run the model twice (and the two requests would supersede each other)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lsprotocol import types
+
+if TYPE_CHECKING:
+    from quickdraft.lsp.server import QuickdraftServer
+    from quickdraft.lsp.service import Answer
+
+FEATURE = "completion"
+SOURCE = "quickdraft"
+LABEL_CHARS = 60
+
+
+def client_has_inline_completion(ls: QuickdraftServer) -> bool:
+    try:
+        return ls.client_capabilities.text_document.inline_completion is not None
+    except AttributeError:
+        return False
+
+
+def completion_item(answer: Answer) -> types.CompletionItem:
+    """One item whose textEdit replaces a single-line range containing the cursor."""
+    text, start = answer.text, answer.start
+    if start.line != answer.cursor.line:
+        # A completion edit must stay on the cursor's line: drop what lies on lines above.
+        lines_above = answer.cursor.line - start.line
+        parts = text.split("\n", lines_above)
+        text = parts[-1] if len(parts) > lines_above else ""
+        start = types.Position(line=answer.cursor.line, character=0)
+    end = answer.end if answer.end.line == answer.cursor.line else answer.cursor
+    first_line = text.split("\n", 1)[0]
+    label = first_line if len(first_line) <= LABEL_CHARS else first_line[: LABEL_CHARS - 1] + "…"
+    if "\n" in text:
+        label += " …"
+    return types.CompletionItem(
+        label=label or text.strip() or "(whitespace)",
+        label_details=types.CompletionItemLabelDetails(description=SOURCE),
+        kind=types.CompletionItemKind.Text,
+        detail=f"{SOURCE} completion",
+        documentation=text,
+        sort_text="0",
+        filter_text=text,
+        preselect=True,
+        insert_text_format=types.InsertTextFormat.PlainText,
+        text_edit=types.TextEdit(range=types.Range(start=start, end=end), new_text=text),
+        data={"source": SOURCE},
+    )
+
+
+async def completion(ls: QuickdraftServer, params: types.CompletionParams) -> types.CompletionList:
+    if client_has_inline_completion(ls):
+        return types.CompletionList(is_incomplete=False, items=[])
+    answer = await ls.completions.complete(
+        params.text_document.uri,
+        params.position,
+        feature=FEATURE,
+        request_id=ls.protocol.msg_id,
+    )
+    if answer is None:
+        return types.CompletionList(is_incomplete=True, items=[])
+    # Incomplete: the client asks again as the user types, which typed-ahead answers at once.
+    return types.CompletionList(is_incomplete=True, items=[completion_item(answer)])
+
+
+def register(server: QuickdraftServer) -> None:
+    server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions())(completion)

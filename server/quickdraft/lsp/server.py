@@ -1,0 +1,287 @@
+"""The pygls server: state, protocol fixes, and the wiring of handlers to features.
+
+`create_server(defaults)` builds a ready server; `quickdraft serve` (lsp/cli.py) starts it.
+
+Two things pygls 2.1 does not do, done here in `QuickdraftProtocol`:
+
+* A request whose params fail to deserialize is dropped without a reply (pygls raises from
+  `structure_message`, the JSON object hook, and the read loop only logs it), so the client
+  would wait forever. We turn it into an `InvalidParams` error response naming what is wrong.
+* Requests after `shutdown` are dropped without a reply; they get `InvalidRequest`.
+
+Document sync bypasses pygls' own workspace: `documents.DocumentStore` is the one copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import attrs
+import cattrs
+from lsprotocol import types
+from pygls.capabilities import ServerCapabilitiesBuilder
+from pygls.exceptions import JsonRpcException
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.json_rpc import MsgId
+from pygls.protocol.language_server import lsp_method
+
+from quickdraft import __version__
+from quickdraft.config import QuickdraftConfig
+from quickdraft.lsp.configuration import ConfigChange, ConfigurationManager
+from quickdraft.lsp.documents import UTF16, DocumentStore
+from quickdraft.lsp.service import CompletionService
+from quickdraft.lsp.worker import CompleterLoader, ModelHost, ModelWorker, load_completer
+
+logger = logging.getLogger(__name__)
+
+_LOG_LEVELS = {
+    "error": types.MessageType.Error,
+    "warning": types.MessageType.Warning,
+    "info": types.MessageType.Info,
+    "log": types.MessageType.Log,
+}
+
+
+@attrs.define
+class MalformedRequest:
+    """A request whose params did not deserialize; answered with InvalidParams."""
+
+    id: MsgId
+    method: str
+    jsonrpc: str
+    detail: str
+
+
+def _describe_structure_error(exc: BaseException) -> str:
+    cause = exc.__cause__ or exc
+    if isinstance(cause, cattrs.ClassValidationError):
+        try:
+            return "; ".join(cattrs.transform_error(cause))
+        except Exception:  # pragma: no cover - transform_error is best effort
+            pass
+    return str(cause) or type(cause).__name__
+
+
+class QuickdraftProtocol(LanguageServerProtocol):
+    def structure_message(self, data: dict[str, Any]):
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as exc:
+            msg_id = data.get("id")
+            method = data.get("method")
+            is_request = "jsonrpc" in data and "error" not in data and "result" not in data
+            if is_request and isinstance(msg_id, (str, int)) and isinstance(method, str):
+                return MalformedRequest(
+                    id=msg_id,
+                    method=method,
+                    jsonrpc=str(data.get("jsonrpc")),
+                    detail=_describe_structure_error(exc),
+                )
+            raise
+
+    def handle_message(self, message):
+        if (
+            self._shutdown
+            and getattr(message, "method", "") != types.EXIT
+            and hasattr(message, "id")
+            and hasattr(message, "method")
+        ):
+            self._send_response(
+                message.id,
+                error=types.ResponseError(
+                    code=types.ErrorCodes.InvalidRequest,
+                    message=f"{message.method}: the server is shutting down",
+                ),
+            )
+            return
+        if isinstance(message, MalformedRequest):
+            self._answer_malformed(message)
+            return
+        super().handle_message(message)
+
+    def _answer_malformed(self, message: MalformedRequest) -> None:
+        known = message.method in self.fm.features or message.method in self.fm.builtin_features
+        if known:
+            code = types.ErrorCodes.InvalidParams
+            text = f"Invalid params for {message.method}: {message.detail}"
+        else:
+            code = types.ErrorCodes.MethodNotFound
+            text = f"Method Not Found: {message.method}"
+        logger.warning("request %s: %s", message.id, text)
+        self._send_response(message.id, error=types.ResponseError(code=code, message=text))
+
+    # Document sync goes to our own store only (see documents.py); pygls' workspace copy
+    # would double the memory and raise on changes to documents it does not know.
+    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams):
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_OPEN)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams):
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CLOSE)) is not None:
+            yield handler, (params,), None
+
+
+class QuickdraftServer(LanguageServer):
+    def __init__(self, defaults: QuickdraftConfig, loader: CompleterLoader = load_completer):
+        super().__init__(
+            "quickdraft",
+            __version__,
+            text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+            protocol_cls=QuickdraftProtocol,
+        )
+        self.config = ConfigurationManager(defaults)
+        self.documents = DocumentStore(UTF16)
+        self.worker = ModelWorker()
+        self.host = ModelHost(loader)
+        self.completions = CompletionService(self)
+        self._pending_sync: set[str] = set()
+        self._sync_lock = threading.Lock()
+        self.models_generation = 0
+        """Counts model loads submitted; a finished load that is no longer the latest is quiet."""
+
+    # --- messages to the client -------------------------------------------------------
+
+    def log(self, message: str, level: str = "info") -> None:
+        """`window/logMessage` and the Python log."""
+        getattr(logger, "warning" if level == "warning" else "info")(message)
+        try:
+            self.window_log_message(
+                types.LogMessageParams(type=_LOG_LEVELS[level], message=message)
+            )
+        except Exception:  # no transport yet (unit tests) or the client went away
+            logger.debug("could not send logMessage", exc_info=True)
+
+    def show(self, message: str, level: str = "error") -> None:
+        """`window/showMessage` (and the log)."""
+        logger.log(logging.ERROR if level == "error" else logging.INFO, "%s", message)
+        try:
+            self.window_show_message(
+                types.ShowMessageParams(type=_LOG_LEVELS[level], message=message)
+            )
+        except Exception:
+            logger.debug("could not send showMessage", exc_info=True)
+
+    def report_server_error(self, error: Exception, source) -> None:
+        # pygls' default shows "Error in server: ..." for any notification failure; keep that,
+        # but with our own wording and never for request errors (they have their own reply).
+        from pygls.exceptions import FeatureRequestError
+
+        if source == FeatureRequestError:
+            return
+        self.show(f"quickdraft: internal error: {error}")
+
+    # --- position encoding ------------------------------------------------------------
+
+    def choose_encoding(self, capabilities: types.ClientCapabilities) -> str:
+        encoding = ServerCapabilitiesBuilder.choose_position_encoding(capabilities)
+        self.documents.encoding = str(getattr(encoding, "value", encoding))
+        return self.documents.encoding
+
+    # --- documents --------------------------------------------------------------------
+
+    def sync_document(self, uri: str) -> None:
+        """Tell the Completer (on the worker) about `uri`'s current text, coalescing bursts of
+        changes into one update that reads the latest text when it runs."""
+        with self._sync_lock:
+            if uri in self._pending_sync:
+                return
+            self._pending_sync.add(uri)
+        self.worker.submit(self._flush_sync, uri)
+
+    def _flush_sync(self, uri: str) -> None:  # worker thread
+        with self._sync_lock:
+            self._pending_sync.discard(uri)
+        document = self.documents.get(uri)
+        if document is None:
+            return
+        text, language_id = document.text, document.language_id
+        max_bytes = self.config.current.context.max_document_bytes
+        if document.unusable_reason(max_bytes) is not None:
+            self.host.close_document(uri)  # keep it out of the n-gram index
+            return
+        self.host.set_document(uri, text, language_id)
+
+    def forget_document(self, uri: str) -> None:
+        self.completions.forget(uri)
+        self.worker.submit(self.host.close_document, uri)
+
+    # --- configuration and models -----------------------------------------------------
+
+    def apply_config_change(self, change: ConfigChange) -> None:
+        """Hand a new configuration to the worker: reload models when they changed."""
+        if change.changed:
+            self.completions.typed_ahead.clear()  # suggestions made under other settings
+        if change.models_changed:
+            self.load_models(change.config)
+        elif change.changed:
+            self.worker.submit(self.host.update_config, change.config)
+            self.log("configuration updated")
+
+    def load_models(self, config: QuickdraftConfig) -> None:
+        """Load (or reload) the models on the worker; report the outcome to the client."""
+        import asyncio
+
+        self.models_generation += 1
+        generation = self.models_generation
+        model = config.model
+        self.log(
+            f"loading models: target={model.target or model.preset} draft={model.draft} "
+            f"device={model.device} dtype={model.dtype}"
+        )
+        future = self.worker.submit(self.host.load, config)
+        loop = asyncio.get_running_loop()
+
+        def done(fut):
+            loop.call_soon_threadsafe(self._models_loaded, fut, generation, config)
+
+        future.add_done_callback(done)
+
+    def _models_loaded(self, future, generation: int, config: QuickdraftConfig) -> None:
+        exc = future.exception()
+        if exc is None:
+            self.completions.typed_ahead.clear()
+            self.log(f"models ready: {future.result()}")
+            return
+        if generation == self.models_generation and self.host.config is not None:
+            # A reload failed: the previous models keep serving, and the configuration says so.
+            self.config.revert_models(self.host.config.model)
+        self.show(f"quickdraft: {exc}", "error")
+
+    def stop(self) -> None:
+        self.worker.stop()
+
+    @property
+    def was_shut_down(self) -> bool:
+        """True once the client sent `shutdown` (the LSP exit status is 0 then, else 1)."""
+        return bool(self.protocol._shutdown)
+
+    def shutdown(self) -> None:
+        # pygls waits for its thread pool here, whose stdin reader is blocked until the client
+        # closes our stdin, which a client waiting for us to exit never does. Don't wait.
+        if self._stop_event is not None:
+            self._stop_event.set()
+        if self._thread_pool:
+            self._thread_pool.shutdown(wait=False, cancel_futures=True)
+        if self._server:
+            self._server.close()
+
+
+def create_server(
+    defaults: QuickdraftConfig, loader: CompleterLoader = load_completer
+) -> QuickdraftServer:
+    """A server with every feature registered, models loaded with `loader` after initialize."""
+    from quickdraft.lsp import handlers
+
+    server = QuickdraftServer(defaults, loader)
+    handlers.register_all(server)
+    return server

@@ -1,0 +1,219 @@
+"""Completion requests, whatever LSP feature asked: checks, typed-ahead, the worker, stats.
+
+`inlineCompletion` and the `completion` fallback differ only in how they dress the answer; the
+work is here. Everything runs on the event loop except `ModelHost.complete`, which runs on the
+model worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lsprotocol import types
+
+from quickdraft.errors import PositionError, QuickdraftError
+from quickdraft.lsp.typed_ahead import TypedAhead
+
+if TYPE_CHECKING:
+    from quickdraft.lsp.server import QuickdraftServer
+
+logger = logging.getLogger(__name__)
+
+STATS_NOTIFICATION = "$/quickdraft/stats"
+
+
+@dataclass
+class Answer:
+    """A suggestion placed in a document: `text` replaces `start`..`end` (LSP positions)."""
+
+    text: str
+    start: types.Position
+    end: types.Position
+    cursor: types.Position
+    cached: bool = False
+
+
+class CompletionService:
+    def __init__(self, server: QuickdraftServer):
+        self.server = server
+        self.typed_ahead = TypedAhead()
+        self._inflight: dict[str, threading.Event] = {}
+
+    # --- the request ------------------------------------------------------------------
+
+    async def complete(
+        self, uri: str, position: types.Position, *, feature: str, request_id: Any
+    ) -> Answer | None:
+        """The suggestion at `position` in `uri`, or None when there is none to give."""
+        server = self.server
+        document = server.documents.get(uri)
+        if document is None:
+            server.log(f"[{request_id}] {feature}: {uri} is not open; no completion", "warning")
+            return None
+        config = server.config.current
+        language = config.language(document.language_id)
+        if not language.enabled:
+            server.log(f"[{request_id}] {feature}: disabled for {document.language_id!r}")
+            return None
+        reason = document.unusable_reason(config.context.max_document_bytes)
+        if reason is not None:
+            server.log(f"[{request_id}] {feature}: {uri}: {reason}; no completion", "warning")
+            return None
+        try:
+            column = document.to_codepoint(position.line, position.character, strict=True)
+        except PositionError as exc:
+            server.log(f"[{request_id}] {feature}: {uri}: {exc}; no completion", "warning")
+            return None
+
+        text = document.text
+        offset = document.line_starts[position.line] + column
+        started = time.perf_counter()
+
+        # Typed ahead: the user typed the start of the current suggestion.
+        hit = self.typed_ahead.lookup(uri, text, offset)
+        if hit is not None:
+            anchor, suggestion, after = hit
+            self._cancel_inflight(uri)
+            answer = self._answer(document, anchor, suggestion, offset, offset + after, cached=True)
+            self._report(
+                request_id,
+                uri,
+                feature,
+                started,
+                None,
+                cached=True,
+                text=suggestion[offset - anchor :],
+            )
+            return answer
+
+        # A newer request for a document supersedes the older one.
+        self._cancel_inflight(uri)
+        cancel = threading.Event()
+        self._inflight[uri] = cancel
+
+        from quickdraft.completer import CompletionRequest
+
+        request = CompletionRequest(
+            uri=uri,
+            text=text,
+            line=position.line,
+            character=column,
+            language_id=document.language_id,
+        )
+        future = server.worker.submit(server.host.complete, request, cancel, None)
+        try:
+            completion = await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            cancel.set()  # $/cancelRequest: the engine stops at its next step
+            server.log(f"[{request_id}] {feature}: cancelled")
+            raise
+        except QuickdraftError as exc:
+            server.log(f"[{request_id}] {feature}: {exc}", "warning")
+            return None
+        finally:
+            if self._inflight.get(uri) is cancel:
+                del self._inflight[uri]
+
+        if cancel.is_set():
+            server.log(f"[{request_id}] {feature}: superseded by a newer request")
+            return None
+        suggestion = completion.text or ""
+        self._report(request_id, uri, feature, started, completion, cached=False, text=suggestion)
+        if not suggestion:
+            return None
+        before, after = _replacement(completion, text, offset)
+        start, end = offset - before, offset + after
+        self.typed_ahead.remember(uri, text, start, offset, end, suggestion)
+        return self._answer(document, start, suggestion, offset, end)
+
+    def _cancel_inflight(self, uri: str) -> None:
+        previous = self._inflight.pop(uri, None)
+        if previous is not None:
+            previous.set()
+
+    def forget(self, uri: str) -> None:
+        self._cancel_inflight(uri)
+        self.typed_ahead.forget(uri)
+
+    # --- answers ----------------------------------------------------------------------
+
+    @staticmethod
+    def _answer(document, start: int, text: str, cursor: int, end: int, *, cached: bool = False):
+        def position(offset: int) -> types.Position:
+            line, character = document.position_at(offset)
+            return types.Position(line=line, character=character)
+
+        return Answer(text, position(start), position(end), position(cursor), cached)
+
+    def _report(
+        self,
+        request_id: Any,
+        uri: str,
+        feature: str,
+        started: float,
+        completion: Any,
+        *,
+        cached: bool,
+        text: str,
+    ) -> None:
+        latency_ms = (time.perf_counter() - started) * 1000.0
+        payload = stats_payload(completion, latency_ms=latency_ms, cached=cached)
+        payload.update(uri=uri, requestId=request_id, feature=feature, chars=len(text))
+        self.server.protocol.notify(STATS_NOTIFICATION, payload)
+        source = "typed-ahead" if cached else f"{payload['tokens']} tokens"
+        self.server.log(
+            f"[{request_id}] {feature}: {len(text)} chars, {source}, {latency_ms:.0f} ms"
+            + (f", {payload['tokensPerForward']:.2f} tokens/forward" if not cached else "")
+        )
+
+
+def _replacement(completion: Any, text: str, offset: int) -> tuple[int, int]:
+    """How many code points before and after the cursor the suggestion replaces.
+
+    A completion whose text starts with what was typed just before the cursor (token healing)
+    says so in `replace_before`; one that also rewrites text after the cursor (a closing bracket
+    the editor inserted) in `replace_after`. Both are checked against the document.
+    """
+    before = int(getattr(completion, "replace_before", 0) or 0)
+    after = int(getattr(completion, "replace_after", 0) or 0)
+    before = max(0, min(before, offset))
+    after = max(0, min(after, len(text) - offset))
+    return before, after
+
+
+def stats_payload(completion: Any, *, latency_ms: float, cached: bool) -> dict[str, Any]:
+    """The `$/quickdraft/stats` notification for one answered request."""
+    stats: dict[str, Any] = {}
+    raw = getattr(completion, "stats", None)
+    if raw is not None:
+        to_dict = getattr(raw, "to_dict", None)
+        stats = dict(to_dict()) if callable(to_dict) else dict(vars(raw))
+    tokens = getattr(completion, "tokens", None)
+    new_tokens = len(tokens) if tokens is not None else int(stats.get("new_tokens", 0) or 0)
+    drafted = stats.get("drafted_by_source") or {}
+    accepted = stats.get("accepted_by_source") or {}
+    acceptance = {
+        source: (accepted.get(source, 0) / count if count else 0.0)
+        for source, count in drafted.items()
+    }
+    return {
+        "latencyMs": round(latency_ms, 3),
+        "cached": cached,
+        "tokens": new_tokens,
+        "tokensPerForward": float(stats.get("tokens_per_forward", 0.0) or 0.0),
+        "targetForwards": int(stats.get("target_forwards", 0) or 0),
+        "acceptanceBySource": acceptance,
+        "acceptedBySource": dict(accepted),
+        "draftedBySource": dict(drafted),
+        "promptTokens": int(stats.get("prompt_tokens", 0) or 0),
+        "prefillTokens": int(stats.get("prefill_tokens", 0) or 0),
+        "reusedTokens": int(stats.get("reused_tokens", 0) or 0),
+        "mode": getattr(completion, "mode", None),
+        "stopReason": getattr(completion, "stop_reason", None) or stats.get("stop_reason"),
+        "engine": stats,
+    }

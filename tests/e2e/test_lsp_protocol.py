@@ -1,0 +1,653 @@
+"""The language server's protocol layer end to end, with a fake Completer.
+
+Each test starts this file as a server process (`python test_lsp_protocol.py serve ...`): the
+real `quickdraft serve` server, argument parsing and worker thread, with models replaced by
+`FakeCompleter`, whose answers say what it was asked (the text before the cursor as it saw it,
+its configuration, the thread it ran on), so the tests can check positions and state exactly.
+The same server with real tiny models is tested in test_lsp_models.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import pytest
+from lsprotocol import types
+from pygls.exceptions import (
+    JsonRpcInvalidParams,
+    JsonRpcInvalidRequest,
+    JsonRpcMethodNotFound,
+    JsonRpcRequestCancelled,
+)
+from pygls.protocol.json_rpc import JsonRPCRequestMessage
+
+# --- the fake server (runs in the server process) ------------------------------------------
+
+LOADS = 0
+
+
+@dataclass
+class FakeStats:
+    new_tokens: int
+
+    def to_dict(self):
+        return {
+            "prompt_tokens": 10,
+            "prefill_tokens": 7,
+            "reused_tokens": 3,
+            "new_tokens": self.new_tokens,
+            "target_forwards": 2,
+            "tokens_per_forward": self.new_tokens / 2,
+            "drafted_by_source": {"ngram": 4, "draft": 2},
+            "accepted_by_source": {"ngram": 3, "draft": 0},
+        }
+
+
+@dataclass
+class FakeCompletion:
+    text: str
+    tokens: list[int] = field(default_factory=list)
+    stats: FakeStats | None = None
+    mode: str = "line"
+    replace_before: int = 0
+
+    def __post_init__(self):
+        self.tokens = list(range(len(self.text)))
+        self.stats = FakeStats(len(self.tokens))
+
+
+class FakeCompleter:
+    """Answers with what it saw. Triggers are words in the line before the cursor."""
+
+    def __init__(self, config):
+        self.config = config
+        self.documents: dict[str, tuple[str, str]] = {}
+        self.calls = 0
+
+    def set_document(self, uri, text, language_id):
+        self.documents[uri] = (text, language_id)
+
+    def close_document(self, uri):
+        self.documents.pop(uri, None)
+
+    def update_config(self, config):
+        self.config = config
+
+    def complete(self, request, cancel=None, strategy=None):
+        self.calls += 1
+        line = request.text.split("\n")[request.line]
+        prefix = line[: request.character]
+        if "SLOW" in prefix:  # generate until cancelled (30 s at most)
+            deadline = time.monotonic() + 30
+            while not cancel.is_set() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return FakeCompletion("late" if not cancel.is_set() else "cancelled")
+        if "COUNT" in prefix:
+            return FakeCompletion(f"{self.calls} calls {LOADS} loads {len(self.documents)} docs")
+        if "INDEX" in prefix:  # the document as the Completer was told about it
+            known = self.documents.get(request.uri, ("?", ""))[0].split("\n")[request.line]
+            return FakeCompletion(f"[{known[: request.character][-2:]}]")
+        if "CONFIG" in prefix:
+            config = self.config
+            return FakeCompletion(
+                f"max={config.max_new_tokens_for(request.language_id)} "
+                f"temp={config.decoding.temperature}"
+            )
+        if "THREAD" in prefix:
+            return FakeCompletion(threading.current_thread().name)
+        if "HEAL" in prefix:  # token healing: the suggestion repeats the last two characters
+            return FakeCompletion(prefix[-2:] + "_healed", replace_before=2)
+        if "GREET" in prefix:
+            return FakeCompletion("hello_world()")
+        if "MULTI" in prefix:
+            return FakeCompletion("first\nsecond")
+        if "EMPTY" in prefix:
+            return FakeCompletion("")
+        return FakeCompletion(f"<{prefix[-2:]}>")
+
+
+def fake_loader(config):
+    global LOADS
+    target = config.model.target
+    if target == "broken":
+        from quickdraft.errors import ModelNotFoundError
+
+        raise ModelNotFoundError("model 'broken' not found: no such directory")
+    if target == "crash":
+        raise RuntimeError("CUDA out of memory (simulated)")
+    LOADS += 1
+    return FakeCompleter(config)
+
+
+def run_fake_server(argv: list[str]) -> None:
+    import argparse
+
+    try:
+        import quickdraft.completer  # noqa: F401
+    except ImportError:  # until the real Completer lands: its request type only
+        import types as pytypes
+
+        @dataclass
+        class CompletionRequest:
+            uri: str
+            text: str
+            line: int
+            character: int
+            language_id: str
+
+        module = pytypes.ModuleType("quickdraft.completer")
+        module.CompletionRequest = CompletionRequest
+        sys.modules["quickdraft.completer"] = module
+
+    from quickdraft.cli import config_dict_from_args
+    from quickdraft.config import load_config
+    from quickdraft.lsp import cli
+    from quickdraft.lsp.server import create_server
+
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    defaults = load_config(config_dict_from_args(args))
+    cli.configure_logging(args.log_level)
+    cli.serve(create_server(defaults, loader=fake_loader))
+
+
+if __name__ == "__main__":
+    run_fake_server(sys.argv[1:])
+    sys.exit(0)
+
+
+# --- helpers -----------------------------------------------------------------------------
+
+
+def fake_command(*flags: str) -> list[str]:
+    return [sys.executable, __file__, "serve", "--target", "fake", *flags]
+
+
+def items_of(result) -> list:
+    if result is None:
+        return []
+    return list(getattr(result, "items", result))
+
+
+def open_doc(client, uri: str, text: str, language_id: str = "python", version: int = 1):
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(
+                uri=uri, language_id=language_id, version=version, text=text
+            )
+        )
+    )
+
+
+def edit(client, uri: str, version: int, start: tuple[int, int], end: tuple[int, int], text: str):
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[
+                types.TextDocumentContentChangePartial(
+                    range=types.Range(
+                        start=types.Position(line=start[0], character=start[1]),
+                        end=types.Position(line=end[0], character=end[1]),
+                    ),
+                    text=text,
+                )
+            ],
+        )
+    )
+
+
+async def inline(client, uri: str, line: int, character: int):
+    return await client.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=line, character=character),
+            context=types.InlineCompletionContext(
+                trigger_kind=types.InlineCompletionTriggerKind.Automatic
+            ),
+        )
+    )
+
+
+async def complete(client, uri: str, line: int, character: int):
+    return await client.text_document_completion_async(
+        types.CompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=line, character=character),
+        )
+    )
+
+
+async def inline_text(client, uri: str, line: int, character: int) -> str | None:
+    items = items_of(await inline(client, uri, line, character))
+    return items[0].insert_text if items else None
+
+
+def rng(item) -> tuple[int, int, int, int]:
+    r = item.range if hasattr(item, "range") else item.text_edit.range
+    return (r.start.line, r.start.character, r.end.line, r.end.character)
+
+
+async def raw_request(client, method: str, params):
+    """Send a request exactly as given (no client-side type checks); await the answer."""
+    msg_id = f"raw-{uuid.uuid4()}"
+    future: Future = Future()
+    client.protocol._request_futures[msg_id] = future
+    client.protocol._send_data(
+        JsonRPCRequestMessage(id=msg_id, method=method, jsonrpc="2.0", params=params)
+    )
+    return await asyncio.wait_for(asyncio.wrap_future(future), 10)
+
+
+async def wait_for(predicate, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)
+
+
+def plain(value):
+    """Notification params as plain dicts (pygls turns unknown objects into named tuples)."""
+    if hasattr(value, "_asdict"):
+        value = value._asdict()
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    return value
+
+
+def shown(client, level=types.MessageType.Error) -> list[str]:
+    return [m.message for m in client.messages if m.type == level]
+
+
+URI = "file:///work/a.py"
+
+
+# --- tests -------------------------------------------------------------------------------
+
+
+async def test_capabilities_advertise_inline_completion_and_incremental_sync(session):
+    async with session(fake_command()) as client:
+        caps = client.initialize_result.capabilities
+        assert caps.inline_completion_provider is not None
+        assert caps.completion_provider is not None
+        sync = caps.text_document_sync
+        kind = sync.change if hasattr(sync, "change") else sync
+        assert kind == types.TextDocumentSyncKind.Incremental
+        assert caps.position_encoding in (types.PositionEncodingKind.Utf16, "utf-16")
+        assert client.initialize_result.server_info.name == "quickdraft"
+
+
+async def test_inline_completion_text_range_and_stats(session):
+    async with session(fake_command()) as client:
+        open_doc(client, URI, "import os\nx = ab\n")
+        result = await inline(client, URI, 1, 6)
+        [item] = items_of(result)
+        assert item.insert_text == "<ab>"
+        assert rng(item) == (1, 6, 1, 6)
+        await wait_for(lambda: client.stats)
+        stats = plain(client.stats[-1])
+        assert stats["tokens"] == 4
+        assert stats["tokensPerForward"] == 2.0
+        assert stats["acceptanceBySource"] == {"ngram": 0.75, "draft": 0.0}
+        assert stats["prefillTokens"] == 7 and stats["reusedTokens"] == 3
+        assert stats["latencyMs"] >= 0 and stats["cached"] is False
+        assert stats["uri"] == URI
+        # logged with the request id
+        await wait_for(
+            lambda: any(str(stats["requestId"]) in m.message for m in client.log_messages)
+        )
+
+
+async def test_model_work_runs_on_the_worker_thread(session):
+    async with session(fake_command()) as client:
+        open_doc(client, URI, "THREAD")
+        assert await inline_text(client, URI, 0, 6) == "quickdraft-model"
+
+
+async def test_utf16_positions_with_emoji_and_cjk(session):
+    async with session(fake_command()) as client:
+        # UTF-16: '😀' is 2 units, '中' is 1; code points: 1 each.
+        open_doc(client, URI, "s = '😀中' + x\n")
+        # after '中': 5 + 2 + 1 = 8 UTF-16 units (7 code points)
+        [item] = items_of(await inline(client, URI, 0, 8))
+        assert item.insert_text == "<😀中>"
+        assert rng(item) == (0, 8, 0, 8)
+        # An incremental edit addressed in UTF-16: replace '中' (units 7..8) with '文字'.
+        edit(client, URI, 2, (0, 7), (0, 8), "文字")
+        assert await inline_text(client, URI, 0, 9) == "<文字>"
+        # The Completer (n-gram index) saw the same edit.
+        edit(client, URI, 3, (0, 0), (0, 0), "INDEX ")
+        assert await inline_text(client, URI, 0, 15) == "[文字]"
+
+
+async def test_token_healing_range_starts_before_the_cursor(session):
+    async with session(fake_command()) as client:
+        open_doc(client, URI, "😀 HEAL xy")
+        # cursor at the end: 2 + 8 = 10 UTF-16 units
+        [item] = items_of(await inline(client, URI, 0, 10))
+        assert item.insert_text == "xy_healed"
+        assert rng(item) == (0, 8, 0, 10)
+
+
+async def test_edits_are_seen_by_the_next_completion(session):
+    async with session(fake_command()) as client:
+        open_doc(client, URI, "a = 1\nb = xy\n")
+        assert await inline_text(client, URI, 1, 6) == "<xy>"
+        edit(client, URI, 2, (1, 4), (1, 6), "pq")
+        assert await inline_text(client, URI, 1, 6) == "<pq>"
+        # A multi-line edit that joins lines.
+        edit(client, URI, 3, (0, 5), (1, 4), " + ")
+        assert await inline_text(client, URI, 0, 10) == "<pq>"
+        # Full-document replacement.
+        client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=URI, version=4),
+                content_changes=[types.TextDocumentContentChangeWholeDocument(text="zz\n")],
+            )
+        )
+        assert await inline_text(client, URI, 0, 2) == "<zz>"
+
+
+async def test_close_and_reopen_keep_the_completer_in_step(session):
+    async with session(fake_command()) as client:
+        open_doc(client, URI, "one")
+        open_doc(client, "file:///work/b.py", "two")
+        open_doc(client, "file:///work/c.py", "COUNT")
+        assert (await inline_text(client, "file:///work/c.py", 0, 5)).endswith("3 docs")
+        client.text_document_did_close(
+            types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=URI))
+        )
+        edit(client, "file:///work/c.py", 2, (0, 0), (0, 0), " ")
+        assert (await inline_text(client, "file:///work/c.py", 0, 6)).endswith("2 docs")
+        assert items_of(await inline(client, URI, 0, 1)) == []  # closed: unknown now
+
+
+async def test_completion_fallback_for_clients_without_inline(session):
+    async with session(fake_command(), inline=False) as client:
+        open_doc(client, URI, "x = '中'ab")
+        result = await complete(client, URI, 0, 9)
+        [item] = items_of(result)
+        assert item.text_edit.new_text == "<ab>"
+        assert rng(item) == (0, 9, 0, 9)
+        assert "quickdraft" in item.detail
+        assert item.label_details.description == "quickdraft"
+        assert item.insert_text_format == types.InsertTextFormat.PlainText
+        # healing: the edit covers the typed characters, which the item repeats
+        open_doc(client, "file:///work/h.py", "HEAL xy")
+        [item] = items_of(await complete(client, "file:///work/h.py", 0, 7))
+        assert item.text_edit.new_text == "xy_healed"
+        assert rng(item) == (0, 5, 0, 7)
+        # multi-line suggestions keep their lines in the edit
+        open_doc(client, "file:///work/m.py", "MULTI")
+        [item] = items_of(await complete(client, "file:///work/m.py", 0, 5))
+        assert item.text_edit.new_text == "first\nsecond"
+
+
+async def test_completion_is_empty_for_clients_with_inline_completion(session):
+    async with session(fake_command(), inline=True) as client:
+        open_doc(client, URI, "x = ab")
+        assert items_of(await complete(client, URI, 0, 6)) == []
+        assert await inline_text(client, URI, 0, 6) == "<ab>"
+
+
+async def test_typed_ahead_answers_without_the_model(session):
+    async with session(fake_command()) as client:
+        open_doc(client, URI, "GREET \nCOUNT")
+        [item] = items_of(await inline(client, URI, 0, 6))
+        assert item.insert_text == "hello_world()"
+        # The user types the start of the suggestion.
+        edit(client, URI, 2, (0, 6), (0, 6), "hel")
+        [item] = items_of(await inline(client, URI, 0, 9))
+        assert item.insert_text == "hello_world()"
+        assert rng(item) == (0, 6, 0, 9)  # replaces what was typed, which it repeats
+        await wait_for(lambda: len(client.stats) >= 2)
+        cached = plain(client.stats[-1])
+        assert cached["cached"] is True
+        # The model was called once, for the first request (the COUNT request is the second).
+        assert (await inline_text(client, URI, 1, 5)).startswith("2 calls")
+        # Typing something else goes back to the model.
+        edit(client, URI, 3, (0, 9), (0, 9), "X")
+        assert await inline_text(client, URI, 0, 10) == "hello_world()"
+        await wait_for(lambda: len(client.stats) >= 4)
+        assert plain(client.stats[-1])["cached"] is False
+
+
+async def test_malformed_params_get_invalid_params_and_the_server_keeps_serving(session):
+    async with session(fake_command()) as client:
+        open_doc(client, URI, "x = ab")
+        with pytest.raises(JsonRpcInvalidParams) as info:
+            await raw_request(
+                client,
+                types.TEXT_DOCUMENT_INLINE_COMPLETION,
+                {"textDocument": {"uri": URI}, "position": {"line": "zero", "character": 0}},
+            )
+        assert "position" in str(info.value) or "line" in str(info.value)
+        with pytest.raises(JsonRpcInvalidParams):
+            await raw_request(client, types.TEXT_DOCUMENT_COMPLETION, None)
+        with pytest.raises(JsonRpcInvalidParams):
+            await raw_request(
+                client,
+                types.TEXT_DOCUMENT_INLINE_COMPLETION,
+                {"textDocument": {"uri": URI}, "position": {"line": -1, "character": 0}},
+            )
+        assert await inline_text(client, URI, 0, 6) == "<ab>"
+
+
+async def test_unknown_methods_get_method_not_found(session):
+    async with session(fake_command()) as client:
+        with pytest.raises(JsonRpcMethodNotFound):
+            await raw_request(client, "quickdraft/noSuchThing", {})
+        with pytest.raises(JsonRpcMethodNotFound):  # a real LSP method we do not serve
+            await raw_request(
+                client,
+                types.TEXT_DOCUMENT_HOVER,
+                {"textDocument": {"uri": URI}, "position": {"line": 0, "character": 0}},
+            )
+        open_doc(client, URI, "x = ab")
+        assert await inline_text(client, URI, 0, 6) == "<ab>"
+
+
+async def test_unknown_uri_and_positions_outside_the_document_are_empty(session):
+    async with session(fake_command()) as client:
+        assert items_of(await inline(client, "file:///nowhere.py", 0, 0)) == []
+        open_doc(client, URI, "ab\n😀")
+        assert items_of(await inline(client, URI, 5, 0)) == []  # past the last line
+        assert items_of(await inline(client, URI, 0, 3)) == []  # past the end of the line
+        assert items_of(await inline(client, URI, 1, 3)) == []  # the emoji is 2 units
+        assert await inline_text(client, URI, 1, 2) == "<😀>"
+        assert await inline_text(client, URI, 0, 2) == "<ab>"
+        assert any("not open" in m.message for m in client.log_messages)
+
+
+async def test_huge_and_binary_documents_are_empty_and_state_is_kept(session):
+    options = {"context": {"maxDocumentBytes": 1000}}
+    async with session(fake_command(), init_options=options) as client:
+        big = "y" * 600 + "\n" + "中" * 200 + "ab"  # 600 + 1 + 600 + 2 bytes
+        open_doc(client, URI, big)
+        assert items_of(await inline(client, URI, 1, 202)) == []
+        # Deleting most of it makes it usable again: the edits applied to the kept state.
+        edit(client, URI, 2, (0, 0), (1, 150), "")
+        assert await inline_text(client, URI, 0, 52) == "<ab>"
+
+        binary = "file:///work/blob.bin"
+        open_doc(client, binary, "ab\x00cd", language_id="plaintext")
+        assert items_of(await inline(client, binary, 0, 2)) == []
+        edit(client, binary, 2, (0, 2), (0, 3), "")
+        assert await inline_text(client, binary, 0, 2) == "<ab>"
+        assert any("NUL" in m.message for m in client.log_messages)
+        assert any("larger than" in m.message for m in client.log_messages)
+
+
+async def test_per_language_settings_via_did_change_configuration(session):
+    async with session(fake_command("--max-tokens", "20")) as client:
+        open_doc(client, URI, "CONFIG")
+        open_doc(client, "file:///work/a.rs", "CONFIG", language_id="rust")
+        assert (await inline_text(client, URI, 0, 6)).startswith("max=20 ")  # CLI default
+        client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(
+                settings={
+                    "quickdraft": {
+                        "decoding": {"temperature": 0.5},
+                        "languages": {
+                            "python": {"enabled": False},
+                            "rust": {"maxNewTokens": 7},
+                        },
+                    }
+                }
+            )
+        )
+        assert items_of(await inline(client, URI, 0, 6)) == []
+        assert await inline_text(client, "file:///work/a.rs", 0, 6) == "max=7 temp=0.5"
+        # Settings replace the previous ones: python back on, rust back to the default.
+        client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(settings={"quickdraft": {}})
+        )
+        assert await inline_text(client, URI, 0, 6) == "max=20 temp=0.0"
+        assert await inline_text(client, "file:///work/a.rs", 0, 6) == "max=20 temp=0.0"
+
+
+async def test_invalid_configuration_shows_a_message_and_keeps_the_previous(session):
+    options = {"decoding": {"maxNewTokens": 12}}
+    async with session(fake_command(), init_options=options) as client:
+        open_doc(client, URI, "CONFIG")
+        assert await inline_text(client, URI, 0, 6) == "max=12 temp=0.0"
+        client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(
+                settings={"quickdraft": {"decoding": {"maxNewTokens": -3, "temperature": 0.3}}}
+            )
+        )
+        await wait_for(lambda: shown(client))
+        assert "decoding.maxNewTokens" in shown(client)[-1]
+        assert await inline_text(client, URI, 0, 6) == "max=12 temp=0.0"
+        client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(
+                settings={"quickdraft": {"decoding": {"strategy": "fastest"}}}
+            )
+        )
+        await wait_for(lambda: len(shown(client)) >= 2)
+        assert "strategy" in shown(client)[-1]
+        assert await inline_text(client, URI, 0, 6) == "max=12 temp=0.0"
+
+
+async def test_invalid_initialization_options_fall_back_to_defaults(session):
+    async with session(fake_command(), init_options={"decoding": {"nope": 1}}) as client:
+        await wait_for(lambda: shown(client))
+        assert "decoding.nope" in shown(client)[0]
+        open_doc(client, URI, "CONFIG")
+        assert await inline_text(client, URI, 0, 6) == "max=64 temp=0.0"
+
+
+async def test_workspace_configuration_is_pulled(session):
+    settings = {"quickdraft": {"languages": {"python": {"maxNewTokens": 5}}}}
+    async with session(fake_command(), pull_configuration=settings) as client:
+        open_doc(client, URI, "CONFIG")
+        await wait_for(
+            lambda: any("configuration updated" in m.message for m in client.log_messages)
+        )
+        assert await inline_text(client, URI, 0, 6) == "max=5 temp=0.0"
+        # A notification without settings (pull model) makes the server ask again.
+        client.set_configuration({"quickdraft": {"decoding": {"maxNewTokens": 9}}})
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+        await wait_for(
+            lambda: sum("configuration updated" in m.message for m in client.log_messages) >= 2
+        )
+        assert await inline_text(client, URI, 0, 6) == "max=9 temp=0.0"
+
+
+async def test_cancel_request_stops_the_generation(session):
+    async with session(fake_command()) as client:
+        open_doc(client, URI, "SLOW\nx = ab")
+        params = types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=URI),
+            position=types.Position(line=0, character=4),
+            context=types.InlineCompletionContext(
+                trigger_kind=types.InlineCompletionTriggerKind.Automatic
+            ),
+        )
+        pending = asyncio.ensure_future(
+            client.protocol.send_request_async(
+                types.TEXT_DOCUMENT_INLINE_COMPLETION, params, msg_id="slow-1"
+            )
+        )
+        await asyncio.sleep(0.3)
+        assert not pending.done()
+        started = time.monotonic()
+        client.cancel_request(types.CancelParams(id="slow-1"))
+        with pytest.raises(JsonRpcRequestCancelled):
+            await asyncio.wait_for(pending, 5)
+        # The worker is free again: the next request is answered at once.
+        assert await inline_text(client, URI, 1, 6) == "<ab>"
+        assert time.monotonic() - started < 3
+
+
+async def test_newer_request_supersedes_the_older(session):
+    async with session(fake_command()) as client:
+        open_doc(client, URI, "SLOW\nx = ab")
+        older = asyncio.ensure_future(inline(client, URI, 0, 4))
+        await asyncio.sleep(0.3)
+        started = time.monotonic()
+        newer = await inline(client, URI, 1, 6)
+        assert items_of(newer)[0].insert_text == "<ab>"
+        assert items_of(await asyncio.wait_for(older, 5)) == []
+        assert time.monotonic() - started < 3
+
+
+async def test_model_load_failure_is_reported_and_the_server_keeps_serving(session):
+    async with session(fake_command("--target", "broken")) as client:
+        await wait_for(lambda: shown(client))
+        message = shown(client)[0]
+        assert "could not load models" in message and "broken" in message
+        open_doc(client, URI, "x = ab")
+        assert items_of(await inline(client, URI, 0, 6)) == []
+        # Fixing the model in the settings loads it.
+        client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(
+                settings={"quickdraft": {"model": {"target": "good"}}}
+            )
+        )
+        await wait_for(lambda: any("models ready" in m.message for m in client.log_messages))
+        assert await inline_text(client, URI, 0, 6) == "<ab>"
+
+
+async def test_failed_reload_keeps_the_running_models(session):
+    async with session(fake_command()) as client:
+        open_doc(client, URI, "COUNT")
+        assert (await inline_text(client, URI, 0, 5)).startswith("1 calls 1 loads")
+        client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(
+                settings={"quickdraft": {"model": {"target": "crash"}}}
+            )
+        )
+        await wait_for(lambda: shown(client))
+        assert "CUDA out of memory" in shown(client)[0]
+        assert (await inline_text(client, URI, 0, 5)).startswith("2 calls 1 loads")
+        client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(
+                settings={"quickdraft": {"model": {"target": "other"}}}
+            )
+        )
+        await wait_for(lambda: any("models ready" in m.message for m in client.log_messages[2:]))
+        # A new Completer: counts restart, and it was told about the open document.
+        assert await inline_text(client, URI, 0, 5) == "1 calls 2 loads 1 docs"
+
+
+async def test_requests_after_shutdown_get_an_error(session):
+    async with session(fake_command()) as client:
+        await client.shutdown_async(None)
+        with pytest.raises(JsonRpcInvalidRequest):
+            await raw_request(
+                client,
+                types.TEXT_DOCUMENT_INLINE_COMPLETION,
+                {"textDocument": {"uri": URI}, "position": {"line": 0, "character": 0}},
+            )
+        client.exit(None)
+        await asyncio.wait_for(client._server.wait(), 10)
+        assert client._server.returncode == 0
+        client.capabilities = None  # already shut down
