@@ -123,6 +123,11 @@ def run(args: argparse.Namespace) -> int:
 
     loaded = load_models(config.model)
     completer = Completer(loaded, config)
+    if config.model.calibrate:
+        # The adaptive draft length works from measured step costs (cached per machine and
+        # model), as in `quickdraft complete`.
+        print("quickdraft bench: calibrating step costs…", file=sys.stderr)
+        completer.calibrate()
     options = BenchOptions(
         repo=repo.resolve(),
         out=Path(out),
@@ -140,6 +145,10 @@ def run(args: argparse.Namespace) -> int:
 
     peers = make_peers(completer, strategies, gguf_source(config, loaded))
     bench = Bench(completer, holes, options, peers=peers)
+    cost_model = getattr(completer.engine, "cost_model", None)
+    bench.env["calibrated"] = bool(config.model.calibrate)
+    to_dict = getattr(cost_model, "to_dict", None)
+    bench.env["cost_model"] = to_dict() if callable(to_dict) else None
     try:
         results = bench.run()
     except KeyboardInterrupt:
