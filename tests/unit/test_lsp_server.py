@@ -1,0 +1,196 @@
+"""Server pieces without a client: typed-ahead, the worker, malformed requests, completion items."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from lsprotocol import types
+
+from quickdraft.config import QuickdraftConfig
+from quickdraft.lsp.handlers.completion import completion_item
+from quickdraft.lsp.server import MalformedRequest, create_server
+from quickdraft.lsp.service import Answer, stats_payload
+from quickdraft.lsp.typed_ahead import TypedAhead
+from quickdraft.lsp.worker import ModelHost, ModelWorker
+
+
+def test_typed_ahead_hits_only_for_typed_prefixes():
+    cache = TypedAhead()
+    text = "x = \nrest"
+    cache.remember("u", text, 4, 4, 4, "foo(bar)")
+    assert cache.lookup("u", text, 4) == (4, "foo(bar)", 0)  # the same request again
+    typed = "x = fo\nrest"
+    assert cache.lookup("u", typed, 6) == (4, "foo(bar)", 0)
+    assert cache.lookup("u", "x = foo(bar)\nrest", 12) is None  # all typed: nothing left
+    cache.remember("u", text, 4, 4, 4, "foo(bar)")
+    assert cache.lookup("u", "x = fx\nrest", 6) is None  # mismatch drops the entry
+    assert cache.lookup("u", text, 4) is None
+
+
+def test_typed_ahead_checks_the_rest_of_the_document():
+    cache = TypedAhead()
+    cache.remember("u", "a = \nb", 4, 4, 4, "1 + 2")
+    assert cache.lookup("u", "a = 1\nc", 5) is None  # text after the cursor changed
+    cache.remember("u", "a = \nb", 4, 4, 4, "1 + 2")
+    assert cache.lookup("u", "A = 1\nb", 5) is None  # text before the suggestion changed
+    cache.remember("u", "a = \nb", 4, 4, 4, "1 + 2")
+    assert cache.lookup("u", "a = 1\nb", 5) == (4, "1 + 2", 0)
+    cache.forget("u")
+    assert cache.lookup("u", "a = 1\nb", 5) is None
+
+
+def test_typed_ahead_with_healing_and_replaced_suffix():
+    cache = TypedAhead()
+    # the suggestion starts 2 before the cursor (healing) and replaces the ')' after it
+    cache.remember("u", "f(ab)", 2, 4, 5, "abc, d)")
+    assert cache.lookup("u", "f(abc)", 5) == (2, "abc, d)", 1)
+
+
+def test_worker_runs_jobs_in_order_on_its_thread():
+    worker = ModelWorker(name="test-worker")
+    seen = []
+    futures = [
+        worker.submit(lambda i=i: seen.append((i, threading.current_thread().name)))
+        for i in range(5)
+    ]
+    for future in futures:
+        future.result(5)
+    assert seen == [(i, "test-worker") for i in range(5)]
+    worker.stop()
+    assert worker.submit(lambda: 1).exception(1) is not None
+
+
+def test_worker_skips_jobs_cancelled_before_they_start():
+    worker = ModelWorker()
+    gate = threading.Event()
+    ran = []
+    first = worker.submit(gate.wait, 5)
+    second = worker.submit(ran.append, "second")
+    assert second.cancel()
+    gate.set()
+    first.result(5)
+    worker.submit(lambda: None).result(5)
+    assert ran == []
+    worker.stop()
+
+
+def test_model_host_keeps_the_old_completer_when_a_reload_fails():
+    class Completer:
+        def __init__(self, name):
+            self.name, self.docs = name, {}
+
+        def set_document(self, uri, text, language_id):
+            self.docs[uri] = text
+
+        def close_document(self, uri):
+            self.docs.pop(uri)
+
+    def loader(config):
+        if config.model.target == "bad":
+            raise OSError("disk on fire\nmore detail")
+        return Completer(config.model.target)
+
+    host = ModelHost(loader)
+    ok = QuickdraftConfig()
+    ok.model.target = "one"
+    host.load(ok)
+    host.set_document("file:///a", "text", "python")
+    bad = QuickdraftConfig()
+    bad.model.target = "bad"
+    try:
+        host.load(bad)
+    except Exception as exc:
+        assert "OSError: disk on fire" in str(exc)
+    else:  # pragma: no cover
+        raise AssertionError("load should fail")
+    assert host.completer.name == "one" and host.load_error is None
+    two = QuickdraftConfig()
+    two.model.target = "two"
+    host.load(two)
+    assert host.completer.name == "two"
+    assert host.completer.docs == {"file:///a": "text"}  # handed over to the new Completer
+
+
+def test_malformed_request_becomes_invalid_params():
+    server = create_server(QuickdraftConfig(), loader=lambda config: None)
+    sent = []
+    server.protocol._send_data = sent.append
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "textDocument/inlineCompletion",
+            "params": {"textDocument": {"uri": "file:///a"}, "position": {"line": "x"}},
+        }
+    )
+    message = json.loads(body, object_hook=server.protocol.structure_message)
+    assert isinstance(message, MalformedRequest)
+    server.protocol.handle_message(message)
+    [response] = sent
+    assert response.id == 7
+    assert response.error.code == types.ErrorCodes.InvalidParams
+    assert "position" in response.error.message
+    server.stop()
+
+
+def test_malformed_notification_is_not_answered():
+    server = create_server(QuickdraftConfig(), loader=lambda config: None)
+    body = json.dumps({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"x": 1}})
+    try:
+        json.loads(body, object_hook=server.protocol.structure_message)
+    except Exception:
+        pass
+    else:  # pragma: no cover
+        raise AssertionError("a malformed notification has no id to answer")
+    server.stop()
+
+
+def test_completion_item_for_a_multi_line_range():
+    answer = Answer(
+        text="ab\ncd_more\nnext",
+        start=types.Position(line=3, character=2),
+        end=types.Position(line=4, character=2),
+        cursor=types.Position(line=4, character=2),
+    )
+    item = completion_item(answer)
+    # the part on the line above is dropped: the edit stays on the cursor's line
+    assert item.text_edit.new_text == "cd_more\nnext"
+    assert item.text_edit.range.start == types.Position(line=4, character=0)
+    assert item.text_edit.range.end == types.Position(line=4, character=2)
+    assert item.label.startswith("cd_more")
+    assert item.label_details.description == "quickdraft"
+
+
+def test_stats_payload():
+    class Stats:
+        def to_dict(self):
+            return {
+                "tokens_per_forward": 2.5,
+                "drafted_by_source": {"ngram": 10, "draft": 0},
+                "accepted_by_source": {"ngram": 5},
+                "prefill_tokens": 100,
+                "reused_tokens": 400,
+            }
+
+    class Completion:
+        tokens = [1, 2, 3]
+        stats = Stats()
+        mode = "block"
+
+    payload = stats_payload(Completion(), latency_ms=12.3456, cached=False)
+    assert payload["tokens"] == 3
+    assert payload["acceptanceBySource"] == {"ngram": 0.5, "draft": 0.0}
+    assert payload["prefillTokens"] == 100 and payload["reusedTokens"] == 400
+    assert payload["latencyMs"] == 12.346 and payload["mode"] == "block"
+    cached = stats_payload(None, latency_ms=0.1, cached=True)
+    assert cached["tokens"] == 0 and cached["cached"] is True
+    json.dumps(payload)
+
+
+def test_worker_stop_is_prompt():
+    worker = ModelWorker()
+    started = time.monotonic()
+    worker.stop()
+    assert time.monotonic() - started < 1
