@@ -44,7 +44,16 @@ async function ghostText(page) {
     if (inline.length === 0 && more.length === 0) return null;
     const first = inline.map((n) => n.textContent).join("");
     return [first, ...more.map((l) => l.textContent)].join("\n").replace(/\u00a0/g, " ");
-  });
+  }).then(unrender);
+}
+
+// VS Code draws control characters as Unicode "control pictures" (U+2400-U+241F, U+2421 for DEL);
+// a random test model writes some, so map them back to compare with the file.
+function unrender(text) {
+  if (text === null) return null;
+  return text.replace(/[\u2400-\u241f\u2421]/g, (c) =>
+    c === "\u2421" ? "\u007f" : String.fromCharCode(c.charCodeAt(0) - 0x2400),
+  );
 }
 
 async function statusText(page) {

@@ -131,10 +131,6 @@ cat >"$WORK/user-data/User/settings.json" <<JSON
   "quickdraft.languages": { "python": { "multiline": "always" } }
 }
 JSON
-# code-server's extension host runs on the "remote" side, which reads machine-scoped settings
-# (quickdraft.server.*) from the Machine settings: write them there too.
-mkdir -p "$WORK/user-data/Machine"
-cp "$WORK/user-data/User/settings.json" "$WORK/user-data/Machine/settings.json"
 cp "$WORK/user-data/User/settings.json" "$ART/settings.json"
 
 # --- code-server ----------------------------------------------------------------------------
