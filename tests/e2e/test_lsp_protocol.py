@@ -55,7 +55,7 @@ class FakeCompletion:
     tokens: list[int] = field(default_factory=list)
     stats: FakeStats | None = None
     mode: str = "line"
-    replace_before: int = 0
+    skipped: str | None = None
 
     def __post_init__(self):
         self.tokens = list(range(len(self.text)))
@@ -79,7 +79,8 @@ class FakeCompleter:
     def update_config(self, config):
         self.config = config
 
-    def complete(self, request, cancel=None, strategy=None):
+    def complete(self, request, *, cancel=None, strategy=None, use_typed_ahead=True):
+        assert not use_typed_ahead  # the server answers typed-ahead itself
         self.calls += 1
         line = request.text.split("\n")[request.line]
         prefix = line[: request.character]
@@ -101,8 +102,8 @@ class FakeCompleter:
             )
         if "THREAD" in prefix:
             return FakeCompletion(threading.current_thread().name)
-        if "HEAL" in prefix:  # token healing: the suggestion repeats the last two characters
-            return FakeCompletion(prefix[-2:] + "_healed", replace_before=2)
+        if "SKIP" in prefix:
+            return FakeCompletion("", skipped="the fake says no")
         if "GREET" in prefix:
             return FakeCompletion("hello_world()")
         if "MULTI" in prefix:
@@ -125,25 +126,26 @@ def fake_loader(config):
     return FakeCompleter(config)
 
 
+@dataclass
+class CompletionRequest:
+    """Stands in for `quickdraft.completer.CompletionRequest` in the fake server, which so
+    never imports torch (4 s a server); `test_fake_request_matches_the_real_one` keeps the two
+    the same."""
+
+    uri: str
+    text: str
+    line: int
+    character: int
+    language_id: str | None = None
+
+
 def run_fake_server(argv: list[str]) -> None:
     import argparse
+    import types as pytypes
 
-    try:
-        import quickdraft.completer  # noqa: F401
-    except ImportError:  # until the real Completer lands: its request type only
-        import types as pytypes
-
-        @dataclass
-        class CompletionRequest:
-            uri: str
-            text: str
-            line: int
-            character: int
-            language_id: str
-
-        module = pytypes.ModuleType("quickdraft.completer")
-        module.CompletionRequest = CompletionRequest
-        sys.modules["quickdraft.completer"] = module
+    module = pytypes.ModuleType("quickdraft.completer")
+    module.CompletionRequest = CompletionRequest
+    sys.modules["quickdraft.completer"] = module
 
     from quickdraft.cli import config_dict_from_args
     from quickdraft.config import load_config
@@ -272,6 +274,24 @@ URI = "file:///work/a.py"
 # --- tests -------------------------------------------------------------------------------
 
 
+def test_fake_request_matches_the_real_one():
+    import dataclasses
+
+    from quickdraft.completer import CompletionRequest as Real
+
+    def shape(cls):
+        return [(f.name, f.default) for f in dataclasses.fields(cls)]
+
+    assert shape(CompletionRequest) == shape(Real)
+
+
+async def test_skipped_completions_are_empty_and_logged(session):
+    async with session(fake_command()) as client:
+        open_doc(client, URI, "SKIP")
+        assert items_of(await inline(client, URI, 0, 4)) == []
+        await wait_for(lambda: any("the fake says no" in m.message for m in client.log_messages))
+
+
 async def test_capabilities_advertise_inline_completion_and_incremental_sync(session):
     async with session(fake_command()) as client:
         caps = client.initialize_result.capabilities
@@ -327,15 +347,6 @@ async def test_utf16_positions_with_emoji_and_cjk(session):
         assert await inline_text(client, URI, 0, 15) == "[文字]"
 
 
-async def test_token_healing_range_starts_before_the_cursor(session):
-    async with session(fake_command()) as client:
-        open_doc(client, URI, "😀 HEAL xy")
-        # cursor at the end: 2 + 8 = 10 UTF-16 units
-        [item] = items_of(await inline(client, URI, 0, 10))
-        assert item.insert_text == "xy_healed"
-        assert rng(item) == (0, 8, 0, 10)
-
-
 async def test_edits_are_seen_by_the_next_completion(session):
     async with session(fake_command()) as client:
         open_doc(client, URI, "a = 1\nb = xy\n")
@@ -379,11 +390,6 @@ async def test_completion_fallback_for_clients_without_inline(session):
         assert "quickdraft" in item.detail
         assert item.label_details.description == "quickdraft"
         assert item.insert_text_format == types.InsertTextFormat.PlainText
-        # healing: the edit covers the typed characters, which the item repeats
-        open_doc(client, "file:///work/h.py", "HEAL xy")
-        [item] = items_of(await complete(client, "file:///work/h.py", 0, 7))
-        assert item.text_edit.new_text == "xy_healed"
-        assert rng(item) == (0, 5, 0, 7)
         # multi-line suggestions keep their lines in the edit
         open_doc(client, "file:///work/m.py", "MULTI")
         [item] = items_of(await complete(client, "file:///work/m.py", 0, 5))
@@ -405,8 +411,8 @@ async def test_typed_ahead_answers_without_the_model(session):
         # The user types the start of the suggestion.
         edit(client, URI, 2, (0, 6), (0, 6), "hel")
         [item] = items_of(await inline(client, URI, 0, 9))
-        assert item.insert_text == "hello_world()"
-        assert rng(item) == (0, 6, 0, 9)  # replaces what was typed, which it repeats
+        assert item.insert_text == "lo_world()"
+        assert rng(item) == (0, 9, 0, 9)
         await wait_for(lambda: len(client.stats) >= 2)
         cached = plain(client.stats[-1])
         assert cached["cached"] is True

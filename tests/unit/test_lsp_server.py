@@ -1,4 +1,4 @@
-"""Server pieces without a client: typed-ahead, the worker, malformed requests, completion items."""
+"""Server pieces without a client: the worker, malformed requests, completion items."""
 
 from __future__ import annotations
 
@@ -12,40 +12,7 @@ from quickdraft.config import QuickdraftConfig
 from quickdraft.lsp.handlers.completion import completion_item
 from quickdraft.lsp.server import MalformedRequest, create_server
 from quickdraft.lsp.service import Answer, stats_payload
-from quickdraft.lsp.typed_ahead import TypedAhead
 from quickdraft.lsp.worker import ModelHost, ModelWorker
-
-
-def test_typed_ahead_hits_only_for_typed_prefixes():
-    cache = TypedAhead()
-    text = "x = \nrest"
-    cache.remember("u", text, 4, 4, 4, "foo(bar)")
-    assert cache.lookup("u", text, 4) == (4, "foo(bar)", 0)  # the same request again
-    typed = "x = fo\nrest"
-    assert cache.lookup("u", typed, 6) == (4, "foo(bar)", 0)
-    assert cache.lookup("u", "x = foo(bar)\nrest", 12) is None  # all typed: nothing left
-    cache.remember("u", text, 4, 4, 4, "foo(bar)")
-    assert cache.lookup("u", "x = fx\nrest", 6) is None  # mismatch drops the entry
-    assert cache.lookup("u", text, 4) is None
-
-
-def test_typed_ahead_checks_the_rest_of_the_document():
-    cache = TypedAhead()
-    cache.remember("u", "a = \nb", 4, 4, 4, "1 + 2")
-    assert cache.lookup("u", "a = 1\nc", 5) is None  # text after the cursor changed
-    cache.remember("u", "a = \nb", 4, 4, 4, "1 + 2")
-    assert cache.lookup("u", "A = 1\nb", 5) is None  # text before the suggestion changed
-    cache.remember("u", "a = \nb", 4, 4, 4, "1 + 2")
-    assert cache.lookup("u", "a = 1\nb", 5) == (4, "1 + 2", 0)
-    cache.forget("u")
-    assert cache.lookup("u", "a = 1\nb", 5) is None
-
-
-def test_typed_ahead_with_healing_and_replaced_suffix():
-    cache = TypedAhead()
-    # the suggestion starts 2 before the cursor (healing) and replaces the ')' after it
-    cache.remember("u", "f(ab)", 2, 4, 5, "abc, d)")
-    assert cache.lookup("u", "f(abc)", 5) == (2, "abc, d)", 1)
 
 
 def test_worker_runs_jobs_in_order_on_its_thread():

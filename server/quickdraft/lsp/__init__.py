@@ -3,5 +3,5 @@
 `server.py` (the pygls server and its protocol fixes), `handlers/` (one module per LSP
 feature), `documents.py` (open documents, UTF-16 positions), `configuration.py` (client
 settings over CLI defaults), `worker.py` (the thread that owns the models), `service.py`
-(completion requests), `typed_ahead.py` (answering from the current suggestion).
+(completion requests, typed-ahead answers, stats).
 """

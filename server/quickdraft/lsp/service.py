@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 
 from quickdraft.errors import PositionError, QuickdraftError
-from quickdraft.lsp.typed_ahead import TypedAhead
+from quickdraft.postprocess import TypedAheadCache
 
 if TYPE_CHECKING:
     from quickdraft.lsp.server import QuickdraftServer
@@ -35,13 +35,13 @@ class Answer:
     start: types.Position
     end: types.Position
     cursor: types.Position
-    cached: bool = False
 
 
 class CompletionService:
     def __init__(self, server: QuickdraftServer):
         self.server = server
-        self.typed_ahead = TypedAhead()
+        self.typed_ahead = TypedAheadCache()
+        """Answers on the event loop, so a typed-ahead hit never waits for the worker."""
         self._inflight: dict[str, threading.Event] = {}
 
     # --- the request ------------------------------------------------------------------
@@ -75,21 +75,12 @@ class CompletionService:
         started = time.perf_counter()
 
         # Typed ahead: the user typed the start of the current suggestion.
-        hit = self.typed_ahead.lookup(uri, text, offset)
-        if hit is not None:
-            anchor, suggestion, after = hit
+        prefix, suffix = text[:offset], text[offset:]
+        remaining = self.typed_ahead.lookup(uri, prefix, suffix)
+        if remaining is not None:
             self._cancel_inflight(uri)
-            answer = self._answer(document, anchor, suggestion, offset, offset + after, cached=True)
-            self._report(
-                request_id,
-                uri,
-                feature,
-                started,
-                None,
-                cached=True,
-                text=suggestion[offset - anchor :],
-            )
-            return answer
+            self._report(request_id, uri, feature, started, None, cached=True, text=remaining)
+            return self._answer(document, offset, remaining)
 
         # A newer request for a document supersedes the older one.
         self._cancel_inflight(uri)
@@ -105,7 +96,7 @@ class CompletionService:
             character=column,
             language_id=document.language_id,
         )
-        future = server.worker.submit(server.host.complete, request, cancel, None)
+        future = server.worker.submit(server.host.complete, request, cancel)
         try:
             completion = await asyncio.wrap_future(future)
         except asyncio.CancelledError:
@@ -122,14 +113,16 @@ class CompletionService:
         if cancel.is_set():
             server.log(f"[{request_id}] {feature}: superseded by a newer request")
             return None
+        skipped = getattr(completion, "skipped", None)
+        if skipped:
+            server.log(f"[{request_id}] {feature}: {skipped}; no completion")
+            return None
         suggestion = completion.text or ""
         self._report(request_id, uri, feature, started, completion, cached=False, text=suggestion)
         if not suggestion:
             return None
-        before, after = _replacement(completion, text, offset)
-        start, end = offset - before, offset + after
-        self.typed_ahead.remember(uri, text, start, offset, end, suggestion)
-        return self._answer(document, start, suggestion, offset, end)
+        self.typed_ahead.remember(uri, prefix, suggestion, suffix)
+        return self._answer(document, offset, suggestion)
 
     def _cancel_inflight(self, uri: str) -> None:
         previous = self._inflight.pop(uri, None)
@@ -138,17 +131,17 @@ class CompletionService:
 
     def forget(self, uri: str) -> None:
         self._cancel_inflight(uri)
-        self.typed_ahead.forget(uri)
+        self.typed_ahead.invalidate(uri)
 
     # --- answers ----------------------------------------------------------------------
 
     @staticmethod
-    def _answer(document, start: int, text: str, cursor: int, end: int, *, cached: bool = False):
-        def position(offset: int) -> types.Position:
-            line, character = document.position_at(offset)
-            return types.Position(line=line, character=character)
-
-        return Answer(text, position(start), position(end), position(cursor), cached)
+    def _answer(document, offset: int, text: str) -> Answer:
+        """`text` inserted at the cursor: Completer text never repeats what is typed (typed-ahead
+        answers are the rest of the suggestion) and never overlaps the suffix (finalize)."""
+        line, character = document.position_at(offset)
+        cursor = types.Position(line=line, character=character)
+        return Answer(text, cursor, cursor, cursor)
 
     def _report(
         self,
@@ -170,20 +163,6 @@ class CompletionService:
             f"[{request_id}] {feature}: {len(text)} chars, {source}, {latency_ms:.0f} ms"
             + (f", {payload['tokensPerForward']:.2f} tokens/forward" if not cached else "")
         )
-
-
-def _replacement(completion: Any, text: str, offset: int) -> tuple[int, int]:
-    """How many code points before and after the cursor the suggestion replaces.
-
-    A completion whose text starts with what was typed just before the cursor (token healing)
-    says so in `replace_before`; one that also rewrites text after the cursor (a closing bracket
-    the editor inserted) in `replace_after`. Both are checked against the document.
-    """
-    before = int(getattr(completion, "replace_before", 0) or 0)
-    after = int(getattr(completion, "replace_after", 0) or 0)
-    before = max(0, min(before, offset))
-    after = max(0, min(after, len(text) - offset))
-    return before, after
 
 
 def stats_payload(completion: Any, *, latency_ms: float, cached: bool) -> dict[str, Any]:

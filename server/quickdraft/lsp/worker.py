@@ -32,7 +32,10 @@ def load_completer(config: QuickdraftConfig) -> Any:
     from quickdraft.models import load_models
 
     loaded = load_models(config.model)
-    return Completer(loaded, config)
+    completer = Completer(loaded, config)
+    if config.model.calibrate and config.decoding.strategy != "ar":
+        completer.calibrate()  # cached per machine and model
+    return completer
 
 
 def describe_error(exc: BaseException) -> str:
@@ -165,5 +168,7 @@ class ModelHost:
     # --- completion ------------------------------------------------------------------
 
     def complete(self, request: Any, cancel: threading.Event, strategy: str | None = None) -> Any:
+        """The server keeps its own typed-ahead cache on the event loop, so the Completer's
+        is not consulted here."""
         completer = self.require_completer()
-        return completer.complete(request, cancel=cancel, strategy=strategy)
+        return completer.complete(request, cancel=cancel, strategy=strategy, use_typed_ahead=False)
