@@ -163,6 +163,16 @@ async function main() {
     }, 15000);
     results.data.status = status1;
     check("the status bar shows the last completion's latency", status1, await statusText(page));
+
+    // The server took the settings (it says "invalid configuration" in a notification otherwise)
+    // and nothing else went wrong on the way.
+    const notices = await page.evaluate(() =>
+      Array.from(document.querySelectorAll(".notifications-toasts .notification-list-item-message")).map(
+        (n) => n.textContent,
+      ),
+    );
+    results.data.notifications = notices;
+    check("no quickdraft error notification", !notices.some((n) => /quickdraft/i.test(n || "")), notices);
   } catch (error) {
     check("no error", false, String(error && error.stack ? error.stack : error));
     try {
