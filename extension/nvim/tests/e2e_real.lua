@@ -50,12 +50,18 @@ H.run(function()
   -- Type a new line at the end of the file; keep typing until a suggestion shows (a random model
   -- may have nothing to say after some prefixes; the output is deterministic either way).
   H.type('Go')
+  local ghost = require('quickdraft.ghost')
   local shown
-  for _, keys in ipairs({ 'result = add(', '1, 2)', '<CR>print(', 'result' }) do
+  local attempts = { 'result = add(', '1, 2)', '<CR>print(', 'result', ')<CR>', 'def ', 'mul', '(x, y):<CR>' }
+  for _, keys in ipairs(attempts) do
+    local answered = ghost.answered
     H.type(keys)
-    shown = H.wait(function()
-      return H.ghost_text()
+    -- until the suggestion shows, or the server answered this position with nothing
+    H.wait(function()
+      return H.ghost_text() or ghost.answered > answered
     end, 60000, 50)
+    shown = H.ghost_text()
+    H.data.attempts = (H.data.attempts or 0) + 1
     if shown then
       break
     end

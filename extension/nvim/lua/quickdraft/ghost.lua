@@ -12,6 +12,9 @@ local M = {}
 
 M.ns = api.nvim_create_namespace('quickdraft.ghost')
 
+--- How many answers were taken (shown or empty) since startup; for tests and statuslines.
+M.answered = 0
+
 ---@type table<integer, table> per-buffer state
 local buffers = {}
 
@@ -216,6 +219,7 @@ function M.request(bufnr, trigger_kind)
     if now_row ~= row or now_col ~= col or api.nvim_buf_get_changedtick(bufnr) ~= tick then
       return
     end
+    M.answered = M.answered + 1
     local suggestion = suggestion_from(bufnr, client, result, row, col)
     s.suggestion = suggestion
     if suggestion then
