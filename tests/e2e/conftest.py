@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
+import uuid
+from concurrent.futures import Future
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 
 import pytest
 from lsprotocol import types
+from pygls.protocol.json_rpc import JsonRPCRequestMessage
 from pytest_lsp import make_test_lsp_client
 
 STATS = "$/quickdraft/stats"
@@ -104,6 +108,105 @@ async def lsp_session(
         if client._server is not None and client._server.returncode is None:
             client._server.kill()
         await client.stop()
+
+
+# --- helpers for the tests ------------------------------------------------------------------
+
+
+def items_of(result) -> list:
+    if result is None:
+        return []
+    return list(getattr(result, "items", result))
+
+
+def open_doc(client, uri: str, text: str, language_id: str = "python", version: int = 1):
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(
+                uri=uri, language_id=language_id, version=version, text=text
+            )
+        )
+    )
+
+
+def edit(client, uri: str, version: int, start: tuple[int, int], end: tuple[int, int], text: str):
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[
+                types.TextDocumentContentChangePartial(
+                    range=types.Range(
+                        start=types.Position(line=start[0], character=start[1]),
+                        end=types.Position(line=end[0], character=end[1]),
+                    ),
+                    text=text,
+                )
+            ],
+        )
+    )
+
+
+async def inline(client, uri: str, line: int, character: int):
+    return await client.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=line, character=character),
+            context=types.InlineCompletionContext(
+                trigger_kind=types.InlineCompletionTriggerKind.Automatic
+            ),
+        )
+    )
+
+
+async def complete(client, uri: str, line: int, character: int):
+    return await client.text_document_completion_async(
+        types.CompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=line, character=character),
+        )
+    )
+
+
+async def inline_text(client, uri: str, line: int, character: int) -> str | None:
+    items = items_of(await inline(client, uri, line, character))
+    return items[0].insert_text if items else None
+
+
+def rng(item) -> tuple[int, int, int, int]:
+    r = item.range if hasattr(item, "range") else item.text_edit.range
+    return (r.start.line, r.start.character, r.end.line, r.end.character)
+
+
+async def raw_request(client, method: str, params):
+    """Send a request exactly as given (no client-side type checks); await the answer."""
+    msg_id = f"raw-{uuid.uuid4()}"
+    future: Future = Future()
+    client.protocol._request_futures[msg_id] = future
+    client.protocol._send_data(
+        JsonRPCRequestMessage(id=msg_id, method=method, jsonrpc="2.0", params=params)
+    )
+    return await asyncio.wait_for(asyncio.wrap_future(future), 10)
+
+
+async def wait_for(predicate, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)
+
+
+def plain(value):
+    """Notification params as plain dicts (pygls turns unknown objects into named tuples)."""
+    if hasattr(value, "_asdict"):
+        value = value._asdict()
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    return value
+
+
+def shown(client, level=types.MessageType.Error) -> list[str]:
+    return [m.message for m in client.messages if m.type == level]
 
 
 @pytest.fixture

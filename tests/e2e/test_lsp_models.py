@@ -1,0 +1,274 @@
+"""`quickdraft serve` end to end with real (tiny, random-init) models and the real Completer.
+
+The server's answers are checked against a `Completer` built in this process from the same
+models (greedy float64 decoding is deterministic), so the tests see that the server converted
+positions (UTF-16 with emoji and CJK) and kept documents and settings exactly as it should.
+The protocol details are covered with a fake Completer in test_lsp_protocol.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+import time
+
+import pytest
+import pytest_asyncio
+from conftest import (
+    complete,
+    edit,
+    inline,
+    items_of,
+    lsp_session,
+    open_doc,
+    plain,
+    raw_request,
+    rng,
+    shown,
+    wait_for,
+)
+from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams, JsonRpcMethodNotFound, JsonRpcRequestCancelled
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
+
+
+def serve_command(models, *flags: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "quickdraft.cli",
+        "serve",
+        "--target",
+        str(models / "target"),
+        "--draft",
+        str(models / "draft"),
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--no-calibrate",
+        "--max-tokens",
+        "16",
+        *flags,
+    ]
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_models):
+    """The Completer `quickdraft serve` runs, built here: what the server must answer."""
+    from quickdraft.cli import build_parser, config_dict_from_args
+    from quickdraft.completer import Completer
+    from quickdraft.config import load_config
+    from quickdraft.models import load_models
+
+    args = build_parser().parse_args(serve_command(tiny_models)[3:])
+    config = load_config(config_dict_from_args(args))
+    return Completer(load_models(config.model), config)
+
+
+def expected(reference, uri: str, text: str, line: int, character: int, language="python"):
+    from quickdraft.completer import CompletionRequest
+
+    for other in list(reference.documents):
+        reference.close_document(other)
+    reference.set_document(uri, text, language)
+    request = CompletionRequest(uri, text, line, character, language)
+    return reference.complete(request, use_typed_ahead=False).text
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client(tiny_models):
+    async with lsp_session(serve_command(tiny_models)) as client:
+        await wait_for(lambda: any("models ready" in m.message for m in client.log_messages), 120)
+        yield client
+
+
+def close(client, *uris: str) -> None:
+    for uri in uris:
+        client.text_document_did_close(
+            types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
+        )
+
+
+def configure(client, settings: dict) -> None:
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"quickdraft": settings})
+    )
+
+
+async def test_capability_advertised(client):
+    caps = client.initialize_result.capabilities
+    assert caps.inline_completion_provider is not None
+    assert caps.position_encoding == types.PositionEncodingKind.Utf16
+
+
+async def test_inline_completion_matches_the_completer_at_a_utf16_position(client, reference):
+    uri = "file:///work/emoji.py"
+    text = "x = '😀中' + y\n"  # the cursor before "y": 11 code points, 12 UTF-16 units
+    want = expected(reference, uri, text, 0, 11)
+    assert want  # the tiny model does say something here
+    open_doc(client, uri, text)
+    try:
+        [item] = items_of(await inline(client, uri, 0, 12))
+        assert item.insert_text == want
+        assert rng(item) == (0, 12, 0, 12)
+        await wait_for(lambda: any(plain(s)["uri"] == uri for s in client.stats))
+        stats = [plain(s) for s in client.stats if plain(s)["uri"] == uri][-1]
+        assert stats["tokens"] > 0 and stats["tokensPerForward"] > 0
+        assert stats["prefillTokens"] + stats["reusedTokens"] > 0
+        assert stats["cached"] is False and stats["latencyMs"] > 0
+    finally:
+        close(client, uri)
+
+
+async def test_edits_then_completion_see_the_new_text(client, reference):
+    uri = "file:///work/edit.py"
+    open_doc(client, uri, "def f(a, b):\n    return 1\n")
+    try:
+        # Replace "1" with "a + 😀" (UTF-16 range), then complete after the emoji.
+        edit(client, uri, 2, (1, 11), (1, 12), "a + '😀'")
+        text = "def f(a, b):\n    return a + '😀'\n"
+        want = expected(reference, uri, text, 1, 17)  # after the emoji: 17 code points
+        [item] = items_of(await inline(client, uri, 1, 18))  # ... 18 UTF-16 units
+        assert item.insert_text == want
+        assert rng(item) == (1, 18, 1, 18)
+    finally:
+        close(client, uri)
+
+
+async def test_configuration_applies_per_language(client, reference):
+    uri, rust = "file:///work/conf.py", "file:///work/conf.rs"
+    open_doc(client, uri, "x = '😀中' + ")
+    open_doc(client, rust, "let x = ", language_id="rust")
+    try:
+        configure(client, {"languages": {"python": {"enabled": False}}})
+        assert items_of(await inline(client, uri, 0, 12)) == []
+        await inline(client, rust, 0, 8)  # rust still runs the model
+        await wait_for(lambda: any(plain(s)["uri"] == rust for s in client.stats))
+
+        configure(client, {"languages": {"python": {"maxNewTokens": 2}}})
+        before = len(client.stats)
+        await inline(client, uri, 0, 12)
+        await wait_for(lambda: len(client.stats) > before)
+        assert 0 < plain(client.stats[-1])["tokens"] <= 2
+    finally:
+        configure(client, {})
+        close(client, uri, rust)
+
+
+async def test_bad_input_gets_answers_and_the_server_keeps_serving(client, reference):
+    uri, blob, big = "file:///work/ok.py", "file:///work/blob.py", "file:///work/big.py"
+    open_doc(client, uri, "x = '😀中' + ")
+    try:
+        with pytest.raises(JsonRpcInvalidParams):
+            await raw_request(
+                client,
+                types.TEXT_DOCUMENT_INLINE_COMPLETION,
+                {"textDocument": {"uri": uri}, "position": {"line": 0}},
+            )
+        with pytest.raises(JsonRpcMethodNotFound):
+            await raw_request(client, "quickdraft/unknown", {"x": 1})
+        assert items_of(await inline(client, "file:///work/never-opened.py", 0, 0)) == []
+        assert items_of(await inline(client, uri, 3, 0)) == []
+        assert items_of(await inline(client, uri, 0, 13)) == []
+        open_doc(client, blob, "data = b'\x00\x01'\n")
+        assert items_of(await inline(client, blob, 1, 0)) == []
+        configure(client, {"context": {"maxDocumentBytes": 4096}})
+        open_doc(client, big, "#" * 5000 + "\nx = ")
+        assert items_of(await inline(client, big, 1, 4)) == []
+        configure(client, {"decoding": {"temperature": "hot"}})
+        await wait_for(lambda: any("decoding.temperature" in m for m in shown(client)))
+        [item] = items_of(await inline(client, uri, 0, 12))
+        assert item.insert_text
+    finally:
+        configure(client, {})
+        close(client, uri, blob, big)
+
+
+async def test_completion_fallback_for_a_client_without_inline_completion(tiny_models, reference):
+    uri = "file:///work/fallback.py"
+    text = "s = '中文' + "
+    want = expected(reference, uri, text, 0, 11)
+    async with lsp_session(serve_command(tiny_models), inline=False) as client:
+        open_doc(client, uri, text)
+        [item] = items_of(await complete(client, uri, 0, 11))
+        assert item.text_edit.new_text == want
+        assert rng(item) == (0, 11, 0, 11)
+        assert "quickdraft" in item.detail
+
+
+@pytest.fixture(scope="module")
+def endless_models(tiny_models, tmp_path_factory):
+    """The tiny pair, unable to end a line or a document: generation runs to max tokens."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    directory = tmp_path_factory.mktemp("endless")
+    for name in ("target", "draft"):
+        tokenizer = AutoTokenizer.from_pretrained(tiny_models / name)
+        model = AutoModelForCausalLM.from_pretrained(tiny_models / name, dtype=torch.float64)
+        banned = list(range(256, len(tokenizer))) + tokenizer.convert_tokens_to_ids(["Ċ", "č"])
+        with torch.no_grad():
+            model.lm_head.weight[banned] = 0.0
+        model.save_pretrained(directory / name)
+        tokenizer.save_pretrained(directory / name)
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+async def test_cancel_and_supersede_stop_a_long_generation(endless_models):
+    command = serve_command(endless_models, "--strategy", "ar", "--max-tokens", "8")
+    long_python = {"languages": {"python": {"maxNewTokens": 4000}}}
+    async with lsp_session(command, init_options=long_python) as client:
+        await wait_for(lambda: any("models ready" in m.message for m in client.log_messages), 120)
+        uri, short = "file:///work/long.py", "file:///work/short.rs"
+        open_doc(client, uri, "x = '😀中' + \n")
+        open_doc(client, short, "let x = ", language_id="rust")
+        params = types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=0, character=12),
+            context=types.InlineCompletionContext(
+                trigger_kind=types.InlineCompletionTriggerKind.Automatic
+            ),
+        )
+        # $/cancelRequest
+        pending = asyncio.ensure_future(
+            client.protocol.send_request_async(
+                types.TEXT_DOCUMENT_INLINE_COMPLETION, params, msg_id="long-1"
+            )
+        )
+        await asyncio.sleep(1.0)
+        assert not pending.done()  # 4000 tokens take many seconds
+        started = time.monotonic()
+        client.cancel_request(types.CancelParams(id="long-1"))
+        with pytest.raises(JsonRpcRequestCancelled):
+            await asyncio.wait_for(pending, 10)
+        await inline(client, short, 0, 8)  # the worker is free again
+        assert time.monotonic() - started < 5
+
+        # A newer request for the same document supersedes the older one.
+        older = asyncio.ensure_future(inline(client, uri, 0, 12))
+        await asyncio.sleep(1.0)
+        assert not older.done()
+        started = time.monotonic()
+        edit(client, uri, 2, (1, 0), (1, 0), "y = ")
+        configure(client, {"languages": {"python": {"maxNewTokens": 4}}})
+        newer = await inline(client, uri, 1, 4)
+        assert items_of(await asyncio.wait_for(older, 10)) == []
+        assert items_of(newer)
+        assert time.monotonic() - started < 5
+        stats = [plain(s) for s in client.stats]
+        assert stats and all(s["tokens"] < 4000 for s in stats)
+
+
+async def test_a_model_that_cannot_load_is_reported_and_the_server_answers(tmp_path):
+    command = [sys.executable, "-m", "quickdraft.cli", "serve", "--target", str(tmp_path / "nope")]
+    async with lsp_session([*command, "--device", "cpu", "--no-calibrate"]) as client:
+        await wait_for(lambda: shown(client), 120)
+        assert "could not load models" in shown(client)[0]
+        assert "nope" in shown(client)[0]
+        uri = "file:///work/a.py"
+        open_doc(client, uri, "x = 1")
+        assert items_of(await inline(client, uri, 0, 5)) == []
