@@ -36,6 +36,7 @@ from pygls.exceptions import (
     JsonRpcMethodNotFound,
     JsonRpcRequestCancelled,
 )
+from pygls.protocol.json_rpc import JsonRPCNotification
 
 # --- the fake server (runs in the server process) ------------------------------------------
 
@@ -99,6 +100,8 @@ class FakeCompleter:
             while not cancel.is_set() and time.monotonic() < deadline:
                 time.sleep(0.01)
             return FakeCompletion("late" if not cancel.is_set() else "cancelled")
+        if "WAIT" in prefix:
+            time.sleep(0.5)
         if "COUNT" in prefix:
             return FakeCompletion(f"{self.calls} calls {LOADS} loads {len(self.documents)} docs")
         if "INDEX" in prefix:  # the document as the Completer was told about it
@@ -167,7 +170,8 @@ def run_fake_server(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     defaults = load_config(config_dict_from_args(args))
     cli.configure_logging(args.log_level)
-    cli.serve(create_server(defaults, loader=fake_loader))
+    address = cli.parse_host_port(args.tcp) if args.tcp else None
+    cli.serve(create_server(defaults, loader=fake_loader), address)
 
 
 if __name__ == "__main__":
@@ -310,11 +314,16 @@ async def test_completion_fallback_for_clients_without_inline(session):
         assert item.text_edit.new_text == "first\nsecond"
 
 
-async def test_completion_is_empty_for_clients_with_inline_completion(session):
+async def test_inline_and_completion_for_one_position_share_a_generation(session):
     async with session(fake_command(), inline=True) as client:
-        open_doc(client, URI, "x = ab")
-        assert items_of(await complete(client, URI, 0, 6)) == []
-        assert await inline_text(client, URI, 0, 6) == "<ab>"
+        open_doc(client, URI, "WAIT ab\nCOUNT")
+        first, second = await asyncio.gather(inline(client, URI, 0, 7), complete(client, URI, 0, 7))
+        assert items_of(first)[0].insert_text == "<ab>"
+        assert items_of(second)[0].text_edit.new_text == "<ab>"
+        # one model call for both (the COUNT request is the second)
+        assert (await inline_text(client, URI, 1, 5)).startswith("2 calls")
+        await wait_for(lambda: len(client.stats) >= 3)
+        assert sorted(plain(s)["cached"] for s in client.stats[:2]) == [False, True]
 
 
 async def test_typed_ahead_answers_without_the_model(session):
@@ -357,6 +366,15 @@ async def test_malformed_params_get_invalid_params_and_the_server_keeps_serving(
                 types.TEXT_DOCUMENT_INLINE_COMPLETION,
                 {"textDocument": {"uri": URI}, "position": {"line": -1, "character": 0}},
             )
+        assert await inline_text(client, URI, 0, 6) == "<ab>"
+        # A malformed notification cannot be answered: it is reported, and serving goes on.
+        client.protocol._send_data(
+            JsonRPCNotification(
+                method=types.TEXT_DOCUMENT_DID_CHANGE, jsonrpc="2.0", params={"textDocument": 1}
+            )
+        )
+        await wait_for(lambda: shown(client))
+        assert "textDocument/didChange" in shown(client)[0]
         assert await inline_text(client, URI, 0, 6) == "<ab>"
 
 
@@ -571,3 +589,42 @@ async def test_requests_after_shutdown_get_an_error(session):
         await asyncio.wait_for(client._server.wait(), 10)
         assert client._server.returncode == 0
         client.capabilities = None  # already shut down
+
+
+async def test_tcp_transport():
+    import socket
+
+    from conftest import client_capabilities, server_env
+    from pytest_lsp import make_test_lsp_client
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = await asyncio.create_subprocess_exec(
+        *fake_command("--tcp", f"127.0.0.1:{port}"), env=server_env()
+    )
+    client = make_test_lsp_client()
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                await client.start_tcp("127.0.0.1", port)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+        result = await client.initialize_session(
+            types.InitializeParams(capabilities=client_capabilities())
+        )
+        assert result.capabilities.inline_completion_provider is not None
+        open_doc(client, URI, "x = ab")
+        assert await inline_text(client, URI, 0, 6) == "<ab>"
+        await client.shutdown_async(None)
+        client.exit(None)
+        await asyncio.wait_for(process.wait(), 10)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        client._stop_event.set()

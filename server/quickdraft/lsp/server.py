@@ -22,7 +22,7 @@ import attrs
 import cattrs
 from lsprotocol import types
 from pygls.capabilities import ServerCapabilitiesBuilder
-from pygls.exceptions import JsonRpcException
+from pygls.exceptions import FeatureRequestError, JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.json_rpc import MsgId
@@ -80,6 +80,11 @@ class QuickdraftProtocol(LanguageServerProtocol):
                     jsonrpc=str(data.get("jsonrpc")),
                     detail=_describe_structure_error(exc),
                 )
+            if isinstance(method, str) and msg_id is None:  # a notification: no one to answer
+                raise JsonRpcInvalidParams(
+                    f"ignored a {method} notification with invalid params: "
+                    f"{_describe_structure_error(exc)}"
+                ) from exc
             raise
 
     def handle_message(self, message):
@@ -172,13 +177,14 @@ class QuickdraftServer(LanguageServer):
             logger.debug("could not send showMessage", exc_info=True)
 
     def report_server_error(self, error: Exception, source) -> None:
-        # pygls' default shows "Error in server: ..." for any notification failure; keep that,
-        # but with our own wording and never for request errors (they have their own reply).
-        from pygls.exceptions import FeatureRequestError
-
+        # Failures outside a request (a notification's handler, an unreadable message) are shown;
+        # request errors already went back as the request's answer.
         if source == FeatureRequestError:
             return
-        self.show(f"quickdraft: internal error: {error}")
+        if isinstance(error, JsonRpcException):
+            self.show(f"quickdraft: {error.message}")
+        else:
+            self.show(f"quickdraft: internal error: {type(error).__name__}: {error}")
 
     # --- position encoding ------------------------------------------------------------
 

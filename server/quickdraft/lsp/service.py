@@ -37,12 +37,30 @@ class Answer:
     cursor: types.Position
 
 
+@dataclass
+class _Job:
+    """A completion running (or queued) on the worker, and the requests waiting for it."""
+
+    text: str
+    offset: int
+    future: asyncio.Future
+    cancel: threading.Event
+    waiters: int = 1
+
+    def serves(self, text: str, offset: int) -> bool:
+        return (
+            not self.cancel.is_set()
+            and offset == self.offset
+            and (text is self.text or text == self.text)
+        )
+
+
 class CompletionService:
     def __init__(self, server: QuickdraftServer):
         self.server = server
         self.typed_ahead = TypedAheadCache()
         """Answers on the event loop, so a typed-ahead hit never waits for the worker."""
-        self._inflight: dict[str, threading.Event] = {}
+        self._inflight: dict[str, _Job] = {}
 
     # --- the request ------------------------------------------------------------------
 
@@ -82,35 +100,28 @@ class CompletionService:
             self._report(request_id, uri, feature, started, None, cached=True, text=remaining)
             return self._answer(document, offset, remaining)
 
-        # A newer request for a document supersedes the older one.
-        self._cancel_inflight(uri)
-        cancel = threading.Event()
-        self._inflight[uri] = cancel
-
-        from quickdraft.completer import CompletionRequest
-
-        request = CompletionRequest(
-            uri=uri,
-            text=text,
-            line=position.line,
-            character=column,
-            language_id=document.language_id,
-        )
-        future = server.worker.submit(server.host.complete, request, cancel)
+        # The same request already running (editors ask for inline completion and the completion
+        # menu at once) is shared; any other running request for the document is superseded.
+        current = self._inflight.get(uri)
+        if current is not None and current.serves(text, offset):
+            job, joined = current, True
+            job.waiters += 1
+        else:
+            self._cancel_inflight(uri)
+            job, joined = self._submit(uri, document, text, offset, position.line, column), False
         try:
-            completion = await asyncio.wrap_future(future)
+            completion = await asyncio.shield(job.future)
         except asyncio.CancelledError:
-            cancel.set()  # $/cancelRequest: the engine stops at its next step
+            job.waiters -= 1
+            if job.waiters == 0:
+                job.cancel.set()  # $/cancelRequest: the engine stops at its next step
             server.log(f"[{request_id}] {feature}: cancelled")
             raise
         except QuickdraftError as exc:
             server.log(f"[{request_id}] {feature}: {exc}", "warning")
             return None
-        finally:
-            if self._inflight.get(uri) is cancel:
-                del self._inflight[uri]
 
-        if cancel.is_set():
+        if job.cancel.is_set():
             server.log(f"[{request_id}] {feature}: superseded by a newer request")
             return None
         skipped = getattr(completion, "skipped", None)
@@ -118,16 +129,47 @@ class CompletionService:
             server.log(f"[{request_id}] {feature}: {skipped}; no completion")
             return None
         suggestion = completion.text or ""
-        self._report(request_id, uri, feature, started, completion, cached=False, text=suggestion)
+        # A request that joined another did no model work of its own: reported as cached.
+        self._report(
+            request_id,
+            uri,
+            feature,
+            started,
+            None if joined else completion,
+            cached=joined,
+            text=suggestion,
+        )
         if not suggestion:
             return None
         self.typed_ahead.remember(uri, prefix, suggestion, suffix)
         return self._answer(document, offset, suggestion)
 
+    def _submit(self, uri: str, document, text: str, offset: int, line: int, column: int) -> _Job:
+        from quickdraft.completer import CompletionRequest
+
+        request = CompletionRequest(
+            uri=uri, text=text, line=line, character=column, language_id=document.language_id
+        )
+        cancel = threading.Event()
+        future = asyncio.wrap_future(
+            self.server.worker.submit(self.server.host.complete, request, cancel)
+        )
+        job = _Job(text, offset, future, cancel)
+        self._inflight[uri] = job
+
+        def finished(done: asyncio.Future) -> None:
+            if self._inflight.get(uri) is job:
+                del self._inflight[uri]
+            if not done.cancelled():
+                done.exception()  # retrieved: every waiter may have gone
+
+        future.add_done_callback(finished)
+        return job
+
     def _cancel_inflight(self, uri: str) -> None:
         previous = self._inflight.pop(uri, None)
         if previous is not None:
-            previous.set()
+            previous.cancel.set()
 
     def forget(self, uri: str) -> None:
         self._cancel_inflight(uri)

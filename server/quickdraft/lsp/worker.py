@@ -171,4 +171,6 @@ class ModelHost:
         """The server keeps its own typed-ahead cache on the event loop, so the Completer's
         is not consulted here."""
         completer = self.require_completer()
+        if cancel.is_set():  # superseded while queued: not even the prompt is built
+            return None
         return completer.complete(request, cancel=cancel, strategy=strategy, use_typed_ahead=False)

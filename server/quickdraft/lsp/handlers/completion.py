@@ -1,6 +1,6 @@
 """`textDocument/completion`: the same suggestion as one item, for clients without inline
-completion. Clients that do have inline completion get an empty list here, so one keystroke
-does not run the model twice (and the two requests would supersede each other)."""
+completion (and for menus on demand in clients that have both). An inline completion and a
+completion request for the same position share one generation (see service.py)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,6 @@ if TYPE_CHECKING:
 FEATURE = "completion"
 SOURCE = "quickdraft"
 LABEL_CHARS = 60
-
-
-def client_has_inline_completion(ls: QuickdraftServer) -> bool:
-    try:
-        return ls.client_capabilities.text_document.inline_completion is not None
-    except AttributeError:
-        return False
 
 
 def completion_item(answer: Answer) -> types.CompletionItem:
@@ -54,8 +47,6 @@ def completion_item(answer: Answer) -> types.CompletionItem:
 
 
 async def completion(ls: QuickdraftServer, params: types.CompletionParams) -> types.CompletionList:
-    if client_has_inline_completion(ls):
-        return types.CompletionList(is_incomplete=False, items=[])
     answer = await ls.completions.complete(
         params.text_document.uri,
         params.position,

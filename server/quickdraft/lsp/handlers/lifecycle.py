@@ -34,6 +34,8 @@ def shutdown(ls: QuickdraftServer, params: None) -> None:
 
 
 def exit_(ls: QuickdraftServer, params: None) -> None:
+    for uri in ls.documents.uris():
+        ls.completions.forget(uri)  # a running generation stops at its next step
     ls.stop()
 
 
