@@ -284,6 +284,17 @@ async def test_edits_are_seen_by_the_next_completion(session):
         assert await inline_text(client, URI, 0, 2) == "<zz>"
 
 
+async def test_an_answer_keeps_the_position_of_its_request_across_edits(session):
+    async with session(fake_command()) as client:
+        open_doc(client, URI, "WAIT ab")
+        pending = asyncio.ensure_future(inline(client, URI, 0, 7))
+        await asyncio.sleep(0.2)
+        edit(client, URI, 2, (0, 0), (0, 0), "😀\n")  # a line above, while generating
+        [item] = items_of(await pending)
+        assert item.insert_text == "<ab>"
+        assert rng(item) == (0, 7, 0, 7)
+
+
 async def test_close_and_reopen_keep_the_completer_in_step(session):
     async with session(fake_command()) as client:
         open_doc(client, URI, "one")

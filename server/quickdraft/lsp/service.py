@@ -29,7 +29,12 @@ STATS_NOTIFICATION = "$/quickdraft/stats"
 
 @dataclass
 class Answer:
-    """A suggestion placed in a document: `text` replaces `start`..`end` (LSP positions)."""
+    """A suggestion placed in a document: `text` replaces `start`..`end` (LSP positions).
+
+    Completer text is inserted at the cursor: it never repeats what is typed (a typed-ahead
+    answer is the rest of the suggestion) and never overlaps the text after the cursor
+    (postprocess.finalize), so the range is empty. Clients expect a range all the same.
+    """
 
     text: str
     start: types.Position
@@ -90,6 +95,10 @@ class CompletionService:
 
         text = document.text
         offset = document.line_starts[position.line] + column
+        # The answer belongs to this version of the document, whatever edits arrive meanwhile.
+        cursor = types.Position(
+            line=position.line, character=document.from_codepoint(position.line, column)
+        )
         started = time.perf_counter()
 
         # Typed ahead: the user typed the start of the current suggestion.
@@ -98,7 +107,7 @@ class CompletionService:
         if remaining is not None:
             self._cancel_inflight(uri)
             self._report(request_id, uri, feature, started, None, cached=True, text=remaining)
-            return self._answer(document, offset, remaining)
+            return Answer(remaining, cursor, cursor, cursor)
 
         # The same request already running (editors ask for inline completion and the completion
         # menu at once) is shared; any other running request for the document is superseded.
@@ -142,7 +151,7 @@ class CompletionService:
         if not suggestion:
             return None
         self.typed_ahead.remember(uri, prefix, suggestion, suffix)
-        return self._answer(document, offset, suggestion)
+        return Answer(suggestion, cursor, cursor, cursor)
 
     def _submit(self, uri: str, document, text: str, offset: int, line: int, column: int) -> _Job:
         from quickdraft.completer import CompletionRequest
@@ -176,14 +185,6 @@ class CompletionService:
         self.typed_ahead.invalidate(uri)
 
     # --- answers ----------------------------------------------------------------------
-
-    @staticmethod
-    def _answer(document, offset: int, text: str) -> Answer:
-        """`text` inserted at the cursor: Completer text never repeats what is typed (typed-ahead
-        answers are the rest of the suggestion) and never overlaps the suffix (finalize)."""
-        line, character = document.position_at(offset)
-        cursor = types.Position(line=line, character=character)
-        return Answer(text, cursor, cursor, cursor)
 
     def _report(
         self,
