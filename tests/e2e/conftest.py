@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import time
 import uuid
 from concurrent.futures import Future
@@ -212,8 +211,3 @@ def shown(client, level=types.MessageType.Error) -> list[str]:
 @pytest.fixture
 def session():
     return lsp_session
-
-
-@pytest.fixture
-def python() -> str:
-    return sys.executable

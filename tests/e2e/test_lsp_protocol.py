@@ -571,12 +571,17 @@ async def test_failed_reload_keeps_the_running_models(session):
         assert (await inline_text(client, URI, 0, 5)).startswith("1 calls 1 loads")
         client.workspace_did_change_configuration(
             types.DidChangeConfigurationParams(
-                settings={"quickdraft": {"model": {"target": "crash"}}}
+                settings={
+                    "quickdraft": {"model": {"target": "crash"}, "decoding": {"temperature": 0.7}}
+                }
             )
         )
         await wait_for(lambda: shown(client))
         assert "CUDA out of memory" in shown(client)[0]
         assert (await inline_text(client, URI, 0, 5)).startswith("2 calls 1 loads")
+        # the settings that came with the failed models apply to the running ones
+        edit(client, URI, 2, (0, 0), (0, 5), "CONFIG")
+        assert await inline_text(client, URI, 0, 6) == "max=64 temp=0.7"
         client.workspace_did_change_configuration(
             types.DidChangeConfigurationParams(
                 settings={"quickdraft": {"model": {"target": "other"}}}
@@ -584,6 +589,7 @@ async def test_failed_reload_keeps_the_running_models(session):
         )
         await wait_for(lambda: any("models ready" in m.message for m in client.log_messages[2:]))
         # A new Completer: counts restart, and it was told about the open document.
+        edit(client, URI, 3, (0, 0), (0, 6), "COUNT")
         assert await inline_text(client, URI, 0, 5) == "1 calls 2 loads 1 docs"
 
 

@@ -152,7 +152,7 @@ class QuickdraftServer(LanguageServer):
         self._pending_sync: set[str] = set()
         self._sync_lock = threading.Lock()
         self.models_generation = 0
-        """Counts model loads submitted; a finished load that is no longer the latest is quiet."""
+        """Counts model loads submitted; only the latest one's failure reverts the settings."""
 
     # --- messages to the client -------------------------------------------------------
 
@@ -258,9 +258,12 @@ class QuickdraftServer(LanguageServer):
             self.completions.typed_ahead.clear()
             self.log(f"models ready: {future.result()}")
             return
-        if generation == self.models_generation and self.host.config is not None:
-            # A reload failed: the previous models keep serving, and the configuration says so.
-            self.config.revert_models(self.host.config.model)
+        running = self.host.config
+        if generation == self.models_generation and running is not None:
+            # A reload failed: the previous models keep serving, and the configuration says so;
+            # the settings that came with the new models still apply.
+            self.config.revert_models(running.model)
+            self.worker.submit(self.host.update_config, self.config.current)
         self.show(f"quickdraft: {exc}", "error")
 
     def stop(self) -> None:
