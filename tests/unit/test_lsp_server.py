@@ -130,6 +130,16 @@ def test_completion_item_for_a_multi_line_range():
     assert item.label_details.description == "quickdraft"
 
 
+def test_completion_item_label_is_the_first_line_with_text():
+    here = types.Position(line=0, character=0)
+    item = completion_item(Answer("\n    return x\n", here, here, here))
+    assert item.label == "return x"
+    assert item.text_edit.new_text == "\n    return x\n"
+    item = completion_item(Answer("a" * 100 + "\nb", here, here, here))
+    assert item.label.endswith("… …") and len(item.label) < 70
+    assert completion_item(Answer("  ", here, here, here)).label == "(whitespace)"
+
+
 def test_stats_payload():
     class Stats:
         def to_dict(self):

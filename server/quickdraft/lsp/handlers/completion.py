@@ -27,12 +27,14 @@ def completion_item(answer: Answer) -> types.CompletionItem:
         text = parts[-1] if len(parts) > lines_above else ""
         start = types.Position(line=answer.cursor.line, character=0)
     end = answer.end if answer.end.line == answer.cursor.line else answer.cursor
-    first_line = text.split("\n", 1)[0]
-    label = first_line if len(first_line) <= LABEL_CHARS else first_line[: LABEL_CHARS - 1] + "…"
-    if "\n" in text:
+    lines = [line.strip() for line in text.split("\n") if line.strip()]
+    label = lines[0] if lines else "(whitespace)"
+    if len(label) > LABEL_CHARS:
+        label = label[: LABEL_CHARS - 1] + "…"
+    if len(lines) > 1:
         label += " …"
     return types.CompletionItem(
-        label=label or text.strip() or "(whitespace)",
+        label=label,
         label_details=types.CompletionItemLabelDetails(description=SOURCE),
         kind=types.CompletionItemKind.Text,
         detail=f"{SOURCE} completion",
