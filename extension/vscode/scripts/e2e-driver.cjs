@@ -2,7 +2,8 @@
 // end, wait for the inline suggestion's ghost text, accept it with Tab, save, and check the file
 // on disk and the status bar. Exit status 0 only when every check passed.
 //
-// node e2e-driver.cjs --url URL --chromium PATH --artifacts DIR --file PATH [--timeout S] [--server real|fake]
+// node e2e-driver.cjs --url URL --chromium PATH --artifacts DIR --file PATH [--settings PATH]
+//                     [--timeout S] [--server real|fake]
 
 "use strict";
 
@@ -173,6 +174,43 @@ async function main() {
     );
     results.data.notifications = notices;
     check("no quickdraft error notification", !notices.some((n) => /quickdraft/i.test(n || "")), notices);
+
+    // Change a decoding setting in the Settings editor while running: the extension sends
+    // didChangeConfiguration (scripts/e2e.sh checks what arrived, and that the server was not
+    // restarted for it).
+    await page.keyboard.press("F1");
+    await page.waitForSelector(".quick-input-widget input", { timeout: 15000 });
+    await page.keyboard.type("Preferences: Open User Settings", { delay: 20 });
+    await page.waitForSelector(".quick-input-list .monaco-list-row", { timeout: 15000 });
+    const rows = page.locator(".quick-input-list .monaco-list-row", { hasText: /^Preferences: Open User Settings$/ });
+    if ((await rows.count()) > 0) {
+      await rows.first().click();
+    } else {
+      await page.keyboard.press("Enter");
+    }
+    await page.waitForSelector(".settings-editor .suggest-input-container", { timeout: 30000 });
+    await page.locator(".settings-editor .suggest-input-container").first().click();
+    await page.keyboard.type("quickdraft.decoding.maxNewTokens", { delay: 10 });
+    const input = page
+      .locator(".settings-editor .setting-item-contents", { hasText: "Max New Tokens" })
+      .locator("input")
+      .first();
+    await input.waitFor({ timeout: 30000 });
+    await input.fill("16");
+    await input.press("Tab");
+    const changed = await waitFor(() => {
+      const text = fs.readFileSync(args.settings, "utf8");
+      return /"quickdraft\.decoding\.maxNewTokens":\s*16/.test(text) ? text : null;
+    }, 15000);
+    await page.screenshot({ path: path.join(artifacts, "settings.png") });
+    check("the Settings editor writes quickdraft.decoding.maxNewTokens", changed, fs.readFileSync(args.settings, "utf8"));
+    await new Promise((r) => setTimeout(r, 3000));
+    const later = await page.evaluate(() =>
+      Array.from(document.querySelectorAll(".notifications-toasts .notification-list-item-message")).map(
+        (n) => n.textContent,
+      ),
+    );
+    check("the server takes the changed settings (no error notification)", !later.some((n) => /quickdraft/i.test(n || "")), later);
   } catch (error) {
     check("no error", false, String(error && error.stack ? error.stack : error));
     try {

@@ -79,6 +79,7 @@ log "packaged $(du -h "$VSIX" | cut -f1) $VSIX"
 WORK="$(mktemp -d -t quickdraft-e2e-XXXXXX)"
 ART="${QUICKDRAFT_E2E_ARTIFACTS:-$WORK/artifacts}"
 mkdir -p "$ART" "$WORK/workspace" "$WORK/user-data/User" "$WORK/extensions" "$WORK/xdg"
+rm -f "$ART/fake-server.log" "$ART"/*quickdraft*.log
 CS_PID=""
 cleanup() {
   if [[ -n "$CS_PID" ]]; then kill "$CS_PID" 2>/dev/null || true; wait "$CS_PID" 2>/dev/null || true; fi
@@ -95,7 +96,8 @@ printf 'def add(a, b):\n    return a + b\n\n' >"$WORK/workspace/main.py"
 
 if [[ "$SERVER_KIND" == fake ]]; then
   SERVER_PATH="$WORK/fake-quickdraft"
-  printf '#!/bin/sh\nexec "%s" "%s"\n' "$PYTHON" "$ROOT/extension/nvim/tests/fake_server.py" >"$SERVER_PATH"
+  printf '#!/bin/sh\nexport QD_FAKE_LOG="%s"\nexec "%s" "%s"\n' "$ART/fake-server.log" "$PYTHON" \
+    "$ROOT/extension/nvim/tests/fake_server.py" >"$SERVER_PATH"
   chmod +x "$SERVER_PATH"
   MODEL_SETTINGS='"quickdraft.model.device": "cpu"'
 else
@@ -160,11 +162,43 @@ set +e
 NODE_PATH="$DRIVER_DIR/node_modules" "$NODE24/bin/node" "$HERE/e2e-driver.cjs" \
   --url "http://127.0.0.1:$PORT/?folder=$WORK/workspace" \
   --chromium "$CHROMIUM" --artifacts "$ART" --file "$WORK/workspace/main.py" \
+  --settings "$WORK/user-data/User/settings.json" \
   --timeout "${QUICKDRAFT_E2E_TIMEOUT:-120}" --server "$SERVER_KIND"
 status=$?
 set -e
 # The extension's own log (the server's stderr goes there too).
 find "$WORK/user-data/logs" -name '*quickdraft*' -exec cp {} "$ART/" \; 2>/dev/null || true
+if [[ $status -eq 0 ]]; then
+  # A decoding setting changed while running reaches the server without a restart.
+  starts=$(cat "$ART"/*quickdraft*.log 2>/dev/null | grep -c '\[quickdraft\] starting:' || true)
+  if [[ "$starts" != 1 ]]; then
+    log "FAIL the server was started $starts times (expected once: a decoding change is no restart)"; status=1
+  else
+    log "ok   a decoding setting change did not restart the server"
+  fi
+  if [[ "$SERVER_KIND" == fake ]]; then
+    "$PYTHON" - "$ART/fake-server.log" "$WORK/models" <<'PY' || status=1
+import json, sys
+events = [json.loads(line) for line in open(sys.argv[1])]
+init = [e["data"] for e in events if e["event"] == "initialize"]
+changes = [e["data"] for e in events if e["event"] == "didChangeConfiguration"]
+expected = {
+    "model": {"device": "cpu"},
+    "decoding": {"max_new_tokens": 24},
+    "languages": {"python": {"multiline": "always"}},
+}
+ok = True
+for name, good, detail in (
+    ("initializationOptions is the config tree", init == [expected], init),
+    ("didChangeConfiguration carries the changed tree",
+     bool(changes) and changes[-1] == {**expected, "decoding": {"max_new_tokens": 16}}, changes),
+):
+    print(f"[e2e] {'ok  ' if good else 'FAIL'} {name}" + ("" if good else f": {detail}"), file=sys.stderr)
+    ok = ok and good
+sys.exit(0 if ok else 1)
+PY
+  fi
+fi
 if [[ $status -ne 0 ]]; then
   log "FAILED (artifacts in $ART)"
   for f in "$ART"/*quickdraft*.log; do [[ -f "$f" ]] && { log "--- $f"; tail -40 "$f" >&2; }; done

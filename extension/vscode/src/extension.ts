@@ -149,6 +149,7 @@ async function onConfigurationChanged(event: vscode.ConfigurationChangeEvent): P
   if (!event.affectsConfiguration("quickdraft")) {
     return;
   }
+  output.appendLine("[quickdraft] configuration change");
   updateStatus();
   const next = snapshot();
   if (!current || !client || needsRestart(current, next)) {
@@ -158,6 +159,7 @@ async function onConfigurationChanged(event: vscode.ConfigurationChangeEvent): P
   }
   current = next;
   if (client.state === State.Running) {
+    output.appendLine(`[quickdraft] settings changed: ${JSON.stringify(next.tree)}`);
     await client.sendNotification(DidChangeConfigurationNotification.type, { settings: next.tree });
   }
 }
