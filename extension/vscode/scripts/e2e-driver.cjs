@@ -65,6 +65,27 @@ async function statusText(page) {
   });
 }
 
+async function runCommand(page, title) {
+  // The command palette; F1 is not always taken where the focus is (a settings input), so
+  // leave that first and retry with the other key.
+  let opened = false;
+  for (const key of ["F1", "Control+Shift+P", "F1"]) {
+    await page.keyboard.press("Escape");
+    await page.locator(".part.statusbar").first().click({ position: { x: 5, y: 5 } }).catch(() => {});
+    await page.keyboard.press(key);
+    opened = await page
+      .waitForSelector(".quick-input-widget input", { state: "visible", timeout: 5000 })
+      .then(() => true)
+      .catch(() => false);
+    if (opened) break;
+  }
+  if (!opened) throw new Error("the command palette did not open");
+  await page.keyboard.type(title, { delay: 20 });
+  const row = page.locator(".quick-input-list .monaco-list-row", { hasText: title }).first();
+  await row.waitFor({ timeout: 15000 });
+  await row.click();
+}
+
 async function waitFor(fn, ms, interval = 250) {
   const deadline = Date.now() + ms;
   for (;;) {
@@ -178,16 +199,7 @@ async function main() {
     // Change a decoding setting in the Settings editor while running: the extension sends
     // didChangeConfiguration (scripts/e2e.sh checks what arrived, and that the server was not
     // restarted for it).
-    await page.keyboard.press("F1");
-    await page.waitForSelector(".quick-input-widget input", { timeout: 15000 });
-    await page.keyboard.type("Preferences: Open User Settings", { delay: 20 });
-    await page.waitForSelector(".quick-input-list .monaco-list-row", { timeout: 15000 });
-    const rows = page.locator(".quick-input-list .monaco-list-row", { hasText: /^Preferences: Open User Settings$/ });
-    if ((await rows.count()) > 0) {
-      await rows.first().click();
-    } else {
-      await page.keyboard.press("Enter");
-    }
+    await runCommand(page, "Preferences: Open User Settings");
     await page.waitForSelector(".settings-editor .suggest-input-container", { timeout: 30000 });
     await page.locator(".settings-editor .suggest-input-container").first().click();
     await page.keyboard.type("quickdraft.decoding.maxNewTokens", { delay: 10 });
@@ -211,6 +223,23 @@ async function main() {
       ),
     );
     check("the server takes the changed settings (no error notification)", !later.some((n) => /quickdraft/i.test(n || "")), later);
+
+    // The extension's commands: restart the server (scripts/e2e.sh counts two starts), show its log.
+    await runCommand(page, "quickdraft: Restart Server");
+    const restarted = await waitFor(
+      () => page.evaluate(() => !!document.querySelector(".statusbar-item .codicon-zap")),
+      timeoutMs,
+    );
+    check("after quickdraft: Restart Server the server runs again", restarted);
+    await runCommand(page, "quickdraft: Show Server Log");
+    const logText = await waitFor(async () => {
+      const text = await page.evaluate(() =>
+        Array.from(document.querySelectorAll(".part.panel .view-lines")).map((n) => n.textContent).join("\n"),
+      );
+      return /\[quickdraft\] starting:/.test(text.replace(/\u00a0/g, " ")) ? text : null;
+    }, 15000);
+    await page.screenshot({ path: path.join(artifacts, "log.png") });
+    check("quickdraft: Show Server Log shows the extension's log", logText);
   } catch (error) {
     check("no error", false, String(error && error.stack ? error.stack : error));
     try {
