@@ -78,6 +78,11 @@ def run_scenario(script: str, workdir: Path, env: dict[str, str], timeout: float
         "XDG_STATE_HOME": str(workdir / "state"),
         "XDG_DATA_HOME": str(workdir / "data"),
         "XDG_CONFIG_HOME": str(workdir / "config"),
+        # for the real server Neovim starts: no Hub, one thread (the machine is shared)
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",
         **env,
     }
     # A scenario that fails to load must still end Neovim (else it waits for input forever).
@@ -178,13 +183,6 @@ def test_plugin_behaviour_with_scripted_server(tmp_path: Path, use_range: bool):
         } <= passed(result)
 
 
-@pytest.fixture(scope="module")
-def tiny_models(tmp_path_factory) -> tuple[Path, Path]:
-    from quickdraft.testing import save_tiny_pair
-
-    return save_tiny_pair(tmp_path_factory.mktemp("tiny-models"))
-
-
 def _quickdraft_executable() -> list[str]:
     beside = Path(sys.executable).parent / "quickdraft"
     if beside.exists():
@@ -195,8 +193,9 @@ def _quickdraft_executable() -> list[str]:
     return [sys.executable, "-m", "quickdraft.cli"]
 
 
-def test_real_server_ghost_text_and_accept(tmp_path: Path, tiny_models):
-    target, draft = tiny_models
+def test_real_server_ghost_text_and_accept(tmp_path: Path, tiny_models: Path):
+    # tiny_models (conftest.py): a directory with target/ and draft/
+    target, draft = tiny_models / "target", tiny_models / "draft"
     source = tmp_path / "main.py"
     source.write_text(SOURCE)
     server = _quickdraft_executable()
