@@ -158,4 +158,19 @@ H.run(function()
   H.check(':QuickdraftStatus command exists', vim.fn.exists(':QuickdraftStatus') == 2)
   H.eq('statusline text', 'qd 13 ms · 2.5 tok/fwd · 75% acc', quickdraft.statusline())
   H.data.status = lines
+
+  -- The completion menu (textDocument/completion through vim.lsp.completion / omnifunc).
+  vim.o.completeopt = 'menu,menuone,noselect' -- show the menu even for one item
+  H.type('o<C-]><C-x><C-o>')
+  local words = H.wait(function()
+    local info = vim.fn.complete_info({ 'items', 'pum_visible' })
+    if info.pum_visible ~= 1 then
+      return nil
+    end
+    return vim.tbl_map(function(item)
+      return item.word
+    end, info.items)
+  end, 10000)
+  H.check('<C-x><C-o> shows the server\'s completion items', words and vim.tbl_contains(words, vim.split(suggestion, '\n')[1]), words)
+  H.type('<C-e><Esc>')
 end)

@@ -26,8 +26,9 @@ M.defaults = {
   inline = 'auto',
   -- Delay after the last keystroke before the plugin's ghost text asks the server (0.11 path).
   debounce_ms = 75,
-  -- vim.lsp.completion for textDocument/completion (the menu; <C-x><C-o> when autotrigger is off).
-  completion = { enable = true, autotrigger = false },
+  -- vim.lsp.completion for textDocument/completion (the menu). `omnifunc`: make <C-x><C-o> ask
+  -- the language servers (vim.lsp.omnifunc) even where a filetype plugin set another omnifunc.
+  completion = { enable = true, autotrigger = false, omnifunc = true },
   -- Insert-mode keys; false disables one. Each falls back to the key's own meaning when no
   -- suggestion is shown.
   keymaps = {

@@ -98,8 +98,9 @@ local function map(lhs, action, desc)
   end
   vim.keymap.set('i', lhs, function()
     if not action() then
-      -- Nothing to accept: the key keeps its own meaning.
-      api.nvim_feedkeys(vim.keycode(lhs), 'n', false)
+      -- Nothing to accept: the key keeps its built-in meaning. 'i' puts it at the front of the
+      -- typeahead, so keys typed after it are still handled after it.
+      api.nvim_feedkeys(vim.keycode(lhs), 'ni', false)
     end
   end, { desc = desc, silent = true })
 end
@@ -207,6 +208,9 @@ local function on_attach(args)
   local opts = M.options
   if opts.completion.enable and client.server_capabilities.completionProvider then
     vim.lsp.completion.enable(true, client.id, bufnr, { autotrigger = opts.completion.autotrigger })
+    if opts.completion.omnifunc then
+      vim.bo[bufnr].omnifunc = 'v:lua.vim.lsp.omnifunc'
+    end
   end
   local mode = M.inline_mode()
   if mode == 'native' then
