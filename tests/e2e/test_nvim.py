@@ -64,7 +64,7 @@ def _find_nvim() -> tuple[str | None, str]:
 
 
 NVIM, WHY_NOT = _find_nvim()
-pytestmark = [pytest.mark.skipif(NVIM is None, reason=WHY_NOT), pytest.mark.slow]
+pytestmark = pytest.mark.skipif(NVIM is None, reason=WHY_NOT)
 
 
 def run_scenario(script: str, workdir: Path, env: dict[str, str], timeout: float) -> dict:
@@ -156,6 +156,7 @@ def test_help_file_tags(tmp_path: Path):
         assert tag + "\t" in tags, tags
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("use_range", [False, True], ids=["insert-at-cursor", "range"])
 def test_plugin_behaviour_with_scripted_server(tmp_path: Path, use_range: bool):
     source = tmp_path / "main.py"
@@ -193,6 +194,7 @@ def _quickdraft_executable() -> list[str]:
     return [sys.executable, "-m", "quickdraft.cli"]
 
 
+@pytest.mark.slow
 def test_real_server_ghost_text_and_accept(tmp_path: Path, tiny_models: Path):
     # tiny_models (conftest.py): a directory with target/ and draft/
     target, draft = tiny_models / "target", tiny_models / "draft"
