@@ -85,7 +85,14 @@ mkdir -p "$ART" "$WORK/workspace" "$WORK/user-data/User" "$WORK/extensions" "$WO
 rm -f "$ART/fake-server.log" "$ART"/*quickdraft*.log
 CS_PID=""
 cleanup() {
-  if [[ -n "$CS_PID" ]]; then kill "$CS_PID" 2>/dev/null || true; wait "$CS_PID" 2>/dev/null || true; fi
+  # code-server runs in its own process group (setsid): end it with its extension host, file
+  # watcher and the quickdraft server they started.
+  if [[ -n "$CS_PID" ]]; then
+    kill -- "-$CS_PID" 2>/dev/null || kill "$CS_PID" 2>/dev/null || true
+    wait "$CS_PID" 2>/dev/null || true
+    sleep 1
+    kill -9 -- "-$CS_PID" 2>/dev/null || true
+  fi
   if [[ -z "${QUICKDRAFT_E2E_ARTIFACTS:-}" && "${QUICKDRAFT_E2E_KEEP:-0}" != 1 ]]; then rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
@@ -149,7 +156,7 @@ log "installing the vsix into code-server"
 grep -q "quickdraft" "$ART/install.log" || { cat "$ART/install.log" >&2; exit 1; }
 
 PORT="$("$NODE24/bin/node" -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')"
-"$CODE_SERVER" "${CS_ARGS[@]}" --auth none --bind-addr "127.0.0.1:$PORT" --disable-telemetry \
+setsid "$CODE_SERVER" "${CS_ARGS[@]}" --auth none --bind-addr "127.0.0.1:$PORT" --disable-telemetry \
   --disable-update-check --disable-workspace-trust --disable-getting-started-override \
   "$WORK/workspace" >"$ART/code-server.log" 2>&1 &
 CS_PID=$!
