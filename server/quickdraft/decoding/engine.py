@@ -347,6 +347,9 @@ class Engine:
                         )
                     )
                 target_ms[n] = min(samples[1:])
+            # More new tokens never cost less; a noisy sample must not say otherwise.
+            for smaller, larger in zip(MEASURED_SIZES, MEASURED_SIZES[1:], strict=False):
+                target_ms[larger] = max(target_ms[larger], target_ms[smaller])
             self.target.reset()
 
             draft_ms = None
