@@ -193,3 +193,16 @@ def test_sweep_summary_picks_the_best_length_per_language():
     assert snippet == {"languages": {"python": {"draft_length": 4}, "rust": {"draft_length": 4}}}
     assert load_config(snippet).draft_length_for("rust") == 4
     assert "Best fixed length for `hybrid` in python: 4" in "\n".join(report.render_sweep(sweep))
+
+
+def test_timing_noise_is_flagged_when_identical_prefills_disagree():
+    quiet = [hole("python", {"ar": run(100.0, [1]), "hybrid": run(60.0, [1])})]
+    assert report.timing_noise(quiet) == 1.0
+    busy = [
+        hole("python", {"ar": {**run(100.0, [1]), "prefill_ms": 40.0}, "hybrid": run(60.0, [1])})
+    ]
+    assert report.timing_noise(busy) == 4.0
+    results = {"env": {}, "holes": busy, "summary": report.summarize(busy)}
+    assert "Timing noise" in report.render_markdown(results)
+    results = {"env": {}, "holes": quiet, "summary": report.summarize(quiet)}
+    assert "Timing noise" not in report.render_markdown(results)

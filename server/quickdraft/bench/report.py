@@ -138,6 +138,25 @@ def details(holes: list[dict[str, Any]], strategy: str) -> dict[str, Any]:
     }
 
 
+ENGINE_STRATEGIES = ("ar", "ngram", "draft", "hybrid")
+NOISY_PREFILL_SPREAD = 1.5
+
+
+def timing_noise(holes: list[dict[str, Any]]) -> float | None:
+    """A gauge of machine noise: per hole, the slowest cold prefill of the engine strategies over
+    the fastest (they prefill the very same prompt), then the median over holes."""
+    spreads = []
+    for hole in holes:
+        values = [
+            run["prefill_ms"]
+            for name, run in hole["runs"].items()
+            if name in ENGINE_STRATEGIES and run.get("prefill_ms")
+        ]
+        if len(values) >= 2:
+            spreads.append(max(values) / min(values))
+    return statistics.median(spreads) if spreads else None
+
+
 def acceptance_text(drafted: dict[str, int], accepted: dict[str, int]) -> str:
     parts = [
         f"{source} {accepted.get(source, 0)}/{count} ({accepted.get(source, 0) / count:.0%})"
@@ -322,8 +341,18 @@ def render_markdown(
     if sweep and sweep.get("summary"):
         lines += render_sweep(sweep)
     notes = env.get("skipped") or {}
-    if notes or env.get("notes"):
+    noise = timing_noise(holes)
+    noisy = noise is not None and noise >= NOISY_PREFILL_SPREAD
+    if notes or env.get("notes") or noisy:
         lines += ["## Notes", ""]
+        if noisy:
+            lines.append(
+                f"- **Timing noise.** Every engine strategy prefills the same prompt from a cold"
+                f" cache, yet on a typical hole the slowest of those prefills took {noise:.1f}×"
+                f" the fastest (median over holes): the machine was busy with other work, so"
+                f" latencies and speedups here are unreliable. Tokens per forward, acceptance,"
+                f" identity and matches do not depend on timing."
+            )
         for name, reason in notes.items():
             lines.append(f"- `{name}` skipped: {reason}")
         for note in env.get("notes", []):
@@ -546,6 +575,9 @@ def write_plots(
         if values:
             ys = [(i + 1) / len(values) for i in range(len(values))]
             ax.step(values, ys, where="post", label=strategy)
+    every = [h["runs"][s]["latency_ms"] for h in holes for s in h["runs"]]
+    if every and min(every) > 0 and max(every) / min(every) > 20:
+        ax.set_xscale("log")
     ax.set_xlabel("end-to-end latency (ms)")
     ax.set_ylabel("share of holes")
     ax.set_title("Latency CDF per strategy")
