@@ -313,3 +313,18 @@ def test_float32_models_work(tokenizer):
     engine = Engine(model, None, config=DecodingConfig(ngram_min=1, ngram_max=4))
     result = greedy(engine, tokenizer.encode(CODE[0]), "ngram", 4)
     assert len(result.tokens) == 24
+
+
+def test_a_cold_draft_cache_is_charged_once_not_every_step():
+    costs = CostModel(
+        target_ms={1: 10, 2: 10.5, 4: 11, 8: 12, 16: 14},
+        draft_ms_per_token=1.0,
+        draft_prefill_tokens_per_s=10000.0,
+    )
+    # 1,000 tokens to catch up cost 100 ms: charged in full, drafting never pays...
+    assert costs.best_k("draft", 0.8, 8, catch_up=1000, remaining_tokens=1)[0] == 0
+    # ...but shared over the 200 tokens still to come, it does.
+    k, rate = costs.best_k("draft", 0.8, 8, catch_up=1000, remaining_tokens=200)
+    assert k > 0 and rate > 1 / costs.target_step_ms(1)
+    # N-gram drafts cost nothing to propose.
+    assert costs.best_k("ngram", 0.8, 8, catch_up=1000)[0] > 0

@@ -15,7 +15,6 @@ more than the estimation error.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 MEASURED_SIZES = (1, 2, 4, 8, 16)
@@ -63,28 +62,47 @@ class CostModel:
         slope = (self.target_ms[high] - self.target_ms[low]) / (high - low)
         return self.target_ms[high] + slope * (new_tokens - high)
 
-    def draft_cost_ms(self, k: int, catch_up_tokens: int = 0) -> float:
-        if self.draft_ms_per_token is None:
-            return math.inf
-        catch_up = 0.0
-        if catch_up_tokens > 1 and self.draft_prefill_tokens_per_s > 0:
-            catch_up = 1000.0 * (catch_up_tokens - 1) / self.draft_prefill_tokens_per_s
-        return k * self.draft_ms_per_token + catch_up
+    def catch_up_ms(self, tokens: int) -> float:
+        """Time for the draft model to compute `tokens` it has not seen (a prefill)."""
+        if tokens <= 1 or self.draft_prefill_tokens_per_s <= 0:
+            return 0.0
+        return 1000.0 * (tokens - 1) / self.draft_prefill_tokens_per_s
 
-    def tokens_per_ms(self, source: str, acceptance: float, k: int, catch_up: int = 0) -> float:
-        """Expected throughput of one step: `source` "ngram" or "draft" proposing k tokens."""
+    def tokens_per_ms(
+        self,
+        source: str,
+        acceptance: float,
+        k: int,
+        catch_up: int = 0,
+        remaining_tokens: int = 1,
+    ) -> float:
+        """Expected throughput of one step: `source` "ngram" or "draft" proposing k tokens.
+
+        A draft model that lags the sequence by `catch_up` tokens (a cold cache) must compute
+        them first. That prefill is paid once and serves every later draft step, so this step
+        is charged only its share: the tokens it is expected to yield out of `remaining_tokens`.
+        """
+        tokens = expected_tokens(acceptance, k)
         cost = self.target_step_ms(k + 1)
         if source == "draft" and k > 0:
-            cost += self.draft_cost_ms(k, catch_up)
-        return expected_tokens(acceptance, k) / cost
+            if self.draft_ms_per_token is None:
+                return 0.0
+            share = min(1.0, tokens / max(remaining_tokens, 1))
+            cost += k * self.draft_ms_per_token + self.catch_up_ms(catch_up) * share
+        return tokens / cost
 
     def best_k(
-        self, source: str, acceptance: float, max_k: int, catch_up: int = 0
+        self,
+        source: str,
+        acceptance: float,
+        max_k: int,
+        catch_up: int = 0,
+        remaining_tokens: int = 1,
     ) -> tuple[int, float]:
         """The draft length (0..max_k) with the highest expected tokens per ms, and that rate."""
         best = (0, 1.0 / self.target_step_ms(1))
         for k in range(1, max_k + 1):
-            rate = self.tokens_per_ms(source, acceptance, k, catch_up)
+            rate = self.tokens_per_ms(source, acceptance, k, catch_up, remaining_tokens)
             if rate > best[1]:
                 best = (k, rate)
         return best

@@ -287,6 +287,7 @@ class Engine:
                 self.acceptance.rate(request.language, "draft"),
                 max_k,
                 catch_up=self.drafter.lag(sequence),
+                remaining_tokens=budget + 1,
             )
             if rate_k > 0 and rate > best_rate:
                 choice, best_rate = ("draft", rate_k), rate
