@@ -15,6 +15,7 @@ import os
 import platform
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,31 @@ class Completion:
     skipped: str | None = None
     """Why no completion was attempted (language disabled, document too large, binary)."""
     from_typed_ahead: bool = False
+
+
+@dataclass
+class PreparedCompletion:
+    """A request turned into what the engine gets, and the post-processing of its answer."""
+
+    request: CompletionRequest
+    prompt: Prompt
+    prompt_ids: list[int]
+    mode: str
+    """"line" or "block" (postprocess.decide_mode)."""
+    max_new_tokens: int
+    tokenizer: Any
+
+    def stop_rule(self) -> Callable[[list[int]], bool]:
+        """A fresh stop callback for one generation: new tokens so far -> complete now?"""
+        rule = StopRule(self.prompt.prefix, self.prompt.suffix, self.request.language_id, self.mode)
+        return lambda tokens: rule(self.tokenizer.decode(tokens, skip_special_tokens=True))
+
+    def finish(self, tokens: list[int]) -> tuple[str, str]:
+        """(raw decoded text, the text to insert after post-processing)."""
+        raw = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        return raw, finalize(
+            raw, self.prompt.prefix, self.prompt.suffix, self.request.language_id, self.mode
+        )
 
 
 def quickdraft_home() -> Path:
@@ -150,7 +176,7 @@ class Completer:
         self.engine.ngram.remove_source(uri)
         self.typed_ahead.invalidate(uri)
 
-    def _refresh_ngram_sources(self) -> None:
+    def refresh_documents(self) -> None:
         """Re-tokenize the documents that changed since the last request (only those)."""
         with self._lock:
             changed = [
@@ -200,6 +226,31 @@ class Completer:
     def build_prompt_ids(self, request: CompletionRequest) -> list[int]:
         return self.tokenizer.encode(self.build_prompt(request).text, add_special_tokens=False)
 
+    def prepare(
+        self, request: CompletionRequest, *, max_new_tokens: int | None = None
+    ) -> PreparedCompletion:
+        """Everything `complete` hands the engine and applies after it, without generating.
+
+        The bench gives the same prompt, budget, stop rule and post-processing to its peers.
+        Raises PositionError for a position outside the document.
+        """
+        prompt = self.build_prompt(request)
+        language = request.language_id
+        limit = max_new_tokens or self.config.max_new_tokens_for(language)
+        if limit < 1:
+            raise InputError(f"max new tokens must be at least 1, got {limit}")
+        mode = decide_mode(
+            prompt.prefix, prompt.suffix, language, self.config.language(language).multiline
+        )
+        return PreparedCompletion(
+            request=request,
+            prompt=prompt,
+            prompt_ids=self.tokenizer.encode(prompt.text, add_special_tokens=False),
+            mode=mode,
+            max_new_tokens=limit,
+            tokenizer=self.tokenizer,
+        )
+
     def complete(
         self,
         request: CompletionRequest,
@@ -213,9 +264,8 @@ class Completer:
         skipped = self.should_complete(request)
         if skipped is not None:
             return Completion(text="", skipped=skipped)
-        prompt = self.build_prompt(request)  # raises PositionError for positions outside
-
-        language = request.language_id
+        prepared = self.prepare(request, max_new_tokens=max_new_tokens)
+        prompt = prepared.prompt
         if use_typed_ahead:
             cached = self.typed_ahead.lookup(request.uri, prompt.prefix, prompt.suffix)
             if cached is not None:
@@ -225,24 +275,14 @@ class Completer:
                     latency_ms=(time.perf_counter() - started) * 1000,
                 )
 
-        prompt_ids = self.tokenizer.encode(prompt.text, add_special_tokens=False)
-        multiline = self.config.language(language).multiline
-        mode = decide_mode(prompt.prefix, prompt.suffix, language, multiline)
-        rule = StopRule(prompt.prefix, prompt.suffix, language, mode)
-
-        def stop(new_tokens: list[int]) -> bool:
-            return rule(self.tokenizer.decode(new_tokens, skip_special_tokens=True))
-
-        self._refresh_ngram_sources()
+        self.refresh_documents()
         decoding = self.config.decoding
         deadline = time.monotonic() + decoding.deadline_ms / 1000 if decoding.deadline_ms else None
-        limit = max_new_tokens or self.config.max_new_tokens_for(language)
-        if limit < 1:
-            raise InputError(f"max new tokens must be at least 1, got {limit}")
+        language = request.language_id
         result = self.engine.generate(
             GenerationRequest(
-                prompt_ids=prompt_ids,
-                max_new_tokens=limit,
+                prompt_ids=prepared.prompt_ids,
+                max_new_tokens=prepared.max_new_tokens,
                 strategy=strategy or decoding.strategy,
                 temperature=decoding.temperature,
                 top_p=decoding.top_p,
@@ -251,20 +291,19 @@ class Completer:
                 language=language,
                 deadline=deadline,
                 cancel=cancel,
-                stop=stop,
+                stop=prepared.stop_rule(),
             )
         )
-        raw = self.tokenizer.decode(result.tokens, skip_special_tokens=True)
-        text = finalize(raw, prompt.prefix, prompt.suffix, language, mode)
+        raw, text = prepared.finish(result.tokens)
         if text and result.stop_reason != "cancelled":
             self.typed_ahead.remember(request.uri, prompt.prefix, text, prompt.suffix)
         return Completion(
             text=text,
             tokens=result.tokens,
             raw_text=raw,
-            mode=mode,
+            mode=prepared.mode,
             stop_reason=result.stop_reason,
             stats=result.stats,
-            prompt_tokens=len(prompt_ids),
+            prompt_tokens=len(prepared.prompt_ids),
             latency_ms=(time.perf_counter() - started) * 1000,
         )

@@ -54,6 +54,8 @@ class FakeEngine:
         self.resets = 0
         self.cached: list[int] = []
 
+        self.ngram = types.SimpleNamespace(forget_completions=lambda: None)
+
     def reset_cache(self) -> None:
         self.resets += 1
         self.cached = []
@@ -90,11 +92,23 @@ class FakeCompleter:
     def close_document(self, uri) -> None:
         self.documents.pop(uri, None)
 
+    def refresh_documents(self) -> None:
+        pass
+
     def build_prompt(self, request):
         lines = request.text.split("\n")
         offset = sum(len(x) + 1 for x in lines[: request.line]) + request.character
         prefix, suffix = request.text[:offset], request.text[offset:]
         return types.SimpleNamespace(text=prefix[-300:], prefix=prefix, suffix=suffix)
+
+    def prepare(self, request, *, max_new_tokens=None):
+        decode = self.tokenizer.decode
+        return types.SimpleNamespace(
+            prompt_ids=self.build_prompt_ids(request),
+            max_new_tokens=max_new_tokens or self.config.max_new_tokens_for(request.language_id),
+            stop_rule=lambda: None,
+            finish=lambda tokens: (decode(tokens), decode(tokens)),
+        )
 
     def build_prompt_ids(self, request) -> list[int]:
         return self.tokenizer.encode(self.build_prompt(request).text) or [1]

@@ -104,9 +104,7 @@ class Session:
         # already in the n-gram index: index them now, untimed (the Completer indexes changed
         # documents lazily, at the next request). The current document is re-indexed inside
         # every timed request (see `touch`), as it is after each edit in `serve`.
-        refresh = getattr(self.completer, "_refresh_ngram_sources", None)
-        if callable(refresh):
-            refresh()
+        self.completer.refresh_documents()
 
     def touch(self, hole: Hole) -> None:
         """Make the hole's document "just edited", so the next request re-indexes it, as the
@@ -149,10 +147,7 @@ class Session:
         if engine is None:
             return
         engine.reset_cache()
-        ngram = getattr(engine, "ngram", None)
-        for source in list(getattr(ngram, "sources", ())):
-            if source.startswith("completion:"):
-                ngram.remove_source(source)
+        engine.ngram.forget_completions()
 
     def complete(
         self, hole: Hole, strategy: str, *, typed: int = 0, max_new_tokens: int | None = None
@@ -203,31 +198,16 @@ class Session:
     def plan(self, hole: Hole, max_new_tokens: int | None = None) -> PeerPlan:
         """The request exactly as `Completer.complete` hands it to the engine (prompt ids, token
         budget, stop tokens, stop rule) and the post-processing it applies, for a peer."""
-        from quickdraft.postprocess import StopRule, decide_mode, finalize
-
-        request = request_for(hole)
         completer = self.completer
-        language = hole.language
         started = time.perf_counter()
-        prompt = completer.build_prompt(request)
-        prompt_ids = [
-            int(t) for t in completer.tokenizer.encode(prompt.text, add_special_tokens=False)
-        ]
+        prepared = completer.prepare(request_for(hole), max_new_tokens=max_new_tokens)
         build_ms = (time.perf_counter() - started) * 1000
-        config = completer.config
-        mode = decide_mode(
-            prompt.prefix, prompt.suffix, language, config.language(language).multiline
-        )
-        tokenizer = completer.tokenizer
-
-        def new_stop():
-            rule = StopRule(prompt.prefix, prompt.suffix, language, mode)
-            return lambda tokens: rule(tokenizer.decode(tokens, skip_special_tokens=True))
-
-        def finish(tokens: list[int]) -> str:
-            raw = tokenizer.decode(tokens, skip_special_tokens=True)
-            return finalize(raw, prompt.prefix, prompt.suffix, language, mode)
-
         stop_ids = frozenset(int(t) for t in (completer.models.stop_token_ids or ()))
-        limit = max_new_tokens or config.max_new_tokens_for(language)
-        return PeerPlan(prompt_ids, int(limit), stop_ids, new_stop, finish, build_ms)
+        return PeerPlan(
+            [int(t) for t in prepared.prompt_ids],
+            int(prepared.max_new_tokens),
+            stop_ids,
+            prepared.stop_rule,
+            lambda tokens: prepared.finish(tokens)[1],
+            build_ms,
+        )

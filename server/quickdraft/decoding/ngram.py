@@ -95,6 +95,11 @@ class NgramIndex:
         while len(self._completions) > self._max_completions:
             self.remove_source(self._completions.popleft())
 
+    def forget_completions(self) -> None:
+        """Drop every remembered completion (a benchmark's cold start needs this)."""
+        while self._completions:
+            self.remove_source(self._completions.popleft())
+
     def _index_new_positions(self, source: str) -> None:
         tokens = self._tokens[source]
         table = self._table
