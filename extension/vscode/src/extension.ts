@@ -73,6 +73,9 @@ function createClient(config: { tree: ConfigTree; command: ServerCommand }): Lan
     outputChannel: output,
     initializationOptions: () => current?.tree ?? config.tree,
     middleware: {
+      // VS Code shows quickdraft as inline ghost text; the server's textDocument/completion
+      // fallback (for clients without inline completion) would only repeat it in the suggest list.
+      provideCompletionItem: () => undefined,
       workspace: {
         // A server that pulls `workspace/configuration` for section "quickdraft" gets the tree.
         configuration: async (params, token, next) => {
