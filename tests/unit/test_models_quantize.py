@@ -152,3 +152,23 @@ def test_engine_strategies_identical_on_int8_float32_activations():
     for strategy in ("ngram", "draft", "hybrid"):
         for k in (None, 1, 3, 8):
             assert run(strategy, k) == expected, (strategy, k)
+
+
+def test_prefill_chunks_attend_in_one_batched_call_with_the_causal_offset():
+    from quickdraft.models.quantize import ROWWISE_MAX_ROWS, rowwise_attention
+
+    torch.manual_seed(0)
+    heads, kv_heads, dim, cached = 4, 2, 8, 30
+    for q_len in (ROWWISE_MAX_ROWS, ROWWISE_MAX_ROWS + 1, 100):
+        total = cached + q_len
+        query = torch.randn(1, heads, q_len, dim)
+        key, value = torch.randn(1, kv_heads, total, dim), torch.randn(1, kv_heads, total, dim)
+        out, _ = rowwise_attention(None, query, key, value, None, scaling=dim**-0.5)
+        k = key.repeat_interleave(heads // kv_heads, 1)
+        v = value.repeat_interleave(heads // kv_heads, 1)
+        scores = (query @ k.transpose(-1, -2)) * dim**-0.5
+        rows = torch.arange(cached, total)[:, None]
+        scores = scores.masked_fill(torch.arange(total)[None, :] > rows, float("-inf"))
+        expected = (scores.softmax(-1) @ v).transpose(1, 2)
+        assert out.shape == (1, q_len, heads, dim)
+        assert torch.allclose(out, expected, atol=1e-5)

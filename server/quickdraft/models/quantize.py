@@ -110,6 +110,9 @@ class Int8Linear(nn.Module):
 
 
 ROWWISE_ATTENTION = "quickdraft_rowwise"
+ROWWISE_MAX_ROWS = 65
+"""Forwards of up to this many new tokens attend row by row (1 + the largest draft length the
+configuration admits); longer ones are prefill chunks and use one batched call."""
 
 
 def rowwise_attention(
@@ -135,6 +138,18 @@ def rowwise_attention(
     kv_heads, kv_len = key.shape[1], key.shape[2]
     n_rep = heads // kv_heads
     window = sliding_window or getattr(module, "sliding_window", None)
+    if q_len > ROWWISE_MAX_ROWS:
+        # A prefill chunk: no decode or verify forward is this long, so batch invariance buys
+        # nothing here, and one SDPA call per row would make prefill many times slower.
+        rows = torch.arange(kv_len - q_len, kv_len, device=query.device)[:, None]
+        cols = torch.arange(kv_len, device=query.device)[None, :]
+        allowed = cols <= rows
+        if window:
+            allowed &= cols > rows - window
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=allowed, scale=scaling, enable_gqa=n_rep > 1
+        )
+        return out.transpose(1, 2), None  # [b, q, h, d]
     rows = []
     for i in range(q_len):
         end = kv_len - q_len + i + 1
