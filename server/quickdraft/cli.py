@@ -8,12 +8,14 @@ command with one clear line on stderr and exit status 2; nothing prints a traceb
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
-from quickdraft.config import STRATEGIES
-from quickdraft.errors import QuickdraftError
+from quickdraft.config import STRATEGIES, QuickdraftConfig, load_config
+from quickdraft.errors import ConfigError, QuickdraftError
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +48,27 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--draft-length", type=int, help="tokens proposed per step (default: adaptive)"
     )
+
+
+def add_config_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="JSON",
+        help="settings file (the configuration tree as JSON) laid under the flags",
+    )
+
+
+def config_file_from_args(args: argparse.Namespace) -> QuickdraftConfig | None:
+    """The validated settings of `--config`, or None when it was not given."""
+    path = getattr(args, "config", None)
+    if path is None:
+        return None
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--config: cannot read {path}: {exc}") from None
+    return load_config(data)
 
 
 def config_dict_from_args(args: argparse.Namespace) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from quickdraft.errors import InputError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from quickdraft.cli import add_decoding_arguments, add_model_arguments
+    from quickdraft.cli import add_config_argument, add_decoding_arguments, add_model_arguments
 
     parser = subparsers.add_parser(
         "complete",
@@ -39,6 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--raw", action="store_true", help="skip post-processing rules")
     add_model_arguments(parser)
     add_decoding_arguments(parser)
+    add_config_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -90,7 +91,7 @@ def read_source(path: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from quickdraft.cli import config_dict_from_args
+    from quickdraft.cli import config_dict_from_args, config_file_from_args
     from quickdraft.config import load_config
 
     # Cheap checks first: a bad path or position should not wait for models to load.
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
             f"--col {args.col} is out of range: line {args.line} has {len(line_text)} characters "
             f"(columns 1..{len(line_text) + 1})"
         )
-    config = load_config(config_dict_from_args(args))
+    config = load_config(config_dict_from_args(args), config_file_from_args(args))
 
     from quickdraft.completer import Completer, CompletionRequest
     from quickdraft.models import load_models

@@ -13,7 +13,12 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from quickdraft.cli import add_model_arguments, config_dict_from_args
+from quickdraft.cli import (
+    add_config_argument,
+    add_model_arguments,
+    config_dict_from_args,
+    config_file_from_args,
+)
 from quickdraft.errors import ConfigError
 
 QUICK_HOLES = 3
@@ -35,6 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--repo", required=True, type=Path, help="repository to sample holes from")
     add_model_arguments(parser)
+    add_config_argument(parser)
     group = parser.add_argument_group("bench")
     group.add_argument(
         "--languages", help="comma-separated: py,ts,js,rs,go,java,c,cpp (default: all)"
@@ -59,12 +65,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--sweep-draft-length",
         metavar="K,K,...",
         help="also run ngram/draft/hybrid at each fixed draft length and write the best per language",
-    )
-    group.add_argument(
-        "--config",
-        type=Path,
-        metavar="JSON",
-        help="settings file laid under the flags (e.g. a draft_length.json a sweep wrote)",
     )
     group.add_argument(
         "--open-files", type=int, default=4, help="other files open per hole (default 4)"
@@ -92,12 +92,7 @@ def run(args: argparse.Namespace) -> int:
     languages = resolve_languages(args.languages) if args.languages else None
     out = args.out or Path("bench-out") / datetime.now().strftime("%Y%m%d-%H%M%S")
 
-    base = None
-    if args.config is not None:
-        try:
-            base = load_config(json.loads(Path(args.config).read_text(encoding="utf-8")))
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"--config: cannot read {args.config}: {exc}") from None
+    base = config_file_from_args(args)  # e.g. the draft_length.json a sweep wrote
     data = config_dict_from_args(args)
     data.setdefault("decoding", {})
     data["decoding"].update(max_new_tokens=max_new, temperature=0.0)
