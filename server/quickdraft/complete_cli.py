@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from quickdraft.context.syntax import language_id_for_path
 from quickdraft.errors import InputError
 
 
@@ -43,34 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-LANGUAGE_BY_SUFFIX = {
-    ".py": "python",
-    ".pyi": "python",
-    ".js": "javascript",
-    ".mjs": "javascript",
-    ".cjs": "javascript",
-    ".jsx": "javascriptreact",
-    ".ts": "typescript",
-    ".mts": "typescript",
-    ".tsx": "typescriptreact",
-    ".rs": "rust",
-    ".go": "go",
-    ".java": "java",
-    ".c": "c",
-    ".h": "c",
-    ".cc": "cpp",
-    ".cpp": "cpp",
-    ".cxx": "cpp",
-    ".hpp": "cpp",
-    ".hh": "cpp",
-    ".lua": "lua",
-    ".rb": "ruby",
-    ".sh": "shellscript",
-}
-
-
 def language_of(path: Path) -> str:
-    return LANGUAGE_BY_SUFFIX.get(path.suffix.lower(), "plaintext")
+    return language_id_for_path(path.name)
 
 
 def read_source(path: Path) -> str:

@@ -122,3 +122,12 @@ def test_parse_cache_returns_the_same_tree_for_the_same_text():
 
 def test_old_mac_line_endings_give_no_boundaries_rather_than_wrong_ones():
     assert syntax.statement_start_lines("x = 1\ry = 2\r", "python") == []
+
+
+def test_language_id_for_path_gives_the_editor_language_id():
+    from quickdraft.context.syntax import language_id_for_path
+
+    assert language_id_for_path("src/app.tsx") == "typescriptreact"
+    assert language_id_for_path("lib.RS") == "rust"
+    assert language_id_for_path("Makefile") == "plaintext"
+    assert language_id_for_path("notes.txt") == "plaintext"

@@ -93,6 +93,16 @@ _FILLER_TYPES = frozenset(
 )
 
 
+def language_id_for_path(path: str) -> str:
+    """The LSP languageId an editor would give a file, from its extension ("plaintext" if
+    no grammar knows it)."""
+    suffix = "." + path.rsplit(".", 1)[-1].lower() if "." in path else ""
+    grammar = EXTENSIONS.get(suffix)
+    if grammar is None:
+        return "plaintext"
+    return "typescriptreact" if grammar == "tsx" else grammar
+
+
 def resolve_language(language_id: str | None, path: str | None = None) -> str | None:
     """The grammar name for an LSP languageId, else for the path's extension; None = plain text."""
     if language_id:
