@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from transformers import DynamicCache
@@ -40,11 +42,39 @@ def test_int8_linear_is_batch_invariant_and_close(k_in, n_out, bias):
         other = x.clone()
         other[1:] *= 100
         assert torch.equal(q(other)[0], batch[0])
+    # Exactly the integer product, scaled: whatever backend computes it.
+    x = torch.randn(5, k_in)
+    xq, xs = quantize_rows(x)
+    wq = q.int8_weight()
+    exact = (xq.long() @ wq.long().t()).to(torch.int32).to(torch.float32) * q.weight_scale * xs
+    if bias:
+        exact = exact + q.bias
+    assert torch.equal(q(x), exact)
     x = torch.randn(3, 7, k_in)
     reference = linear(x)
     rel = (q(x) - reference).norm() / reference.norm()
     assert rel < 0.02
     assert q(x).shape == reference.shape and q.weight.shape == linear.weight.shape
+    assert torch.equal(copy.deepcopy(q)(x), q(x))
+    assert torch.allclose(q.dequantized_weight(), linear.weight, atol=float(q.weight_scale.max()))
+
+
+@pytest.mark.parametrize("backend", ["onednn", "int_mm", "float64"])
+def test_every_backend_gives_the_same_bits(backend, monkeypatch):
+    from quickdraft.models import quantize
+
+    if backend != "float64" and quantize.int8_backend() == "float64":
+        pytest.skip("no integer matmul in this torch build")
+    if backend == "onednn" and not quantize._onednn_exact():
+        pytest.skip("no oneDNN int8 linear in this torch build")
+    torch.manual_seed(3)
+    linear = torch.nn.Linear(200, 300)
+    x = torch.randn(6, 200)
+    expected = Int8Linear.from_linear(linear)(x)
+    monkeypatch.setattr(quantize, "_BACKEND", backend)
+    layer = Int8Linear.from_linear(linear)
+    assert layer.backend == backend
+    assert torch.equal(layer(x), expected)
 
 
 def test_quantize_rows_roundtrip():

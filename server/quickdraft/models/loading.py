@@ -118,7 +118,7 @@ def count_parameters(model) -> int:
             total += p.numel()
     for m in model.modules():
         if isinstance(m, Int8Linear):
-            total += m.weight_q.numel() + (m.bias.numel() if m.bias is not None else 0)
+            total += m.out_features * m.in_features + (m.bias.numel() if m.bias is not None else 0)
     return total
 
 

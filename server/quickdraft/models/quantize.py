@@ -10,8 +10,9 @@ token-identical to plain greedy decoding, which is the promise of this project.
 * weights once, symmetric per output channel: `Wq[o] = round(W[o] / sw[o])`, `sw[o] = max|W[o]|/127`;
 * activations per *row* (per token), symmetric: `xq[r] = round(x[r] / sx[r])`, `sx[r] = max|x[r]|/127`;
 
-multiplies `xq @ Wq^T` exactly in integers (`torch._int_mm`, int32 accumulation: exact for
-in_features < 2^31 / 127^2 ~ 133k), then scales elementwise: `y[r, o] = acc[r, o] * sx[r] * sw[o]`
+multiplies `xq @ Wq^T` exactly in integers (oneDNN's int8 linear with weights prepacked once,
+else `torch._int_mm`; int32 accumulation, exact for in_features < 2^31 / 127^2 ~ 133k), then
+scales elementwise: `y[r, o] = (acc[r, o] * sw[o]) * sx[r]`
 (+ bias). Every step is either exact or elementwise on row r alone, so row r of a k-row forward
 is bitwise equal to the 1-row forward of that row: batch-invariant by construction (tested).
 
@@ -32,32 +33,53 @@ from torch import nn
 _QMAX = 127.0
 
 
-def _int_mm_works() -> bool:
+def _onednn_exact() -> bool:
+    """Whether oneDNN's prepacked int8 linear is present and returns exact int32 sums."""
+    try:
+        torch.manual_seed(1234)
+        w = torch.randint(-127, 128, (24, 40), dtype=torch.int8)
+        x = torch.randint(-127, 128, (8, 40), dtype=torch.int8)
+        packed = torch.ops.onednn.qlinear_prepack(w, None)
+        out = _onednn_linear(x, packed, torch.ones(24), torch.zeros(24, dtype=torch.int64))
+        exact = (x.long() @ w.long().t()).to(torch.int32).to(torch.float32)
+        return bool(torch.equal(out, exact))
+    except (RuntimeError, AttributeError, NotImplementedError):
+        return False
+
+
+def _int_mm_exact() -> bool:
     try:
         a = torch.ones(1, 32, dtype=torch.int8)
         b = torch.ones(32, 8, dtype=torch.int8)
         return int(torch._int_mm(a, b)[0, 0]) == 32
-    except (RuntimeError, AttributeError):
+    except (RuntimeError, AttributeError, NotImplementedError):
         return False
 
 
-_INT_MM: bool | None = None
+_BACKEND: str | None = None
 
 
-def int_mm_available() -> bool:
-    global _INT_MM
-    if _INT_MM is None:
-        _INT_MM = _int_mm_works()
-    return _INT_MM
+def int8_backend() -> str:
+    """The exact integer matmul in use: "onednn" (weights prepacked once; fastest), "int_mm"
+    (`torch._int_mm`, repacks weights every call) or "float64" (exact, slow fallback)."""
+    global _BACKEND
+    if _BACKEND is None:
+        _BACKEND = "onednn" if _onednn_exact() else "int_mm" if _int_mm_exact() else "float64"
+    return _BACKEND
 
 
-def _int_matmul(xq: torch.Tensor, wq_t: torch.Tensor) -> torch.Tensor:
-    """Exact int8 x int8 -> int32 product [M, K] @ [K, N]."""
-    if int_mm_available():
-        return torch._int_mm(xq, wq_t)
-    # Exact fallback (slow): int32 matmul is not implemented on CPU, float64 is exact here since
-    # every partial sum stays far below 2^53.
-    return (xq.to(torch.float64) @ wq_t.to(torch.float64)).to(torch.int32)
+def _onednn_linear(xq, packed, channel_scale, zeros):
+    # Activation scale 1, zero points 0: the float32 output is float(exact int32 sum) times the
+    # channel's scale, elementwise (the row scale follows, ours).
+    return torch.ops.onednn.qlinear_pointwise(
+        xq, 1.0, 0, packed, channel_scale, zeros, None, 1.0, 0, torch.float32, "none", [], ""
+    )
+
+
+_ROW_BLOCK = 8
+"""oneDNN picks slow kernels for some small shapes at 1-3 rows (e.g. N=256 at M=1); rows are
+padded to a multiple of 8, which costs nothing measurable (the weights dominate) and cannot
+change a result (integer sums are exact, rows independent)."""
 
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,9 +98,17 @@ class Int8Linear(nn.Module):
     ):
         super().__init__()
         self.out_features, self.in_features = weight_q.shape
-        self.register_buffer("weight_q", weight_q.contiguous())
+        self.backend = int8_backend()
         self.register_buffer("weight_scale", weight_scale.reshape(1, -1).to(torch.float32))
         self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32))
+        if self.backend == "onednn":
+            # An opaque oneDNN tensor: not a buffer (it has no storage to save or move).
+            self._packed = torch.ops.onednn.qlinear_prepack(weight_q.contiguous(), None)
+            self._zeros = torch.zeros(self.out_features, dtype=torch.int64)
+            self.register_buffer("weight_q", None)
+        else:
+            self._packed = None
+            self.register_buffer("weight_q", weight_q.contiguous())
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> Int8Linear:
@@ -86,27 +116,56 @@ class Int8Linear(nn.Module):
         q, scale = quantize_rows(weight)  # per output channel = per row of W
         return cls(q, scale.reshape(-1), linear.bias)
 
+    def __deepcopy__(self, memo):
+        copy = Int8Linear(self.int8_weight(), self.weight_scale.reshape(-1), self.bias)
+        memo[id(self)] = copy
+        return copy
+
     @property
     def weight(self) -> torch.Tensor:
-        """The int8 weight, for code that reads `.weight.shape` or `.device` (as the engine does
-        with the lm_head). Not for arithmetic: use `dequantized_weight()`."""
+        """A stand-in of the weight's shape, dtype (int8) and device, for code that reads
+        `.weight.shape` (as the engine does with the lm_head). It holds no data: use
+        `int8_weight()` or `dequantized_weight()` for values."""
+        return torch.zeros((), dtype=torch.int8).expand(self.out_features, self.in_features)
+
+    def int8_weight(self) -> torch.Tensor:
+        if self._packed is not None:
+            return self._packed.to_dense().t().contiguous()
         return self.weight_q
 
     def dequantized_weight(self) -> torch.Tensor:
-        return self.weight_q.to(torch.float32) * self.weight_scale.reshape(-1, 1)
+        return self.int8_weight().to(torch.float32) * self.weight_scale.reshape(-1, 1)
+
+    def scaled_int_matmul(self, xq: torch.Tensor) -> torch.Tensor:
+        """`float32(xq @ Wq^T) * channel_scale` ([M, K] int8 -> [M, N]); the sum is exact."""
+        if self._packed is not None:
+            rows = xq.shape[0]
+            pad = -rows % _ROW_BLOCK
+            if pad:
+                xq = torch.cat([xq, xq.new_zeros(pad, xq.shape[1])])
+            out = _onednn_linear(xq, self._packed, self.weight_scale.reshape(-1), self._zeros)
+            return out[:rows] if pad else out
+        if self.backend == "int_mm":
+            acc = torch._int_mm(xq, self.weight_q.t())
+        else:
+            # float64 holds every partial sum exactly (|sum| < 2^53), whatever the order.
+            acc = (xq.to(torch.float64) @ self.weight_q.t().to(torch.float64)).to(torch.int32)
+        return acc.to(torch.float32).mul_(self.weight_scale)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         rows = x.reshape(-1, shape[-1]).to(torch.float32)
         xq, xs = quantize_rows(rows)
-        acc = _int_matmul(xq, self.weight_q.t())
-        out = acc.to(torch.float32) * xs * self.weight_scale
+        out = self.scaled_int_matmul(xq).mul_(xs)
         if self.bias is not None:
-            out = out + self.bias
+            out = out.add_(self.bias)
         return out.reshape(*shape[:-1], self.out_features).to(x.dtype)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-row"
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"int8 per-row, {self.backend}"
+        )
 
 
 ROWWISE_ATTENTION = "quickdraft_rowwise"
