@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     language = args.language or language_of(args.file)
     completer.set_document(uri, text, language)
     request = CompletionRequest(uri, text, args.line - 1, args.col - 1, language)
-    completion = completer.complete(request, use_typed_ahead=False)
+    completion = completer.complete(request)
     if args.json:
         out = {
             "completion": completion.raw_text if args.raw else completion.text,

@@ -27,7 +27,7 @@ from quickdraft.context import OpenDocument, Prompt, build_prompt, get_fim_templ
 from quickdraft.context.snippets import uri_to_path
 from quickdraft.decoding import CostModel, Engine, GenerationRequest, GenerationStats
 from quickdraft.errors import InputError
-from quickdraft.postprocess import StopRule, TypedAheadCache, decide_mode, finalize
+from quickdraft.postprocess import StopRule, decide_mode, finalize
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,6 @@ class Completion:
     latency_ms: float = 0.0
     skipped: str | None = None
     """Why no completion was attempted (language disabled, document too large, binary)."""
-    from_typed_ahead: bool = False
 
 
 @dataclass
@@ -101,7 +100,6 @@ class Completer:
         )
         self.documents: dict[str, OpenDocument] = {}
         self._indexed: dict[str, str] = {}  # uri -> text as last indexed for n-gram drafting
-        self.typed_ahead = TypedAheadCache()
         self._lock = threading.Lock()
 
     # --- configuration and calibration ---------------------------------------------------
@@ -116,7 +114,6 @@ class Completer:
 
             self.engine.ngram = NgramIndex(config.decoding.ngram_min, config.decoding.ngram_max)
             self._indexed.clear()
-        self.typed_ahead = TypedAheadCache()
 
     def calibrate(self, context_tokens: int = 512, cache: bool = True) -> CostModel:
         """Measure step costs once per machine and model, then reuse them from disk."""
@@ -174,7 +171,6 @@ class Completer:
             self.documents.pop(uri, None)
             self._indexed.pop(uri, None)
         self.engine.ngram.remove_source(uri)
-        self.typed_ahead.invalidate(uri)
 
     def refresh_documents(self) -> None:
         """Re-tokenize the documents that changed since the last request (only those)."""
@@ -258,23 +254,12 @@ class Completer:
         cancel: threading.Event | None = None,
         strategy: str | None = None,
         max_new_tokens: int | None = None,
-        use_typed_ahead: bool = True,
     ) -> Completion:
         started = time.perf_counter()
         skipped = self.should_complete(request)
         if skipped is not None:
             return Completion(text="", skipped=skipped)
         prepared = self.prepare(request, max_new_tokens=max_new_tokens)
-        prompt = prepared.prompt
-        if use_typed_ahead:
-            cached = self.typed_ahead.lookup(request.uri, prompt.prefix, prompt.suffix)
-            if cached is not None:
-                return Completion(
-                    text=cached,
-                    from_typed_ahead=True,
-                    latency_ms=(time.perf_counter() - started) * 1000,
-                )
-
         self.refresh_documents()
         decoding = self.config.decoding
         deadline = time.monotonic() + decoding.deadline_ms / 1000 if decoding.deadline_ms else None
@@ -295,8 +280,6 @@ class Completer:
             )
         )
         raw, text = prepared.finish(result.tokens)
-        if text and result.stop_reason != "cancelled":
-            self.typed_ahead.remember(request.uri, prompt.prefix, text, prompt.suffix)
         return Completion(
             text=text,
             tokens=result.tokens,

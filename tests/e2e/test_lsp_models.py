@@ -75,7 +75,7 @@ def expected(reference, uri: str, text: str, line: int, character: int, language
         reference.close_document(other)
     reference.set_document(uri, text, language)
     request = CompletionRequest(uri, text, line, character, language)
-    return reference.complete(request, use_typed_ahead=False).text
+    return reference.complete(request).text
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -90,8 +90,7 @@ class FakeCompleter:
     def update_config(self, config):
         self.config = config
 
-    def complete(self, request, *, cancel=None, strategy=None, use_typed_ahead=True):
-        assert not use_typed_ahead  # the server answers typed-ahead itself
+    def complete(self, request, *, cancel=None, strategy=None):
         self.calls += 1
         line = request.text.split("\n")[request.line]
         prefix = line[: request.character]

@@ -76,7 +76,6 @@ def complete(completer, uri, text, line, character, strategy):
     return completer.complete(
         CompletionRequest(uri, text, line, character, "python"),
         strategy=strategy,
-        use_typed_ahead=False,
     )
 
 

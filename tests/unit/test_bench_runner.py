@@ -113,8 +113,7 @@ class FakeCompleter:
     def build_prompt_ids(self, request) -> list[int]:
         return self.tokenizer.encode(self.build_prompt(request).text) or [1]
 
-    def complete(self, request, *, strategy=None, max_new_tokens=None, use_typed_ahead=True):
-        assert use_typed_ahead is False, "the bench never answers from the typed-ahead cache"
+    def complete(self, request, *, strategy=None, max_new_tokens=None):
         if self.interrupt_after is not None and len(self.calls) >= self.interrupt_after:
             raise KeyboardInterrupt
         assert request.uri in self.documents, "the hole's document is open"

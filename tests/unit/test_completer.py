@@ -43,8 +43,7 @@ def test_every_strategy_gives_the_same_tokens(models):
     completer = make(models)
     completer.set_document("file:///work/y.py", "def sub(a, b):\n    return a - b\n", "python")
     results = {
-        s: completer.complete(request(), strategy=s, use_typed_ahead=False)
-        for s in ("ar", "ngram", "draft", "hybrid")
+        s: completer.complete(request(), strategy=s) for s in ("ar", "ngram", "draft", "hybrid")
     }
     assert results["ar"].tokens
     for strategy, completion in results.items():
@@ -55,11 +54,11 @@ def test_every_strategy_gives_the_same_tokens(models):
 def test_open_documents_feed_the_ngram_index_and_leave_it_when_closed(models):
     completer = make(models)
     completer.set_document("file:///work/y.py", "print('hello')\n", "python")
-    completer.complete(request(), use_typed_ahead=False)
+    completer.complete(request())
     assert "file:///work/y.py" in completer.engine.ngram.sources
     before = completer.engine.ngram.tokens_of("file:///work/y.py")
     completer.set_document("file:///work/y.py", "print('hello world')\n", "python")
-    completer.complete(request(), use_typed_ahead=False)
+    completer.complete(request())
     assert completer.engine.ngram.tokens_of("file:///work/y.py") != before
     completer.close_document("file:///work/y.py")
     assert "file:///work/y.py" not in completer.engine.ngram.sources
@@ -86,7 +85,7 @@ def test_disabled_language_huge_and_binary_documents_are_skipped(models):
     assert "binary" in completer.complete(request("a\x00b\n", 0, 1)).skipped
     # A binary open document is not indexed, and does not break completion elsewhere.
     completer.set_document("file:///work/blob.bin", "\x00\x01\x02", None)
-    assert completer.complete(request(), use_typed_ahead=False).skipped is None
+    assert completer.complete(request()).skipped is None
     assert "file:///work/blob.bin" not in completer.engine.ngram.sources
 
 
@@ -96,18 +95,6 @@ def test_positions_outside_the_document_raise_position_error(models):
         completer.complete(request(line=99))
     with pytest.raises(PositionError):
         completer.complete(request(line=0, character=500))
-
-
-def test_typed_ahead_answers_without_the_model(models):
-    completer = make(models)
-    first = completer.complete(request())
-    if len(first.text) < 2:
-        pytest.skip("the random model produced a one-character suggestion")
-    typed = first.text[0]
-    text = TEXT + typed
-    again = completer.complete(request(text, 4, 4 + len(typed)))
-    assert again.from_typed_ahead and again.text == first.text[1:]
-    assert again.tokens == []
 
 
 def test_calibration_is_measured_once_and_cached(models, tmp_path, monkeypatch):

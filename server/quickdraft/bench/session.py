@@ -165,7 +165,7 @@ class Session:
         request = request_for(hole, text, line, col)
         started = time.perf_counter()
         completion = self.completer.complete(
-            request, strategy=strategy, max_new_tokens=max_new_tokens, use_typed_ahead=False
+            request, strategy=strategy, max_new_tokens=max_new_tokens
         )
         latency = (time.perf_counter() - started) * 1000
         if typed:

@@ -173,4 +173,4 @@ class ModelHost:
         completer = self.require_completer()
         if cancel.is_set():  # superseded while queued: not even the prompt is built
             return None
-        return completer.complete(request, cancel=cancel, strategy=strategy, use_typed_ahead=False)
+        return completer.complete(request, cancel=cancel, strategy=strategy)
