@@ -202,3 +202,26 @@ def test_prefill_chunks_attend_in_one_batched_call_with_the_causal_offset():
         expected = (scores.softmax(-1) @ v).transpose(1, 2)
         assert out.shape == (1, q_len, heads, dim)
         assert torch.allclose(out, expected, atol=1e-5)
+
+
+def test_quantize_weight_matches_quantize_rows_from_any_dtype():
+    from quickdraft.models.quantize import quantize_weight
+
+    torch.manual_seed(4)
+    weight = torch.randn(1000, 96) * torch.rand(1000, 1)
+    weight[7] = 0
+    expected = quantize_rows(weight.to(torch.bfloat16).float())
+    for chunk in (1, 7, 256, 5000):
+        got = quantize_weight(weight.to(torch.bfloat16), chunk_rows=chunk)
+        assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+
+
+def test_int8_from_a_bfloat16_model_equals_int8_from_its_float32_upcast():
+    model = build_tiny_model(300, dtype=torch.bfloat16, hidden=128)
+    upcast = build_tiny_model(300, dtype=torch.bfloat16, hidden=128).to(torch.float32)
+    quantize_model(model)
+    quantize_model(upcast)
+    ids = torch.randint(0, 300, (1, 30))
+    with torch.inference_mode():
+        assert torch.equal(model(input_ids=ids).logits, upcast(input_ids=ids).logits)
+    assert model.model.embed_tokens.weight.dtype == torch.float32

@@ -399,7 +399,12 @@ def _checkpoint_dtype(path: Path) -> torch.dtype | None:
 def _load_one(resolved: ResolvedModel, dtype: str, device: torch.device):
     from transformers import AutoModelForCausalLM
 
-    load_dtype = torch.float32 if dtype == "int8" else _TORCH_DTYPES[dtype]
+    if dtype == "int8":
+        # Quantize straight from a half-precision checkpoint (exact upcast, half the memory).
+        stored = _checkpoint_dtype(resolved.path)
+        load_dtype = stored if stored in (torch.bfloat16, torch.float16) else torch.float32
+    else:
+        load_dtype = _TORCH_DTYPES[dtype]
     try:
         model = AutoModelForCausalLM.from_pretrained(resolved.path, dtype=load_dtype)
     except Exception as exc:

@@ -90,6 +90,27 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scale
 
 
+def quantize_weight(
+    weight: torch.Tensor, chunk_rows: int = 256
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`quantize_rows` of a weight of any float dtype (same values), computed in float32 a small
+    block of rows at a time, in place: large temporaries cost more in page faults than in
+    arithmetic, and a 151,936-row lm_head never needs a float32 copy in full."""
+    rows = weight.shape[0]
+    q = torch.empty(weight.shape, dtype=torch.int8)
+    scale = torch.empty(rows, 1, dtype=torch.float32)
+    tiny = torch.finfo(torch.float32).tiny
+    for start in range(0, rows, chunk_rows):
+        block = weight[start : start + chunk_rows].to(torch.float32, copy=True)
+        low, high = torch.aminmax(block, dim=-1, keepdim=True)
+        amax = torch.maximum(low.neg_(), high)  # == block.abs().amax(-1), exactly
+        block_scale = (amax / _QMAX).clamp_(min=tiny)
+        block.div_(block_scale).round_().clamp_(-_QMAX, _QMAX)
+        q[start : start + chunk_rows] = block
+        scale[start : start + chunk_rows] = block_scale
+    return q, scale
+
+
 class Int8Linear(nn.Module):
     """A drop-in `nn.Linear` replacement (float32 in and out) with int8 weights."""
 
@@ -112,8 +133,7 @@ class Int8Linear(nn.Module):
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> Int8Linear:
-        weight = linear.weight.detach().to(torch.float32)
-        q, scale = quantize_rows(weight)  # per output channel = per row of W
+        q, scale = quantize_weight(linear.weight.detach())  # per output channel = row of W
         return cls(q, scale.reshape(-1), linear.bias)
 
     def __deepcopy__(self, memo):
@@ -242,10 +262,12 @@ def quantize_model(
     model: nn.Module, *, lm_head: bool | None = None, rowwise: bool = True
 ) -> nn.Module:
     """Replace every `nn.Linear` (and the lm_head unless told not to) by `Int8Linear`, in place,
-    and switch attention to `rowwise_attention` (unless `rowwise=False`).
+    and switch attention to `rowwise_attention` (unless `rowwise=False`); the rest of the model
+    is cast to float32.
 
-    The model must be float32 on CPU. Tied input embeddings stay float32 (the lookup does not
-    touch the head's int8 copy).
+    The model must be on CPU, in float32 or in the bfloat16/float16 its checkpoint holds (the
+    upcast is exact, so the result is the same bit for bit, with half the peak memory). Tied
+    input embeddings stay float (the lookup does not touch the head's int8 copy).
     """
     lm_head = QUANTIZE_LM_HEAD if lm_head is None else lm_head
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -258,6 +280,9 @@ def quantize_model(
                 continue
             setattr(parent, name, Int8Linear.from_linear(child))
             replaced += 1
+    model.to(torch.float32)
+    if getattr(model.config, "dtype", None) is not None:
+        model.config.dtype = torch.float32
     if rowwise:
         use_rowwise_attention(model)
     model._quickdraft_int8 = {
