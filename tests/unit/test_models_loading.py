@@ -198,6 +198,15 @@ def test_vocab_rows_may_differ_inside_a_family(pair, tmp_path):
     assert loaded.draft.get_input_embeddings().weight.shape[0] == len(tok) + 64
 
 
+def test_ids_defined_on_one_side_only_are_allowed():
+    """Like a GGUF tokenizer's padding entries, or CodeLlama 7B's FIM tokens that 34B lacks."""
+    tok = build_tiny_tokenizer()
+    extended = build_tiny_tokenizer()
+    extended.add_special_tokens({"additional_special_tokens": ["[PAD300]", "[PAD301]"]})
+    check_tokenizers(tok, extended, len(extended))
+    check_tokenizers(extended, tok, len(extended))
+
+
 def test_check_tokenizers_directly():
     tok = build_tiny_tokenizer()
     check_tokenizers(tok, build_tiny_tokenizer(), len(tok))

