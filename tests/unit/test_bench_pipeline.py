@@ -13,27 +13,14 @@ from quickdraft.bench.runner import Bench, BenchOptions, make_peers, parse_strat
 from quickdraft.bench.session import Session
 from quickdraft.completer import Completer
 from quickdraft.config import load_config
-from quickdraft.testing import build_tiny_model, build_tiny_tokenizer
+from quickdraft.testing import build_tiny_loaded_models
 
 OURS = ("ar", "ngram", "draft", "hybrid")
 
 
 @pytest.fixture(scope="module")
 def models():
-    tokenizer = build_tiny_tokenizer()
-    vocab = len(tokenizer)
-    stops = {
-        tokenizer.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|fim_pad|>", "<|file_sep|>")
-    }
-    return SimpleNamespace(
-        target=build_tiny_model(vocab, seed=0),
-        draft=build_tiny_model(vocab, seed=1, layers=1),
-        tokenizer=tokenizer,
-        family="qwen2.5-coder",
-        stop_token_ids=stops,
-        device="cpu",
-        dtype="float64",
-    )
+    return build_tiny_loaded_models()
 
 
 @pytest.fixture

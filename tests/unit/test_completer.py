@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
 from quickdraft.completer import Completer, CompletionRequest
 from quickdraft.config import load_config
 from quickdraft.errors import PositionError
-from quickdraft.testing import build_tiny_model, build_tiny_tokenizer
+from quickdraft.testing import build_tiny_loaded_models
 
 TEXT = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    "
 URI = "file:///work/x.py"
@@ -17,18 +15,7 @@ URI = "file:///work/x.py"
 
 @pytest.fixture(scope="module")
 def models():
-    tokenizer = build_tiny_tokenizer()
-    vocab = len(tokenizer)
-    stops = {
-        tokenizer.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|fim_pad|>", "<|file_sep|>")
-    }
-    return SimpleNamespace(
-        target=build_tiny_model(vocab, seed=0),
-        draft=build_tiny_model(vocab, seed=1, layers=1),
-        tokenizer=tokenizer,
-        family="qwen2.5-coder",
-        stop_token_ids=stops,
-    )
+    return build_tiny_loaded_models()
 
 
 def make(models, **settings):
