@@ -24,6 +24,7 @@ import torch
 
 from quickdraft.config import QuickdraftConfig
 from quickdraft.context import OpenDocument, Prompt, build_prompt, get_fim_template
+from quickdraft.context.prompt import split_lines
 from quickdraft.context.snippets import uri_to_path
 from quickdraft.decoding import CostModel, Engine, GenerationRequest, GenerationStats
 from quickdraft.errors import InputError
@@ -64,6 +65,8 @@ class PreparedCompletion:
     request: CompletionRequest
     prompt: Prompt
     prompt_ids: list[int]
+    cursor: int | None
+    """How many of `prompt_ids` stand before the cursor (see GenerationRequest.cursor)."""
     mode: str
     """"line" or "block" (postprocess.decide_mode)."""
     max_new_tokens: int
@@ -80,6 +83,19 @@ class PreparedCompletion:
         return raw, finalize(
             raw, self.prompt.prefix, self.prompt.suffix, self.request.language_id, self.mode
         )
+
+
+def after_cursor_source(uri: str) -> str:
+    """The n-gram source name for the text after the cursor in the document at `uri`."""
+    return f"{uri}#after-cursor"
+
+
+def cursor_offset(text: str, line: int, character: int) -> int:
+    """(line, character) in code points as an index into `text` (position already checked)."""
+    contents, endings = split_lines(text)
+    return sum(len(c) + len(e) for c, e in zip(contents[:line], endings[:line], strict=True)) + (
+        character
+    )
 
 
 def quickdraft_home() -> Path:
@@ -99,7 +115,8 @@ class Completer:
             config=self.config.decoding,
         )
         self.documents: dict[str, OpenDocument] = {}
-        self._indexed: dict[str, str] = {}  # uri -> text as last indexed for n-gram drafting
+        # uri -> (text, cursor offset or None) as last indexed for n-gram drafting
+        self._indexed: dict[str, tuple[str, int | None]] = {}
         self._lock = threading.Lock()
 
     # --- configuration and calibration ---------------------------------------------------
@@ -171,18 +188,39 @@ class Completer:
             self.documents.pop(uri, None)
             self._indexed.pop(uri, None)
         self.engine.ngram.remove_source(uri)
+        self.engine.ngram.remove_source(after_cursor_source(uri))
 
-    def refresh_documents(self) -> None:
-        """Re-tokenize the documents that changed since the last request (only those)."""
+    def refresh_documents(self, current: CompletionRequest | None = None) -> None:
+        """Re-tokenize the documents that changed since the last request (only those).
+
+        The document being completed in (`current`) is indexed as two sources split at the
+        cursor: indexed whole, the text before the cursor would match itself and propose the
+        text after the cursor, shadowing every real match.
+        """
+        wanted: dict[str, tuple[str, int | None]] = {}
         with self._lock:
-            changed = [
-                (uri, doc.text)
-                for uri, doc in self.documents.items()
-                if self._indexed.get(uri) != doc.text and self._usable(doc.text) is None
-            ]
-        for uri, text in changed:
-            self.engine.ngram.set_source(uri, self.tokenizer.encode(text, add_special_tokens=False))
-            self._indexed[uri] = text
+            for uri, doc in self.documents.items():
+                if self._usable(doc.text) is None:
+                    wanted[uri] = (doc.text, None)
+        if current is not None and self._usable(current.text) is None:
+            wanted[current.uri] = (
+                current.text,
+                cursor_offset(current.text, current.line, current.character),
+            )
+        ngram = self.engine.ngram
+        for uri, (text, cursor) in wanted.items():
+            if self._indexed.get(uri) == (text, cursor):
+                continue
+            if cursor is None:
+                ngram.set_source(uri, self.tokenizer.encode(text, add_special_tokens=False))
+                ngram.remove_source(after_cursor_source(uri))
+            else:
+                encode = self.tokenizer.encode
+                ngram.set_source(uri, encode(text[:cursor], add_special_tokens=False))
+                ngram.set_source(
+                    after_cursor_source(uri), encode(text[cursor:], add_special_tokens=False)
+                )
+            self._indexed[uri] = (text, cursor)
 
     def _usable(self, text: str) -> str | None:
         """Why a document cannot be completed in, or None."""
@@ -222,6 +260,15 @@ class Completer:
     def build_prompt_ids(self, request: CompletionRequest) -> list[int]:
         return self.tokenizer.encode(self.build_prompt(request).text, add_special_tokens=False)
 
+    def _cursor_token(self, prompt_text: str, prompt_ids: list[int]) -> int | None:
+        """How many of `prompt_ids` come before the cursor: the prompt up to the FIM suffix
+        marker. None when that part does not tokenize to a prefix of the prompt's tokens."""
+        marker = prompt_text.rfind(self.template.fim_suffix)
+        if marker < 0:
+            return None
+        head = self.tokenizer.encode(prompt_text[:marker], add_special_tokens=False)
+        return len(head) if prompt_ids[: len(head)] == head else None
+
     def prepare(
         self, request: CompletionRequest, *, max_new_tokens: int | None = None
     ) -> PreparedCompletion:
@@ -231,6 +278,7 @@ class Completer:
         Raises PositionError for a position outside the document.
         """
         prompt = self.build_prompt(request)
+        prompt_ids = self.tokenizer.encode(prompt.text, add_special_tokens=False)
         language = request.language_id
         limit = max_new_tokens or self.config.max_new_tokens_for(language)
         if limit < 1:
@@ -241,7 +289,8 @@ class Completer:
         return PreparedCompletion(
             request=request,
             prompt=prompt,
-            prompt_ids=self.tokenizer.encode(prompt.text, add_special_tokens=False),
+            prompt_ids=prompt_ids,
+            cursor=self._cursor_token(prompt.text, prompt_ids),
             mode=mode,
             max_new_tokens=limit,
             tokenizer=self.tokenizer,
@@ -260,7 +309,7 @@ class Completer:
         if skipped is not None:
             return Completion(text="", skipped=skipped)
         prepared = self.prepare(request, max_new_tokens=max_new_tokens)
-        self.refresh_documents()
+        self.refresh_documents(current=request)
         decoding = self.config.decoding
         deadline = time.monotonic() + decoding.deadline_ms / 1000 if decoding.deadline_ms else None
         language = request.language_id
@@ -274,6 +323,7 @@ class Completer:
                 seed=decoding.seed,
                 draft_length=self.config.draft_length_for(language),
                 language=language,
+                cursor=prepared.cursor,
                 deadline=deadline,
                 cancel=cancel,
                 stop=prepared.stop_rule(),

@@ -8,6 +8,8 @@ import pytest
 
 from quickdraft.bench.holes import (
     KINDS,
+    Hole,
+    OpenFile,
     candidate_spans,
     discover_files,
     read_source,
@@ -249,6 +251,31 @@ def test_open_files_are_imports_stubs_tests_and_neighbours(repo: Path):
         assert len(hole.open_files) <= 4
         for other in hole.open_files:
             assert other.text == (repo / other.file).read_text(encoding="utf-8")
+
+
+def test_a_hole_is_copy_heavy_when_its_text_stands_in_an_open_file(tmp_path: Path):
+    hole = Hole(
+        file="a.py",
+        path=tmp_path / "a.py",
+        language="python",
+        line=1,
+        col=4,
+        kind="block",
+        truth="    return left + right\n",
+        text="def add(left, right):\n",
+        offset=22,
+    )
+    assert hole.copied_from is None
+    other = OpenFile("b.py", tmp_path / "b.py", "python", "x = 1\n  return left + right\n", "test")
+    hole.open_files = [other]
+    assert hole.copied_from == "b.py"
+    assert hole.to_dict()["copied_from"] == "b.py"
+    assert hole.to_dict()["open_files"] == [{"file": "b.py", "why": "test"}]
+    hole.open_files = []
+    hole.text += "def again(left, right):\n    return left + right\n"
+    assert hole.copied_from == "a.py"  # elsewhere in the same document
+    hole.truth = "  x  "
+    assert hole.copied_from is None  # too short to say
 
 
 def test_typing_the_truth_moves_the_cursor(repo: Path):

@@ -85,7 +85,7 @@ def test_percentile_interpolates_like_numpy():
 
 def test_summary_per_strategy_and_language():
     summary = report.summarize(HOLES)
-    assert set(summary) == {"ar", "hybrid", "by_language"}
+    assert set(summary) == {"ar", "hybrid", "by_language", "copy_heavy"}
     hybrid = summary["hybrid"]
     assert set(hybrid) == set(report.SUMMARY_KEYS)
     # Ratios ar/hybrid per hole: 2.0, 4.0, 0.9 -> median 2.0.
@@ -97,6 +97,18 @@ def test_summary_per_strategy_and_language():
     assert summary["ar"]["speedup_vs_ar"] == 1.0
     assert summary["by_language"]["python"]["hybrid"]["speedup_vs_ar"] == 3.0
     assert summary["by_language"]["rust"]["hybrid"]["identical_to_ar"] == 0.0
+
+
+def test_copy_heavy_holes_are_summarized_on_their_own():
+    holes = [dict(h) for h in HOLES]
+    assert report.summarize(holes)["copy_heavy"] == {}
+    holes[0]["copied_from"] = "f_test.py"
+    copy_heavy = report.summarize(holes)["copy_heavy"]
+    assert set(copy_heavy) == {"ar", "hybrid"}
+    assert copy_heavy["hybrid"]["holes"] == 1
+    assert copy_heavy["hybrid"]["tokens_per_forward"] == 2.0  # 4 tokens, 2 forwards
+    text = report.render_markdown({"env": {}, "holes": holes, "summary": report.summarize(holes)})
+    assert "## Copy-heavy holes" in text and "1 of 3 holes" in text and "`f_test.py`" in text
 
 
 def test_matching_rules():
@@ -139,6 +151,7 @@ def test_markdown_has_every_table(tmp_path):
         "## Per strategy",
         "## Per language",
         "## Per kind of hole",
+        "## Copy-heavy holes",
         "## Notes",
         "## Plots",
     ):

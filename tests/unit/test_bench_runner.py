@@ -15,7 +15,11 @@ from quickdraft.bench.runner import RUN_KEYS, Bench, BenchOptions, parse_lengths
 from quickdraft.config import QuickdraftConfig, load_config
 from quickdraft.errors import ConfigError
 
-HOLE_KEYS = {"file", "language", "line", "col", "kind", "prompt_tokens", "truth", "runs"}
+# The schema, plus the open files and whether the hidden text stands in one of them.
+HOLE_KEYS = {"file", "language", "line", "col", "kind", "prompt_tokens", "truth", "runs"} | {
+    "open_files",
+    "copied_from",
+}
 SUMMARY_KEYS = {
     "p50_ms",
     "p90_ms",
@@ -209,7 +213,15 @@ def test_results_json_has_exactly_the_schema(repo, tmp_path):
         assert hole["runs"]["hf-prompt-lookup"]["identical_to_ar"] is False
         assert hole["runs"]["hf-prompt-lookup"]["completion"] == "AB"
     summary = results["summary"]
-    assert set(summary) == {"ar", "ngram", "draft", "hybrid", "hf-prompt-lookup", "by_language"}
+    assert set(summary) == {
+        "ar",
+        "ngram",
+        "draft",
+        "hybrid",
+        "hf-prompt-lookup",
+        "by_language",
+        "copy_heavy",
+    }
     for name in ("ar", "ngram", "draft", "hybrid", "hf-prompt-lookup"):
         assert set(summary[name]) == SUMMARY_KEYS
     assert summary["hybrid"]["identical_to_ar"] == 1.0

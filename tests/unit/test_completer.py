@@ -51,6 +51,30 @@ def test_open_documents_feed_the_ngram_index_and_leave_it_when_closed(models):
     assert "file:///work/y.py" not in completer.engine.ngram.sources
 
 
+def test_the_current_document_is_indexed_split_at_the_cursor(models):
+    """Indexed whole, the text before the cursor would match itself and propose what follows
+    the cursor; split, a lookup on it finds the other file's continuation."""
+    completer = make(models)
+    text = "def sub(a, b):\n    return a - b\n\nvalue = sub(3, 1)\nother = sub(\n"
+    completer.set_document(URI, text, "python")
+    completer.set_document("file:///work/z.py", "other = sub(9, 4)\n", "python")
+    completer.refresh_documents(current=request(text, line=4, character=len("other = sub(")))
+    encode = completer.tokenizer.encode
+    ngram = completer.engine.ngram
+    assert ngram.tokens_of(URI) == encode(text[: text.index("other")] + "other = sub(")
+    assert ngram.tokens_of(URI + "#after-cursor") == encode("\n")
+    match = ngram.lookup(encode("other = sub("), 4)
+    assert match is not None and match.source == "file:///work/z.py"
+    prepared = completer.prepare(request(text, line=4, character=len("other = sub(")))
+    marker = prepared.prompt.text.rindex("<|fim_suffix|>")
+    assert prepared.prompt_ids[: prepared.cursor] == encode(prepared.prompt.text[:marker])
+    # Once it is no longer the request's document, it is indexed whole again.
+    completer.complete(request(text, line=1, character=4))
+    completer.refresh_documents()
+    assert ngram.tokens_of(URI) == encode(text)
+    assert URI + "#after-cursor" not in ngram.sources
+
+
 def test_other_open_files_appear_in_the_prompt_but_not_the_current_one(models):
     completer = make(models)
     completer.set_document(URI, TEXT, "python")

@@ -78,16 +78,31 @@ class BruteForceIndex:
 
     def lookup(self, context, k):
         for n in range(min(self.max_n, len(context)), self.min_n - 1, -1):
-            best = None
+            latest = []  # per source, its most recently indexed occurrence
             for name, (tokens, stamps) in self.docs.items():
-                for i in range(n, len(tokens)):
-                    if tokens[i - n : i] == list(context[-n:]) and (
-                        best is None or stamps[i] > best[0]
-                    ):
-                        best = (stamps[i], tokens[i : i + k], name)
-            if best is not None:
-                return best[1], n, best[2]
+                hits = [i for i in range(n, len(tokens)) if tokens[i - n : i] == list(context[-n:])]
+                if hits:
+                    i = max(hits, key=lambda i: stamps[i])
+                    latest.append((stamps[i], tokens[i : i + k], name))
+            if latest:
+                latest.sort(key=lambda hit: hit[0], reverse=True)
+                full = [hit for hit in latest if len(hit[1]) >= k]
+                # Newest full-length proposal, else the longest (newest among equals).
+                stamp, tokens, name = (
+                    full[0] if full else max(latest, key=lambda h: (len(h[1]), h[0]))
+                )
+                return tokens, n, name
         return None
+
+
+def test_a_full_length_proposal_beats_a_newer_short_one():
+    index = NgramIndex(min_n=2, max_n=3)
+    index.set_source("doc", [4, 5, 6, 7, 8, 9])
+    index.set_source("live", [1, 4, 5, 6])  # newest, but "4 5" is followed by one token only
+    assert index.lookup([4, 5], 3).tokens == [6, 7, 8]
+    assert index.lookup([4, 5], 1).source == "live"
+    index.set_source("doc", [4, 5])  # no continuation left elsewhere: the short one is used
+    assert index.lookup([4, 5], 3).tokens == [6]
 
 
 def test_incremental_updates_equal_a_full_rebuild():

@@ -175,6 +175,7 @@ MAX_ARGS_TRUTH = 200
 MAX_BLOCK_TRUTH = 800
 MAX_BLOCK_LINES = 12
 MIN_BLOCK_TRUTH = 12
+MIN_COPY_CHARS = 12
 
 
 @dataclass
@@ -198,6 +199,19 @@ class Hole:
     def uri(self) -> str:
         return self.path.as_uri()
 
+    @property
+    def copied_from(self) -> str | None:
+        """The open file in which the hidden text stands verbatim (this file itself when it
+        is elsewhere in the document), or None: a copy-heavy hole, made for prompt lookup.
+        Text shorter than MIN_COPY_CHARS (once stripped) does not count."""
+        body = self.truth.strip()
+        if len(body) < MIN_COPY_CHARS:
+            return None
+        for other in self.open_files:
+            if body in other.text:
+                return other.file
+        return self.file if body in self.text else None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "file": self.file,
@@ -206,6 +220,8 @@ class Hole:
             "col": self.col,
             "kind": self.kind,
             "truth": self.truth,
+            "open_files": [{"file": o.file, "why": o.why} for o in self.open_files],
+            "copied_from": self.copied_from,
         }
 
     def typed(self, count: int) -> tuple[str, int, int]:

@@ -89,7 +89,8 @@ def summarize_strategy(holes: list[dict[str, Any]], strategy: str) -> dict[str, 
 
 
 def summarize(holes: list[dict[str, Any]]) -> dict[str, Any]:
-    """results.json's `summary`: per strategy, and per language then strategy."""
+    """results.json's `summary`: per strategy, per language then strategy, and (`copy_heavy`)
+    per strategy over the holes whose hidden text stands verbatim in an open file."""
     summary: dict[str, Any] = {}
     for strategy in strategies_in(holes):
         summary[strategy] = summarize_strategy(holes, strategy)
@@ -98,6 +99,10 @@ def summarize(holes: list[dict[str, Any]]) -> dict[str, Any]:
         subset = [hole for hole in holes if hole["language"] == language]
         by_language[language] = {s: summarize_strategy(subset, s) for s in strategies_in(subset)}
     summary["by_language"] = by_language
+    copied = [hole for hole in holes if hole.get("copied_from")]
+    summary["copy_heavy"] = {
+        s: {**summarize_strategy(copied, s), "holes": len(copied)} for s in strategies_in(copied)
+    }
     return summary
 
 
@@ -273,69 +278,23 @@ def render_markdown(
         "",
     ]
     lines += ["## Per language", ""]
-    header = [
-        "language",
-        "strategy",
-        "holes",
-        "p50 ms",
-        "speedup vs ar",
-        "tokens/forward",
-        "identical to ar",
-        "exact",
-        "prefix",
-    ]
-    rows = []
-    for language, per in summary["by_language"].items():
-        subset = [hole for hole in holes if hole["language"] == language]
-        for strategy, s in per.items():
-            d = details(subset, strategy)
-            rows.append(
-                [
-                    language,
-                    f"`{strategy}`",
-                    str(d["holes"]),
-                    _ms(s["p50_ms"]),
-                    _fmt(s["speedup_vs_ar"], ".2f", "×"),
-                    _fmt(s["tokens_per_forward"], ".2f"),
-                    _pct(s["identical_to_ar"]),
-                    _pct(s["exact_match"]),
-                    _pct(d["prefix_match"]),
-                ]
-            )
-    lines += _table(header, rows)
-    lines.append("")
+    lines += grouped_table(holes, "language", lambda hole: hole["language"])
     lines += ["## Per kind of hole", ""]
-    rows = []
-    for kind in sorted({hole["kind"] for hole in holes}):
-        subset = [hole for hole in holes if hole["kind"] == kind]
-        for strategy in strategies_in(subset):
-            s, d = summarize_strategy(subset, strategy), details(subset, strategy)
-            rows.append(
-                [
-                    kind,
-                    f"`{strategy}`",
-                    str(d["holes"]),
-                    _ms(s["p50_ms"]),
-                    _fmt(s["speedup_vs_ar"], ".2f", "×"),
-                    _fmt(s["tokens_per_forward"], ".2f"),
-                    _pct(s["exact_match"]),
-                    _pct(d["prefix_match"]),
-                ]
-            )
-    lines += _table(
-        [
-            "kind",
-            "strategy",
-            "holes",
-            "p50 ms",
-            "speedup vs ar",
-            "tokens/forward",
-            "exact",
-            "prefix",
-        ],
-        rows,
-    )
-    lines.append("")
+    lines += grouped_table(holes, "kind", lambda hole: hole["kind"])
+    copied = [hole for hole in holes if hole.get("copied_from")]
+    lines += ["## Copy-heavy holes", ""]
+    if copied:
+        lines += [
+            f"{len(copied)} of {len(holes)} holes hide text that stands verbatim in a file open"
+            " in the editor (another file, or elsewhere in the same one): what prompt lookup"
+            " is for.",
+            "",
+        ]
+        lines += grouped_table(
+            copied, "copied from", lambda hole: f"`{hole['copied_from']}`", total=True
+        )
+    else:
+        lines += ["No hole's hidden text stands verbatim in an open file.", ""]
     if replay and replay.get("holes"):
         lines += render_replay(replay)
     if sweep and sweep.get("summary"):
@@ -363,6 +322,37 @@ def render_markdown(
         lines += [f"![{Path(p).stem}]({Path(p).name})" for p in plots]
         lines.append("")
     return "\n".join(lines)
+
+
+def grouped_table(
+    holes: list[dict[str, Any]], label: str, group_of, *, total: bool = False
+) -> list[str]:
+    """A table of groups of holes by strategy; with `total`, all of them last as "all"."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for hole in holes:
+        groups.setdefault(group_of(hole), []).append(hole)
+    ordered = sorted(groups.items())
+    if total and len(groups) > 1:
+        ordered.append(("all", holes))
+    rows = []
+    for group, subset in ordered:
+        for strategy in strategies_in(subset):
+            s, d = summarize_strategy(subset, strategy), details(subset, strategy)
+            rows.append(
+                [
+                    group,
+                    f"`{strategy}`",
+                    str(d["holes"]),
+                    _ms(s["p50_ms"]),
+                    _fmt(s["speedup_vs_ar"], ".2f", "×"),
+                    _fmt(s["tokens_per_forward"], ".2f"),
+                    _pct(s["identical_to_ar"]),
+                    _pct(s["exact_match"]),
+                    _pct(d["prefix_match"]),
+                ]
+            )
+    header = [label, "strategy", "holes", "p50 ms", "speedup vs ar", "tokens/forward"]
+    return [*_table([*header, "identical to ar", "exact", "prefix"], rows), ""]
 
 
 # --- keystroke replay -------------------------------------------------------------------------

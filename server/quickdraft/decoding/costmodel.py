@@ -142,7 +142,7 @@ class AcceptanceTracker:
     maximum-likelihood per-token acceptance of a geometric run.
     """
 
-    PRIORS = {"ngram": 0.7, "draft": 0.6}
+    PRIORS = {"ngram": 0.7, "ngram:short": 0.4, "draft": 0.6}
 
     def __init__(self, decay: float = 0.9, prior_weight: float = 4.0) -> None:
         self.decay = decay

@@ -18,6 +18,8 @@ class Proposal:
     tokens: list[int]
     probs: torch.Tensor | None = None
     """(k, V) draft distributions when sampling from the draft model; None for greedy/n-gram."""
+    tracker_key: str | None = None
+    """The acceptance tracker's key when it is not `source` (e.g. "ngram:short")."""
 
 
 class ModelDrafter:

@@ -25,7 +25,7 @@ import torch
 from quickdraft.config import STRATEGIES, DecodingConfig
 from quickdraft.decoding.costmodel import MEASURED_SIZES, AcceptanceTracker, CostModel
 from quickdraft.decoding.drafters import ModelDrafter, Proposal
-from quickdraft.decoding.ngram import LIVE, NgramIndex
+from quickdraft.decoding.ngram import LIVE, LIVE_AFTER, NgramIndex
 from quickdraft.decoding.runner import ModelRunner
 from quickdraft.decoding.verify import accept_greedy, accept_sampling, warp
 from quickdraft.errors import ConfigError, InputError
@@ -44,6 +44,10 @@ class GenerationRequest:
     draft_length: int | None = None
     """Fixed number of drafted tokens per step; None lets the cost model choose each step."""
     language: str | None = None
+    cursor: int | None = None
+    """How many prompt tokens stand before the cursor, when the prompt continues past it (a FIM
+    prompt ends with the suffix). The generated tokens continue `prompt_ids[:cursor]`, so n-gram
+    lookups match on that plus the new tokens, not on the suffix that ends the prompt."""
     deadline: float | None = None
     """Absolute `time.monotonic()` after which generation stops and returns what is done."""
     cancel: threading.Event | None = None
@@ -139,6 +143,10 @@ class Engine:
             )
         if request.strategy == "draft" and self.drafter is None:
             raise ConfigError("strategy 'draft' needs a draft model, and none is loaded")
+        if request.cursor is not None and not 0 <= request.cursor <= len(request.prompt_ids):
+            raise InputError(
+                f"cursor {request.cursor} is outside the prompt (0..{len(request.prompt_ids)})"
+            )
         if request.temperature < 0:
             raise InputError(f"temperature must be >= 0, got {request.temperature}")
 
@@ -174,8 +182,13 @@ class Engine:
         new: list[int] = []
         reason = self._stopped(request) if len(self.target.tokens) < len(prompt) - 1 else None
 
+        # N-gram lookups continue the text before the cursor: with a FIM prompt that is
+        # prompt[:cursor] + new tokens, and the suffix section is a source of its own.
+        cursor = request.cursor if request.cursor is not None else len(prompt)
+        lookup_context = prompt[:cursor]
         if uses_ngram:
-            self.ngram.set_source(LIVE, prompt)
+            self.ngram.set_source(LIVE, lookup_context)
+            self.ngram.set_source(LIVE_AFTER, prompt[cursor:])
         sequence = prompt
         while reason is None:
             reason = self._stopped(request)
@@ -184,7 +197,7 @@ class Engine:
             # Drafts past the token budget could never be emitted: the last slot is the
             # target's own token.
             budget = request.max_new_tokens - len(new) - 1
-            proposal = self._propose(sequence, request, budget, generator)
+            proposal = self._propose(sequence, lookup_context, request, budget, generator)
             drafts = proposal.tokens if proposal is not None else []
 
             # 2. Verify: one target forward over [pending, d1..dk] -> logits (k+1, V).
@@ -203,7 +216,9 @@ class Engine:
             if proposal is not None and drafts:
                 stats.drafted_by_source[proposal.source] += len(drafts)
                 stats.accepted_by_source[proposal.source] += accepted
-                self.acceptance.update(request.language, proposal.source, len(drafts), accepted)
+                self.acceptance.update(
+                    request.language, proposal.tracker_key or proposal.source, len(drafts), accepted
+                )
 
             # 4. Emit one token at a time so every stop lands exactly where plain decoding's would.
             appended = 0
@@ -221,6 +236,7 @@ class Engine:
                     reason = "stop"
                     break
             if uses_ngram and appended:
+                lookup_context.extend(sequence[-appended:])
                 self.ngram.extend_source(LIVE, sequence[-appended:])
 
         if new:
@@ -237,11 +253,16 @@ class Engine:
     def _propose(
         self,
         sequence: list[int],
+        lookup_context: list[int],
         request: GenerationRequest,
         budget: int,
         generator: torch.Generator,
     ) -> Proposal | None:
-        """Pick this step's drafter and draft length; None means a plain decoding step."""
+        """Pick this step's drafter and draft length; None means a plain decoding step.
+
+        `sequence` is what the target and the draft model see; `lookup_context` is what the
+        n-gram index matches on (the text before the cursor and the new tokens).
+        """
         fixed_k = request.draft_length
         max_k = min(budget, fixed_k if fixed_k is not None else self.config.max_draft_length)
         if request.strategy == "ar" or max_k <= 0:
@@ -249,23 +270,19 @@ class Engine:
 
         match = None
         if request.strategy in ("ngram", "hybrid"):
-            match = self.ngram.lookup(sequence, max_k)
-            # In hybrid, a short match loses to the draft model; alone, any match is used.
-            if (
-                match is not None
-                and request.strategy == "hybrid"
-                and self.drafter is not None
-                and match.match_length < self.config.hybrid_min_match
-            ):
-                match = None
-        use_draft_model = self.drafter is not None and (
-            request.strategy == "draft" or (request.strategy == "hybrid" and match is None)
-        )
+            match = self.ngram.lookup(lookup_context, max_k)
+        use_draft_model = self.drafter is not None and request.strategy in ("draft", "hybrid")
+        # A short match is weaker evidence than a long one; it is tracked on its own and, in
+        # hybrid with a fixed length, loses to the draft model.
+        short = match is not None and match.match_length < self.config.hybrid_min_match
+        ngram_key = "ngram:short" if short else "ngram"
 
         if fixed_k is not None:
-            if match is not None:
-                return Proposal("ngram", match.tokens[:max_k])
-            if use_draft_model:
+            if match is not None and not (
+                short and use_draft_model and request.strategy == "hybrid"
+            ):
+                return Proposal("ngram", match.tokens[:max_k], tracker_key=ngram_key)
+            if use_draft_model and (request.strategy == "draft" or match is None or short):
                 return self._draft(sequence, max_k, request, generator)
             return None
 
@@ -276,11 +293,11 @@ class Engine:
         choice: tuple[str, int] | None = None
         if match is not None:
             rate_k, rate = costs.best_k(
-                "ngram", self.acceptance.rate(request.language, "ngram"), len(match.tokens)
+                "ngram", self.acceptance.rate(request.language, ngram_key), len(match.tokens)
             )
             if rate_k > 0 and rate > best_rate:
                 choice, best_rate = ("ngram", rate_k), rate
-        if use_draft_model:
+        if use_draft_model and (request.strategy == "draft" or match is None or short):
             assert self.drafter is not None
             rate_k, rate = costs.best_k(
                 "draft",
@@ -296,7 +313,7 @@ class Engine:
         source, k = choice
         if source == "ngram":
             assert match is not None
-            return Proposal("ngram", match.tokens[:k])
+            return Proposal("ngram", match.tokens[:k], tracker_key=ngram_key)
         return self._draft(sequence, k, request, generator)
 
     def _draft(

@@ -20,7 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 LIVE = "live"
-"""The source holding the current request's prompt and the tokens generated so far."""
+"""The source holding the current request's prompt up to the cursor and the tokens generated
+so far: the text the completion continues."""
+LIVE_AFTER = "live:after"
+"""The rest of the current request's prompt (a FIM prompt's suffix section)."""
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,9 @@ class NgramIndex:
     def lookup(self, context: Sequence[int], k: int, min_n: int | None = None) -> NgramMatch | None:
         """The continuation of the longest suffix of `context` found in any source.
 
-        Longest match first; among sources holding that n-gram, the most recently updated wins.
+        Longest match first; among sources holding that n-gram, the most recently updated one
+        that can propose all k tokens wins (a match near the end of the live sequence may have
+        only a token or two after it), else the one proposing the most.
         """
         if k < 1:
             return None
@@ -132,8 +137,15 @@ class NgramIndex:
                 continue
             # Verify the hit (hashes can collide), newest source first.
             suffix = list(context[len(context) - n :])
+            best: NgramMatch | None = None
             for source, position in reversed(entry.items()):
                 tokens = self._tokens[source]
                 if tokens[position - n : position] == suffix:
-                    return NgramMatch(tokens[position : position + k], n, source)
+                    continuation = tokens[position : position + k]
+                    if len(continuation) >= k:
+                        return NgramMatch(continuation, n, source)
+                    if best is None or len(continuation) > len(best.tokens):
+                        best = NgramMatch(continuation, n, source)
+            if best is not None:
+                return best
         return None
