@@ -10,7 +10,10 @@ import pytest
 from quickdraft.cli import main
 
 OURS = ("ar", "ngram", "draft", "hybrid")
-HOLE_KEYS = {"file", "language", "line", "col", "kind", "prompt_tokens", "truth", "runs"}
+HOLE_KEYS = {"file", "language", "line", "col", "kind", "prompt_tokens", "truth", "runs"} | {
+    "open_files",
+    "copied_from",
+}
 RUN_KEYS = {
     "completion",
     "tokens",

@@ -181,10 +181,12 @@ def gguf_source(config, loaded) -> str | None:
 
 def summary_table(results: dict) -> str:
     """A short plain-text table for the terminal (report.md has the full one)."""
+    from quickdraft.bench import report
+
     summary = results["summary"]
     rows = [("strategy", "p50 ms", "p90 ms", "tok/fwd", "speedup", "same as ar", "exact")]
     for name, s in summary.items():
-        if name == "by_language":
+        if name in report.GROUPS:
             continue
 
         def fmt(value, spec):
@@ -202,6 +204,16 @@ def summary_table(results: dict) -> str:
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
+    table = "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows
     )
+    copy_heavy = summary.get("copy_heavy") or {}
+    if copy_heavy:
+        holes = next(iter(copy_heavy.values()))["holes"]
+        per = ", ".join(
+            f"{name} {s['tokens_per_forward']}"
+            for name, s in copy_heavy.items()
+            if s["tokens_per_forward"] is not None
+        )
+        table += f"\ncopy-heavy holes ({holes}), tokens per target forward: {per}"
+    return table

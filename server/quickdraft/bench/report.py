@@ -14,6 +14,9 @@ from typing import Any
 
 PEER_NAMES = ("hf-assisted", "hf-prompt-lookup", "llama-cpp", "llama-cpp-lookup")
 
+GROUPS = ("by_language", "copy_heavy")
+"""Keys of results.json's summary that hold groups of holes rather than one strategy."""
+
 SUMMARY_KEYS = (
     "p50_ms",
     "p90_ms",
