@@ -174,6 +174,16 @@ class Completer:
         ]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
+    def draft_length_for(self, language_id: str | None) -> int | None:
+        """The fixed draft length for a language: the user's setting for that language, else
+        their global one, else the preset's measured default; None lets the cost model choose."""
+        configured = self.config.draft_length_for(language_id)
+        if configured is not None:
+            return configured
+        preset = getattr(self.models, "preset", None)
+        lengths = getattr(preset, "draft_lengths", None) or {}
+        return lengths.get(language_id or "")
+
     # --- documents -------------------------------------------------------------------------
 
     def set_document(self, uri: str, text: str, language_id: str | None = None) -> None:
@@ -321,7 +331,7 @@ class Completer:
                 temperature=decoding.temperature,
                 top_p=decoding.top_p,
                 seed=decoding.seed,
-                draft_length=self.config.draft_length_for(language),
+                draft_length=self.draft_length_for(language),
                 language=language,
                 cursor=prepared.cursor,
                 deadline=deadline,

@@ -121,3 +121,19 @@ def test_calibration_is_measured_once_and_cached(models, tmp_path, monkeypatch):
     monkeypatch.setattr(again.engine, "calibrate", fail)
     assert again.calibrate(context_tokens=24) == costs
     assert again.engine.cost_model == costs
+
+
+def test_preset_draft_lengths_apply_under_the_users_settings(models):
+    from types import SimpleNamespace
+
+    with_preset = SimpleNamespace(
+        **vars(models), preset=SimpleNamespace(draft_lengths={"python": 3, "rust": 6})
+    )
+    completer = Completer(with_preset, load_config({}))
+    assert completer.draft_length_for("python") == 3
+    assert completer.draft_length_for("go") is None  # the cost model chooses
+    completer = Completer(with_preset, load_config({"languages": {"python": {"draftLength": 5}}}))
+    assert (completer.draft_length_for("python"), completer.draft_length_for("rust")) == (5, 6)
+    completer = Completer(with_preset, load_config({"decoding": {"draft_length": 2}}))
+    assert completer.draft_length_for("rust") == 2
+    assert Completer(models, load_config({})).draft_length_for("python") is None
