@@ -32,6 +32,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
     group.add_argument(
+        "--compile",
+        choices=["auto", "on", "off"],
+        help="static KV cache + torch.compile'd decode/verify steps (auto: on with CUDA)",
+    )
+    group.add_argument(
         "--no-calibrate",
         action="store_true",
         help="skip measuring step costs at load (the adaptive draft length then uses estimates)",
@@ -75,7 +80,7 @@ def config_dict_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The settings given on the command line, as a dict for `load_config`."""
     model = {
         key: getattr(args, key, None)
-        for key in ("preset", "target", "draft", "device", "dtype", "threads")
+        for key in ("preset", "target", "draft", "device", "dtype", "threads", "compile")
         if getattr(args, key, None) is not None
     }
     if getattr(args, "no_calibrate", False):

@@ -24,6 +24,7 @@ import torch
 
 from quickdraft.config import QuickdraftConfig
 from quickdraft.context import OpenDocument, Prompt, build_prompt, get_fim_template
+from quickdraft.context.continuation import find_continuation
 from quickdraft.context.prompt import split_lines
 from quickdraft.context.snippets import uri_to_path
 from quickdraft.decoding import CostModel, Engine, GenerationRequest, GenerationStats
@@ -67,6 +68,8 @@ class PreparedCompletion:
     prompt_ids: list[int]
     cursor: int | None
     """How many of `prompt_ids` stand before the cursor (see GenerationRequest.cursor)."""
+    anchored_draft: list[int] | None
+    """What followed the text before the cursor in an open document, as tokens."""
     mode: str
     """"line" or "block" (postprocess.decide_mode)."""
     max_new_tokens: int
@@ -83,6 +86,10 @@ class PreparedCompletion:
         return raw, finalize(
             raw, self.prompt.prefix, self.prompt.suffix, self.request.language_id, self.mode
         )
+
+
+ANCHORED_DRAFT_TOKENS = 64
+"""The most tokens of an open document's text proposed from the cursor on."""
 
 
 def after_cursor_source(uri: str) -> str:
@@ -108,11 +115,16 @@ class Completer:
         self.config = config or QuickdraftConfig()
         self.tokenizer = models.tokenizer
         self.template = get_fim_template(models.family)
+        compiled = self.config.model.compile == "on" or (
+            self.config.model.compile == "auto" and str(models.device).startswith("cuda")
+        )
         self.engine = Engine(
             models.target,
             models.draft,
             stop_token_ids=models.stop_token_ids,
             config=self.config.decoding,
+            static_cache_tokens=self.config.model.static_cache_tokens if compiled else None,
+            compile_steps=compiled,
         )
         self.documents: dict[str, OpenDocument] = {}
         # uri -> (text, cursor offset or None) as last indexed for n-gram drafting
@@ -270,6 +282,24 @@ class Completer:
     def build_prompt_ids(self, request: CompletionRequest) -> list[int]:
         return self.tokenizer.encode(self.build_prompt(request).text, add_special_tokens=False)
 
+    def anchored_draft(self, request: CompletionRequest) -> list[int] | None:
+        """What followed the text before the cursor elsewhere (context.continuation), as the
+        tokens the model would write for it; None when no open document has it."""
+        offset = cursor_offset(request.text, request.line, request.character)
+        with self._lock:
+            others = [
+                (uri, doc.text, None)
+                for uri, doc in self.documents.items()
+                if uri != request.uri and self._usable(doc.text) is None
+            ]
+        found = find_continuation(
+            request.text[:offset], [(request.uri, request.text, offset), *others]
+        )
+        if found is None:
+            return None
+        tokens = self.tokenizer.encode(found.text, add_special_tokens=False)
+        return tokens[:ANCHORED_DRAFT_TOKENS]
+
     def _cursor_token(self, prompt_text: str, prompt_ids: list[int]) -> int | None:
         """How many of `prompt_ids` come before the cursor: the prompt up to the FIM suffix
         marker. None when that part does not tokenize to a prefix of the prompt's tokens."""
@@ -301,6 +331,7 @@ class Completer:
             prompt=prompt,
             prompt_ids=prompt_ids,
             cursor=self._cursor_token(prompt.text, prompt_ids),
+            anchored_draft=self.anchored_draft(request),
             mode=mode,
             max_new_tokens=limit,
             tokenizer=self.tokenizer,
@@ -334,6 +365,7 @@ class Completer:
                 draft_length=self.draft_length_for(language),
                 language=language,
                 cursor=prepared.cursor,
+                anchored_draft=prepared.anchored_draft,
                 deadline=deadline,
                 cancel=cancel,
                 stop=prepared.stop_rule(),

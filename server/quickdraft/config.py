@@ -42,6 +42,11 @@ class ModelConfig:
     """CPU threads for torch; None uses the physical cores."""
     calibrate: bool = True
     """Measure step costs at load (cached per machine) so the adaptive policy can use them."""
+    compile: Literal["auto", "on", "off"] = "auto"
+    """Static KV caches and torch.compile'd decode/verify steps (CUDA graphs on a GPU), as
+    gpt-fast does. `auto`: on with CUDA, off on CPU (where quickdraft's int8 runs eagerly)."""
+    static_cache_tokens: int = 4096
+    """Positions preallocated per model when compiling; longer sequences grow the cache."""
 
 
 @dataclass
@@ -130,6 +135,7 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
     "draft_min_confidence": (0.0, 1.0),
     "deadline_ms": (1, None),
     "threads": (1, 1024),
+    "static_cache_tokens": (64, 1 << 20),
     "max_prompt_tokens": (16, 131072),
     "suffix_share": (0.0, 0.9),
     "snippet_share": (0.0, 0.9),

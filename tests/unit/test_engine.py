@@ -159,6 +159,27 @@ def test_fim_prompts_look_up_the_text_before_the_cursor_from_the_first_step(toke
         greedy(engine, prompt, "ngram", cursor=len(prompt) + 1)
 
 
+def test_an_anchored_draft_is_proposed_from_the_first_step_while_the_output_agrees(tokenizer):
+    model = build_tiny_model(len(tokenizer), seed=11)
+    engine = Engine(model, None, stop_token_ids=[tokenizer.eos_token_id])
+    prompt = tokenizer.encode("<|fim_prefix|>x = <|fim_suffix|>\n<|fim_middle|>")
+    expected = greedy(engine, prompt, "ar", max_new_tokens=20).tokens
+    assert len(expected) == 20
+    for anchored, forwards in (
+        (expected[:18], 3),
+        (expected[:4] + [7, 7, 7], None),
+        ([9, 9], None),
+    ):
+        engine.reset_cache()
+        result = greedy(engine, prompt, "ngram", 8, max_new_tokens=20, anchored_draft=anchored)
+        assert result.tokens == expected  # whatever the anchored draft says
+        if forwards is not None:
+            assert result.stats.target_forwards == forwards  # 9 + 9 tokens, then 2 more
+    engine.reset_cache()
+    ignored = greedy(engine, prompt, "ar", max_new_tokens=20, anchored_draft=expected)
+    assert ignored.stats.target_forwards == 20  # plain decoding drafts nothing
+
+
 def test_stop_token_callback_and_max_tokens_end_generation_where_plain_decoding_would(
     pair, tokenizer
 ):

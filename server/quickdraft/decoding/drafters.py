@@ -29,8 +29,10 @@ class ModelDrafter:
     sequence (rejected drafts fall away) and the missing accepted tokens are computed.
     """
 
-    def __init__(self, model: torch.nn.Module, target_vocab_size: int) -> None:
-        self.runner = ModelRunner(model)
+    def __init__(
+        self, model: torch.nn.Module, target_vocab_size: int, runner: ModelRunner | None = None
+    ) -> None:
+        self.runner = runner if runner is not None else ModelRunner(model)
         self.target_vocab_size = target_vocab_size
 
     def reset(self) -> None:

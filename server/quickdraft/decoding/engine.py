@@ -25,8 +25,8 @@ import torch
 from quickdraft.config import STRATEGIES, DecodingConfig
 from quickdraft.decoding.costmodel import MEASURED_SIZES, AcceptanceTracker, CostModel
 from quickdraft.decoding.drafters import ModelDrafter, Proposal
-from quickdraft.decoding.ngram import LIVE, LIVE_AFTER, NgramIndex
-from quickdraft.decoding.runner import ModelRunner
+from quickdraft.decoding.ngram import LIVE, LIVE_AFTER, NgramIndex, NgramMatch
+from quickdraft.decoding.runner import ModelRunner, StaticModelRunner
 from quickdraft.decoding.verify import accept_greedy, accept_sampling, warp
 from quickdraft.errors import ConfigError, InputError
 
@@ -48,6 +48,9 @@ class GenerationRequest:
     """How many prompt tokens stand before the cursor, when the prompt continues past it (a FIM
     prompt ends with the suffix). The generated tokens continue `prompt_ids[:cursor]`, so n-gram
     lookups match on that plus the new tokens, not on the suffix that ends the prompt."""
+    anchored_draft: Sequence[int] | None = None
+    """Tokens expected right at the cursor (what followed the same text in an open file);
+    n-gram strategies propose them first, as long as the output agrees with them."""
     deadline: float | None = None
     """Absolute `time.monotonic()` after which generation stops and returns what is done."""
     cancel: threading.Event | None = None
@@ -108,10 +111,27 @@ class Engine:
         stop_token_ids: Iterable[int] = (),
         config: DecodingConfig | None = None,
         cost_model: CostModel | None = None,
+        static_cache_tokens: int | None = None,
+        compile_steps: bool = False,
     ) -> None:
+        """`static_cache_tokens`: run both models on preallocated KV caches of that many
+        positions, with decode/verify steps compiled when `compile_steps` (accelerators);
+        None keeps growing caches (CPU)."""
         self.config = config or DecodingConfig()
-        self.target = ModelRunner(target)
-        self.drafter = ModelDrafter(draft, self.target.vocab_size) if draft is not None else None
+
+        def runner(model: torch.nn.Module) -> ModelRunner:
+            if static_cache_tokens is None:
+                return ModelRunner(model)
+            return StaticModelRunner(
+                model, capacity=static_cache_tokens, compile_steps=compile_steps
+            )
+
+        self.target = runner(target)
+        self.drafter = (
+            ModelDrafter(draft, self.target.vocab_size, runner(draft))
+            if draft is not None
+            else None
+        )
         self.ngram = NgramIndex(self.config.ngram_min, self.config.ngram_max)
         self.stop_token_ids = frozenset(int(t) for t in stop_token_ids)
         self.cost_model = cost_model or CostModel.estimate(has_draft=draft is not None)
@@ -197,7 +217,7 @@ class Engine:
             # Drafts past the token budget could never be emitted: the last slot is the
             # target's own token.
             budget = request.max_new_tokens - len(new) - 1
-            proposal = self._propose(sequence, lookup_context, request, budget, generator)
+            proposal = self._propose(sequence, lookup_context, new, request, budget, generator)
             drafts = proposal.tokens if proposal is not None else []
 
             # 2. Verify: one target forward over [pending, d1..dk] -> logits (k+1, V).
@@ -254,6 +274,7 @@ class Engine:
         self,
         sequence: list[int],
         lookup_context: list[int],
+        new: list[int],
         request: GenerationRequest,
         budget: int,
         generator: torch.Generator,
@@ -261,7 +282,7 @@ class Engine:
         """Pick this step's drafter and draft length; None means a plain decoding step.
 
         `sequence` is what the target and the draft model see; `lookup_context` is what the
-        n-gram index matches on (the text before the cursor and the new tokens).
+        n-gram index matches on (the text before the cursor and the `new` tokens).
         """
         fixed_k = request.draft_length
         max_k = min(budget, fixed_k if fixed_k is not None else self.config.max_draft_length)
@@ -269,8 +290,14 @@ class Engine:
             return None
 
         match = None
+        anchored = request.anchored_draft
         if request.strategy in ("ngram", "hybrid"):
-            match = self.ngram.lookup(lookup_context, max_k)
+            if anchored is not None and list(anchored[: len(new)]) == new:
+                rest = list(anchored[len(new) : len(new) + max_k])
+                if rest:  # still on the copied text: it counts as a long match
+                    match = NgramMatch(rest, self.config.ngram_max, "anchored")
+            if match is None:
+                match = self.ngram.lookup(lookup_context, max_k)
         use_draft_model = self.drafter is not None and request.strategy in ("draft", "hybrid")
         # A short match is weaker evidence than a long one; it is tracked on its own and, in
         # hybrid with a fixed length, loses to the draft model.

@@ -46,13 +46,16 @@ class ModelRunner:
         # transformers 5 names the argument `cache`, 4.x `past_key_values`.
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self._has_logits_to_keep = "logits_to_keep" in params
-        self.cache = _new_cache()
+        self.cache = self._make_cache()
         self.tokens: list[int] = []
 
     def reset(self) -> None:
         """Forget everything: the next request prefills from scratch."""
-        self.cache = _new_cache()
+        self.cache = self._make_cache()
         self.tokens = []
+
+    def _make_cache(self):
+        return _new_cache()
 
     def keep(self, n: int) -> None:
         """Crop the cache to its first `n` tokens."""
@@ -114,3 +117,112 @@ class ModelRunner:
         _, _, logits = self.extend(tokens)
         assert logits is not None
         return logits
+
+
+STEP_BUCKETS = (1, 2, 4, 8, 16)
+"""Decode and verify forwards are padded to one of these sizes, so a compiled step is reused."""
+
+
+class StaticModelRunner(ModelRunner):
+    """The same runner on a preallocated KV cache, with compiled decode/verify steps (gpt-fast's
+    recipe for accelerators: fixed shapes let torch.compile capture each step once, as a CUDA
+    graph with mode="reduce-overhead").
+
+    The cache holds `capacity` positions. Cropping only shortens `tokens`: keys and values past
+    it stay in memory but are never attended to (the causal mask stops at each query's
+    position) and are overwritten by the next forward. A step of n new tokens is padded to the
+    next bucket size; the padding writes past the kept tokens, where nothing reads it.
+    Prefill chunks run eagerly. A sequence longer than `capacity` reallocates a cache twice
+    as large (and recompiles).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        capacity: int = 4096,
+        compile_steps: bool = False,
+        compile_backend: str = "inductor",
+        prefill_chunk: int = 512,
+    ) -> None:
+        self.capacity = capacity
+        super().__init__(model, prefill_chunk=prefill_chunk)
+        self._step = model.forward
+        if compile_steps:
+            mode = "reduce-overhead" if self.device.type == "cuda" else None
+            if compile_backend != "inductor":
+                mode = None  # modes are inductor's
+            self._step = torch.compile(
+                model.forward, backend=compile_backend, mode=mode, fullgraph=True, dynamic=False
+            )
+
+    def _make_cache(self):
+        from transformers import StaticCache
+
+        self._written = 0  # positions the cache has written, padding included
+        self._allocated = self.capacity
+        return StaticCache(config=self.model.config, max_cache_len=self.capacity)
+
+    def reset(self) -> None:
+        """Forget everything, keeping the same cache tensors: a compiled step (a CUDA graph)
+        is bound to their addresses, and new ones would mean compiling again."""
+        if getattr(self, "_allocated", None) != self.capacity:
+            super().reset()
+            return
+        self.tokens = []
+        self._rewind(0)
+
+    def keep(self, n: int) -> None:
+        del self.tokens[n:]
+        self._rewind(len(self.tokens))
+
+    def _rewind(self, n: int) -> None:
+        """Make the cache write its next keys and values at position n."""
+        if self._written > n:
+            # transformers 5 static layers count what they hold and write after it; a negative
+            # crop moves that count back (the stale entries stay, masked, until overwritten).
+            crop = getattr(self.cache, "crop", None)
+            if crop is not None:
+                with torch.inference_mode():  # the count was made in inference mode
+                    crop(-(self._written - n))
+            self._written = n
+
+    def _grow(self, needed: int) -> None:
+        tokens = list(self.tokens)
+        while self.capacity < needed:
+            self.capacity *= 2
+        self.reset()
+        if tokens:
+            self.extend(tokens)
+
+    @torch.inference_mode()
+    def forward(self, new_tokens: Sequence[int], *, last_only: bool = False) -> torch.Tensor:
+        """As ModelRunner.forward; shapes: input_ids (1, bucket) -> logits (n, V) or (1, V)."""
+        n = len(new_tokens)
+        start = len(self.tokens)
+        self._rewind(start)  # drop the previous step's padding
+        bucket = next((b for b in STEP_BUCKETS if b >= n), None)
+        width = bucket if bucket is not None and not last_only else n
+        if start + width > self.capacity:
+            self._grow(start + width)
+        ids = list(new_tokens) + [0] * (width - n)  # padding: written past `tokens`, unread
+        positions = torch.arange(start, start + width, device=self.device)
+        kwargs = {
+            self._cache_arg: self.cache,
+            "use_cache": True,
+            "cache_position": positions,
+            "position_ids": positions.unsqueeze(0),
+        }
+        input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
+        if width == bucket:
+            out = self._step(input_ids=input_ids, **kwargs)
+        else:  # prefill chunks and oversized steps: eager, any shape
+            if last_only and self._has_logits_to_keep:
+                kwargs["logits_to_keep"] = 1
+            out = self.model(input_ids=input_ids, **kwargs)
+        self._written = start + width
+        self.tokens.extend(int(t) for t in new_tokens)
+        logits = out.logits[0]
+        logits = logits[-1:] if last_only else logits[:n]
+        # A CUDA graph reuses its output buffer on the next replay: hand out a copy.
+        return logits.float().clone()

@@ -1,0 +1,76 @@
+"""The accelerator runtime: a preallocated KV cache and fixed-shape (compilable) steps.
+
+It must give the same logits as the growing cache, keep every strategy identical to plain
+decoding, survive crops and sequences longer than its capacity, and trace as one graph.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from quickdraft.decoding import Engine, GenerationRequest
+from quickdraft.decoding.runner import ModelRunner, StaticModelRunner
+from quickdraft.testing import build_tiny_model, build_tiny_tokenizer
+
+TEXT = "def area(width, height):\n    return width * height\n\ndef perimeter(width, height):\n"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tiny_tokenizer()
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_static_and_growing_caches_give_the_same_logits_through_crops(tokenizer, arch):
+    model = build_tiny_model(len(tokenizer), arch=arch, seed=2, layers=2)
+    ids = tokenizer.encode(TEXT)
+    growing, static = ModelRunner(model), StaticModelRunner(model, capacity=32)
+    for runner in (growing, static):
+        runner.extend(ids[:20])
+    for start, stop, keep in ((20, 23, 21), (21, 30, 25), (25, 26, 26), (26, 40, 33)):
+        expected = growing.forward(ids[start:stop])
+        got = static.forward(ids[start:stop])
+        assert got.shape == expected.shape == (stop - start, growing.vocab_size)
+        torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9)
+        growing.keep(keep)
+        static.keep(keep)
+        assert static.tokens == growing.tokens
+    assert static.capacity == 64  # 40 + padding outgrew 32: reallocated, recomputed
+
+
+def test_every_strategy_stays_identical_on_static_caches(tokenizer):
+    vocab = len(tokenizer)
+    target = build_tiny_model(vocab, seed=0, layers=2)
+    draft = build_tiny_model(vocab, seed=1, layers=1)
+    prompt = tokenizer.encode(TEXT)
+    plain = Engine(target, draft, stop_token_ids=[])
+    expected = plain.generate(GenerationRequest(prompt, max_new_tokens=20, strategy="ar")).tokens
+    engine = Engine(target, draft, stop_token_ids=[], static_cache_tokens=48)
+    for strategy in ("ar", "ngram", "draft", "hybrid"):
+        for k in (None, 3, 8):
+            engine.reset_cache()
+            result = engine.generate(
+                GenerationRequest(prompt, max_new_tokens=20, strategy=strategy, draft_length=k)
+            )
+            assert result.tokens == expected, (strategy, k)
+    # A second request reuses the cached prefix on the static cache too.
+    again = engine.generate(GenerationRequest(prompt, max_new_tokens=20, strategy="hybrid"))
+    assert again.tokens == expected and again.stats.reused_tokens == len(prompt) - 1
+
+
+def test_compiled_steps_trace_as_one_graph(tokenizer):
+    """fullgraph=True fails on any graph break; the eager backend checks tracing cheaply."""
+    torch._dynamo.reset()
+    model = build_tiny_model(len(tokenizer), seed=3, layers=1)
+    prompt = tokenizer.encode(TEXT)
+    plain = Engine(model, None, stop_token_ids=[])
+    expected = plain.generate(GenerationRequest(prompt, max_new_tokens=6, strategy="ar")).tokens
+    engine = Engine(model, None, stop_token_ids=[])
+    engine.target = StaticModelRunner(
+        model, capacity=128, compile_steps=True, compile_backend="eager"
+    )
+    result = engine.generate(
+        GenerationRequest(prompt, max_new_tokens=6, strategy="ngram", draft_length=3)
+    )
+    assert result.tokens == expected
