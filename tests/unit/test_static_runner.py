@@ -74,3 +74,21 @@ def test_compiled_steps_trace_as_one_graph(tokenizer):
         GenerationRequest(prompt, max_new_tokens=6, strategy="ngram", draft_length=3)
     )
     assert result.tokens == expected
+
+
+def test_compile_setting_is_validated_and_turns_on_static_caches():
+    from quickdraft.completer import Completer
+    from quickdraft.config import load_config
+    from quickdraft.errors import ConfigError
+    from quickdraft.testing import build_tiny_loaded_models
+
+    with pytest.raises(ConfigError, match="compile"):
+        load_config({"model": {"compile": "sometimes"}})
+    with pytest.raises(ConfigError, match="staticCacheTokens: 8 is below"):
+        load_config({"model": {"staticCacheTokens": 8}})
+    models = build_tiny_loaded_models()
+    auto = Completer(models, load_config({}))  # CPU: auto stays eager
+    assert type(auto.engine.target) is ModelRunner
+    on = Completer(models, load_config({"model": {"compile": "on", "static_cache_tokens": 256}}))
+    assert isinstance(on.engine.target, StaticModelRunner) and on.engine.target.capacity == 256
+    assert isinstance(on.engine.drafter.runner, StaticModelRunner)
