@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 SEED_CHARS = 6
 """Occurrences are found by the last SEED_CHARS characters, then extended backwards."""
-MIN_MATCH_CHARS = 12
+MIN_MATCH_CHARS = 8
 """A shorter match says too little about what comes next."""
 MAX_MATCH_CHARS = 256
 MAX_CONTINUATION_CHARS = 400
