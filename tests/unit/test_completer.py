@@ -77,14 +77,14 @@ def test_the_current_document_is_indexed_split_at_the_cursor(models):
 
 def test_the_continuation_of_the_text_before_the_cursor_in_an_open_file_is_drafted_first(models):
     completer = make(models)
-    text = "import os\nfrom pkg.tools import (helper, other_helper, "
+    text = "import os\nfrom pkg.tools import (alpha, beta, "
     completer.set_document(
-        "file:///work/t.py", "from pkg.tools import (helper, other_helper, third)\n", "python"
+        "file:///work/t.py", "from pkg.tools import (alpha, beta, gamma)\n", "python"
     )
-    prepared = completer.prepare(request(text, line=1, character=len(text) - 10))
-    assert prepared.anchored_draft == completer.tokenizer.encode("third)\n")
+    at_cursor = request(text, line=1, character=len(text) - 10)
+    assert completer.prepare(at_cursor).anchored_draft == completer.tokenizer.encode("gamma)\n")
     completer.close_document("file:///work/t.py")
-    assert completer.prepare(request(text, line=1, character=len(text) - 10)).anchored_draft is None
+    assert completer.prepare(at_cursor).anchored_draft is None
 
 
 def test_other_open_files_appear_in_the_prompt_but_not_the_current_one(models):
