@@ -13,6 +13,7 @@ OURS = ("ar", "ngram", "draft", "hybrid")
 HOLE_KEYS = {"file", "language", "line", "col", "kind", "prompt_tokens", "truth", "runs"} | {
     "open_files",
     "copied_from",
+    "ar_copied_from",
 }
 RUN_KEYS = {
     "completion",

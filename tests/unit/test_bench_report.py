@@ -85,7 +85,7 @@ def test_percentile_interpolates_like_numpy():
 
 def test_summary_per_strategy_and_language():
     summary = report.summarize(HOLES)
-    assert set(summary) == {"ar", "hybrid", "by_language", "copy_heavy"}
+    assert set(summary) == {"ar", "hybrid", "by_language", "copy_heavy", "model_copies"}
     hybrid = summary["hybrid"]
     assert set(hybrid) == set(report.SUMMARY_KEYS)
     # Ratios ar/hybrid per hole: 2.0, 4.0, 0.9 -> median 2.0.
@@ -107,8 +107,13 @@ def test_copy_heavy_holes_are_summarized_on_their_own():
     assert set(copy_heavy) == {"ar", "hybrid"}
     assert copy_heavy["hybrid"]["holes"] == 1
     assert copy_heavy["hybrid"]["tokens_per_forward"] == 2.0  # 4 tokens, 2 forwards
-    text = report.render_markdown({"env": {}, "holes": holes, "summary": report.summarize(holes)})
+    holes[2]["ar_copied_from"] = "g.rs"
+    summary = report.summarize(holes)
+    assert summary["model_copies"]["hybrid"]["holes"] == 1
+    assert summary["model_copies"]["hybrid"]["tokens_per_forward"] == 1.0  # 2 tokens, 2 forwards
+    text = report.render_markdown({"env": {}, "holes": holes, "summary": summary})
     assert "## Copy-heavy holes" in text and "1 of 3 holes" in text and "`f_test.py`" in text
+    assert "On 1 holes the model's own output" in text and "`g.rs`" in text
 
 
 def test_matching_rules():

@@ -19,6 +19,7 @@ from quickdraft.errors import ConfigError
 HOLE_KEYS = {"file", "language", "line", "col", "kind", "prompt_tokens", "truth", "runs"} | {
     "open_files",
     "copied_from",
+    "ar_copied_from",
 }
 SUMMARY_KEYS = {
     "p50_ms",
@@ -221,6 +222,7 @@ def test_results_json_has_exactly_the_schema(repo, tmp_path):
         "hf-prompt-lookup",
         "by_language",
         "copy_heavy",
+        "model_copies",
     }
     for name in ("ar", "ngram", "draft", "hybrid", "hf-prompt-lookup"):
         assert set(summary[name]) == SUMMARY_KEYS

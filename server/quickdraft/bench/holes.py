@@ -204,7 +204,12 @@ class Hole:
         """The open file in which the hidden text stands verbatim (this file itself when it
         is elsewhere in the document), or None: a copy-heavy hole, made for prompt lookup.
         Text shorter than MIN_COPY_CHARS (once stripped) does not count."""
-        body = self.truth.strip()
+        return self.open_file_with(self.truth)
+
+    def open_file_with(self, text: str) -> str | None:
+        """The open file (or this one) holding `text` verbatim, once stripped; None if none
+        does or it is shorter than MIN_COPY_CHARS."""
+        body = text.strip()
         if len(body) < MIN_COPY_CHARS:
             return None
         for other in self.open_files:

@@ -14,7 +14,7 @@ from typing import Any
 
 PEER_NAMES = ("hf-assisted", "hf-prompt-lookup", "llama-cpp", "llama-cpp-lookup")
 
-GROUPS = ("by_language", "copy_heavy")
+GROUPS = ("by_language", "copy_heavy", "model_copies")
 """Keys of results.json's summary that hold groups of holes rather than one strategy."""
 
 SUMMARY_KEYS = (
@@ -92,8 +92,9 @@ def summarize_strategy(holes: list[dict[str, Any]], strategy: str) -> dict[str, 
 
 
 def summarize(holes: list[dict[str, Any]]) -> dict[str, Any]:
-    """results.json's `summary`: per strategy, per language then strategy, and (`copy_heavy`)
-    per strategy over the holes whose hidden text stands verbatim in an open file."""
+    """results.json's `summary`: per strategy, per language then strategy, and per strategy
+    over the holes whose hidden text (`copy_heavy`) or whose `ar` output (`model_copies`)
+    stands verbatim in an open file."""
     summary: dict[str, Any] = {}
     for strategy in strategies_in(holes):
         summary[strategy] = summarize_strategy(holes, strategy)
@@ -102,10 +103,12 @@ def summarize(holes: list[dict[str, Any]]) -> dict[str, Any]:
         subset = [hole for hole in holes if hole["language"] == language]
         by_language[language] = {s: summarize_strategy(subset, s) for s in strategies_in(subset)}
     summary["by_language"] = by_language
-    copied = [hole for hole in holes if hole.get("copied_from")]
-    summary["copy_heavy"] = {
-        s: {**summarize_strategy(copied, s), "holes": len(copied)} for s in strategies_in(copied)
-    }
+    for key, field in (("copy_heavy", "copied_from"), ("model_copies", "ar_copied_from")):
+        subset = [hole for hole in holes if hole.get(field)]
+        summary[key] = {
+            s: {**summarize_strategy(subset, s), "holes": len(subset)}
+            for s in strategies_in(subset)
+        }
     return summary
 
 
@@ -298,6 +301,16 @@ def render_markdown(
         )
     else:
         lines += ["No hole's hidden text stands verbatim in an open file.", ""]
+    copies = [hole for hole in holes if hole.get("ar_copied_from")]
+    if copies:
+        lines += [
+            f"On {len(copies)} holes the model's own output (`ar`) stands verbatim in an open"
+            " file, whatever the hidden text was:",
+            "",
+        ]
+        lines += grouped_table(
+            copies, "copied from", lambda hole: f"`{hole['ar_copied_from']}`", total=True
+        )
     if replay and replay.get("holes"):
         lines += render_replay(replay)
     if sweep and sweep.get("summary"):

@@ -359,6 +359,8 @@ class Bench:
         ordered = {name: runs[name] for name in self.options.strategies if name in runs}
         return {
             **hole.to_dict(),
+            # Where plain decoding's own output stands in an open file: the model copies.
+            "ar_copied_from": hole.open_file_with(runs["ar"]["completion"]),
             "prompt_tokens": prompt_tokens,
             "truth": hole.truth,
             "runs": ordered,
