@@ -480,6 +480,7 @@ def summarize_sweep(
                 cell["accepted"] += sum((run.get("accepted_by_source") or {}).values())
     summary: dict[str, Any] = {}
     best: dict[str, int] = {}
+    recommended: dict[str, int | None] = {}
     for language, per in table.items():
         summary[language] = {}
         for strategy, lengths in per.items():
@@ -509,13 +510,21 @@ def summarize_sweep(
             if length != "adaptive" and cell["speedup_vs_ar"] is not None
         ]
         if scored:
-            best[language] = max(scored, key=lambda item: (item[0], -item[1]))[1]
-    return {"summary": summary, "best": best, "strategy": primary}
+            speedup, length = max(scored, key=lambda item: (item[0], -item[1]))
+            best[language] = length
+            adaptive_speedup = summary[language][choose]["adaptive"]["speedup_vs_ar"]
+            # Fix the length only where that beat letting the cost model choose.
+            recommended[language] = (
+                None if adaptive_speedup is not None and adaptive_speedup >= speedup else length
+            )
+    return {"summary": summary, "best": best, "recommended": recommended, "strategy": primary}
 
 
 def config_snippet(sweep: dict[str, Any]) -> dict[str, Any]:
-    """The best fixed draft length per language, as configuration (`load_config` accepts it)."""
-    return {"languages": {lang: {"draft_length": k} for lang, k in sorted(sweep["best"].items())}}
+    """Per language, the draft length to ship: the best fixed one where it beat the adaptive
+    policy, else null (adaptive), as configuration (`load_config` accepts it)."""
+    chosen = sweep.get("recommended", sweep["best"])
+    return {"languages": {lang: {"draft_length": k} for lang, k in sorted(chosen.items())}}
 
 
 def render_sweep(sweep: dict[str, Any]) -> list[str]:
