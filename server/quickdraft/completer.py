@@ -364,6 +364,7 @@ class Completer:
                 seed=decoding.seed,
                 draft_length=self.draft_length_for(language),
                 language=language,
+                kind=prepared.mode,
                 cursor=prepared.cursor,
                 anchored_draft=prepared.anchored_draft,
                 deadline=deadline,

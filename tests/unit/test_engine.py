@@ -374,3 +374,41 @@ def test_a_cold_draft_cache_is_charged_once_not_every_step():
     assert k > 0 and rate > 1 / costs.target_step_ms(1)
     # N-gram drafts cost nothing to propose.
     assert costs.best_k("ngram", 0.8, 8, catch_up=1000)[0] > 0
+
+
+def test_short_completions_of_a_kind_stop_paying_for_a_cold_draft_cache(tokenizer):
+    """The catch-up is shared over the tokens still to come; after short completions of a
+    kind, the engine expects few and stops warming the draft model up for them."""
+    from quickdraft.decoding.costmodel import LengthTracker
+
+    lengths = LengthTracker(decay=0.5)
+    assert lengths.expected("python|line") is None
+    for length in (8, 8, 8):
+        lengths.update("python|line", length)
+    assert lengths.expected("python|line") == 8.0
+    lengths.update("python|line", 16)
+    assert lengths.expected("python|line") == 12.0
+
+    target = build_tiny_model(len(tokenizer), seed=0, layers=2)
+    # The prompt (~90 tokens) to catch up at 600 tokens/s: ~150 ms, repaid over 64 tokens,
+    # not over 2.
+    costs = CostModel(
+        target_ms={1: 10, 2: 10.5, 4: 11, 8: 12, 16: 14},
+        draft_ms_per_token=1.0,
+        draft_prefill_tokens_per_s=600.0,
+    )
+    engine = Engine(target, target, stop_token_ids=[], cost_model=costs)  # drafts all accepted
+    prompt = tokenizer.encode(CODE[2])
+
+    def drafted(kind):
+        engine.reset_cache()
+        request = GenerationRequest(
+            prompt, max_new_tokens=64, strategy="draft", language="python", kind=kind
+        )
+        return engine.generate(request).stats.drafted_by_source["draft"]
+
+    assert drafted("line") > 0  # nothing known yet: the whole budget is expected
+    engine.lengths = LengthTracker()
+    engine.lengths.update("python|line", 2)
+    assert drafted("line") == 0
+    assert drafted("block") > 0  # other kinds keep their own history

@@ -161,3 +161,20 @@ class AcceptanceTracker:
         counts = self._counts.setdefault((language or "", source), [0.0, 0.0])
         counts[0] = counts[0] * self.decay + accepted
         counts[1] = counts[1] * self.decay + (1.0 if accepted < drafted else 0.0)
+
+
+class LengthTracker:
+    """How long recent completions were, per key (language and kind of completion), as a
+    decaying mean. A cold draft cache's catch-up is shared over the tokens a request will still
+    produce; a one-line completion of 8 tokens cannot repay what 32 could."""
+
+    def __init__(self, decay: float = 0.7) -> None:
+        self.decay = decay
+        self._means: dict[str, float] = {}
+
+    def expected(self, key: str) -> float | None:
+        return self._means.get(key)
+
+    def update(self, key: str, length: int) -> None:
+        mean = self._means.get(key)
+        self._means[key] = length if mean is None else self.decay * mean + (1 - self.decay) * length

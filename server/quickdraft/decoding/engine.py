@@ -23,7 +23,12 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from quickdraft.config import STRATEGIES, DecodingConfig
-from quickdraft.decoding.costmodel import MEASURED_SIZES, AcceptanceTracker, CostModel
+from quickdraft.decoding.costmodel import (
+    MEASURED_SIZES,
+    AcceptanceTracker,
+    CostModel,
+    LengthTracker,
+)
 from quickdraft.decoding.drafters import ModelDrafter, Proposal
 from quickdraft.decoding.ngram import LIVE, LIVE_AFTER, NgramIndex, NgramMatch
 from quickdraft.decoding.runner import ModelRunner, StaticModelRunner
@@ -44,6 +49,9 @@ class GenerationRequest:
     draft_length: int | None = None
     """Fixed number of drafted tokens per step; None lets the cost model choose each step."""
     language: str | None = None
+    kind: str | None = None
+    """What sort of completion this is ("line", "block"): with `language`, the key under which
+    typical lengths are learned."""
     cursor: int | None = None
     """How many prompt tokens stand before the cursor, when the prompt continues past it (a FIM
     prompt ends with the suffix). The generated tokens continue `prompt_ids[:cursor]`, so n-gram
@@ -91,6 +99,10 @@ class GenerationResult:
     stats: GenerationStats
 
 
+def _length_key(request: GenerationRequest) -> str:
+    return f"{request.language or ''}|{request.kind or ''}"
+
+
 def _synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -136,6 +148,7 @@ class Engine:
         self.stop_token_ids = frozenset(int(t) for t in stop_token_ids)
         self.cost_model = cost_model or CostModel.estimate(has_draft=draft is not None)
         self.acceptance = AcceptanceTracker()
+        self.lengths = LengthTracker()
         self._lock = threading.Lock()
 
     def reset_cache(self) -> None:
@@ -261,6 +274,8 @@ class Engine:
 
         if new:
             self.ngram.add_completion(new)
+        if reason in ("eos", "stop", "max_tokens"):  # a finished completion: its length counts
+            self.lengths.update(_length_key(request), len(new))
         _synchronize(self.target.device)
         finished = time.perf_counter()
         stats.new_tokens = len(new)
@@ -331,7 +346,7 @@ class Engine:
                 self.acceptance.rate(request.language, "draft"),
                 max_k,
                 catch_up=self.drafter.lag(sequence),
-                remaining_tokens=budget + 1,
+                remaining_tokens=self._remaining_tokens(request, len(new), budget + 1),
             )
             if rate_k > 0 and rate > best_rate:
                 choice, best_rate = ("draft", rate_k), rate
@@ -342,6 +357,14 @@ class Engine:
             assert match is not None
             return Proposal("ngram", match.tokens[:k], tracker_key=ngram_key)
         return self._draft(sequence, k, request, generator)
+
+    def _remaining_tokens(self, request: GenerationRequest, produced: int, budget: int) -> int:
+        """How many more tokens this request will likely produce: the budget, or fewer when
+        completions of its kind have recently been shorter."""
+        typical = self.lengths.expected(_length_key(request))
+        if typical is None:
+            return budget
+        return max(1, min(budget, round(typical) - produced))
 
     def _draft(
         self, sequence: list[int], k: int, request: GenerationRequest, generator: torch.Generator
