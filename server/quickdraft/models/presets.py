@@ -292,13 +292,23 @@ STOP_TOKENS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _preset(name, target, draft, family, description, default_for=()) -> Preset:
+# Per-language fixed draft lengths come from `quickdraft bench --sweep-draft-length`. The run
+# behind qwen2.5-coder-1.5b's (2026-11-30, 2-core CPU, int8, 12 holes of Python, Rust and
+# TypeScript, k = 2, 4, 8, 12; docs/performance.md) found the adaptive policy at least as fast
+# as every fixed length of `hybrid` in each language, so none is fixed: the cost model picks k
+# at every step. Presets without such a run (no GPU has been lent to measure the larger
+# targets) leave k to the cost model too.
+QWEN_1_5B_DRAFT_LENGTHS: dict[str, int] = {}
+
+
+def _preset(name, target, draft, family, description, default_for=(), draft_lengths=None) -> Preset:
     return Preset(
         name=name,
         target=target,
         draft=draft,
         family=family,
         stop_tokens=STOP_TOKENS[family],
+        draft_lengths=dict(draft_lengths or {}),
         description=description,
         default_for=tuple(default_for),
     )
@@ -314,6 +324,7 @@ PRESETS: dict[str, Preset] = {
             "qwen2.5-coder",
             "Qwen2.5-Coder 1.5B with the 0.5B draft; the CPU default (PyPI route available)",
             default_for=("cpu",),
+            draft_lengths=QWEN_1_5B_DRAFT_LENGTHS,
         ),
         _preset(
             "qwen2.5-coder-0.5b",
