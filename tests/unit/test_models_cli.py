@@ -82,6 +82,7 @@ def test_stepcost_random_weights(tiny_preset, capsys, dtype):
     assert set(data["target_ms"]) == {"1", "2", "4", "8", "16"}
     assert data["draft_ms_per_token"] > 0
     assert {g["source"] for g in data["expected_speedup"]} == {"ngram", "draft"}
+    assert data["compiled"] is False  # auto: compiled steps are for CUDA
 
 
 def test_stepcost_refuses_what_does_not_fit(capsys, monkeypatch):

@@ -58,6 +58,12 @@ def register(subparsers) -> None:
     )
     p_cost.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
     p_cost.add_argument("--repeats", type=int, default=2, help="timed repeats per size")
+    p_cost.add_argument(
+        "--compile",
+        default="auto",
+        choices=["auto", "on", "off"],
+        help="static KV cache + torch.compile'd steps, as `serve` runs them (auto: on with CUDA)",
+    )
     p_cost.add_argument("--json", action="store_true", help="machine-readable output")
     p_cost.set_defaults(func=cmd_stepcost)
 
@@ -245,7 +251,15 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
         from quickdraft.decoding import Engine
     except ImportError as exc:  # pragma: no cover - the engine ships with the package
         raise ModelError(f"the decoding engine is not available: {exc}") from exc
-    engine = Engine(target, draft, stop_token_ids=stop_ids, config=DecodingConfig())
+    compiled = args.compile == "on" or (args.compile == "auto" and device.type == "cuda")
+    engine = Engine(
+        target,
+        draft,
+        stop_token_ids=stop_ids,
+        config=DecodingConfig(),
+        static_cache_tokens=max(4096, args.context + 64) if compiled else None,
+        compile_steps=compiled,
+    )
     cost = engine.calibrate(context_tokens=args.context, repeats=args.repeats)
     threads = torch.get_num_threads() if device.type == "cpu" else None
 
@@ -270,6 +284,7 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
                     "model": what,
                     "device": str(device),
                     "dtype": dtype,
+                    "compiled": compiled,
                     "threads": threads,
                     "context": args.context,
                     "load_seconds": round(load_s, 1),
@@ -284,6 +299,7 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
         return 0
     out = sys.stdout
     where = f"{device}, {dtype}" + (f", {threads} threads" if threads else "")
+    where += ", compiled steps" if compiled else ""
     print(f"stepcost {what}  ({where}, context {args.context}; loaded in {load_s:.0f} s)", file=out)
     sizes = sorted(cost.target_ms)
     print("target forward", file=out)
