@@ -118,7 +118,14 @@ def test_sweep_writes_the_best_draft_length(tiny_models, repo, tmp_path):
     )
     assert main([*args, "--languages", "py", "--no-replay"]) == 0
     snippet = json.loads((out / "draft_length.json").read_text())
-    assert snippet["languages"]["python"]["draft_length"] in (1, 4)
+    sweep = json.loads((out / "sweep.json").read_text())
+    best = sweep["best"]["python"]
+    assert best in (1, 4)
+    # The snippet fixes the best length only where it beat the adaptive policy.
+    cells = sweep["summary"]["python"]["hybrid"]
+    adaptive_won = cells["adaptive"]["speedup_vs_ar"] >= cells[str(best)]["speedup_vs_ar"]
+    expected = None if adaptive_won else best
+    assert snippet["languages"]["python"]["draft_length"] == expected
     assert (out / "acceptance_vs_draft_length.png").exists()
 
 
