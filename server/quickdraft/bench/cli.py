@@ -155,7 +155,9 @@ def run(args: argparse.Namespace) -> int:
     print(summary_table(results))
     print(f"\nresults: {out / 'results.json'}  report: {out / 'report.md'}")
     if (Path(out) / "draft_length.json").exists():
-        print(f"best draft lengths: {Path(out) / 'draft_length.json'}")
+        print(
+            f"draft lengths to use (null: adaptive did as well): {Path(out) / 'draft_length.json'}"
+        )
     return 0
 
 
