@@ -222,7 +222,8 @@ class Completer:
         wanted: dict[str, tuple[str, int | None]] = {}
         with self._lock:
             for uri, doc in self.documents.items():
-                if self._usable(doc.text) is None:
+                # Unchanged documents first: checking usability encodes the whole text.
+                if self._indexed.get(uri) != (doc.text, None) and self._usable(doc.text) is None:
                     wanted[uri] = (doc.text, None)
         if current is not None and self._usable(current.text) is None:
             wanted[current.uri] = (

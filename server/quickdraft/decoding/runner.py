@@ -166,7 +166,7 @@ class StaticModelRunner(ModelRunner):
     def reset(self) -> None:
         """Forget everything, keeping the same cache tensors: a compiled step (a CUDA graph)
         is bound to their addresses, and new ones would mean compiling again."""
-        if getattr(self, "_allocated", None) != self.capacity:
+        if self._allocated != self.capacity:
             super().reset()
             return
         self.tokens = []
