@@ -125,3 +125,20 @@ def build_tiny_loaded_models():
         device="cpu",
         dtype="float64",
     )
+
+
+def forward_batch_and_steps(model, ids: torch.Tensor, n: int, k: int):
+    """Logits of tokens n..n+k-1 of `ids` (shape (1, >= n+k)) on top of a cache holding the
+    first n: computed in one k-token forward, then again as k one-token steps. Returns
+    (batch, steps), each (k, V); a batch-invariant model gives them bitwise equal."""
+    from transformers import DynamicCache
+
+    with torch.inference_mode():
+        cache = DynamicCache(config=model.config)
+        model(input_ids=ids[:, :n], cache=cache)
+        batch = model(input_ids=ids[:, n : n + k], cache=cache).logits[0]
+        cache.crop(-k)
+        steps = torch.stack(
+            [model(input_ids=ids[:, n + i : n + i + 1], cache=cache).logits[0, 0] for i in range(k)]
+        )
+    return batch, steps

@@ -136,14 +136,9 @@ def test_errors_exit_nonzero_with_one_clear_line(workspace, args, message):
 
 def test_models_with_different_tokenizers_are_refused(workspace, tmp_path):
     directory, models = workspace
-    from tests.unit.test_models_loading import mismatched_tokenizer
+    from tests.unit.test_models_loading import save_mismatched_draft
 
-    from quickdraft.testing import build_tiny_model
-
-    swapped = mismatched_tokenizer()
-    draft = tmp_path / "other-family"
-    build_tiny_model(len(swapped), layers=1).save_pretrained(draft)
-    swapped.save_pretrained(draft)
+    draft = save_mismatched_draft(tmp_path / "other-family")
     result = run(
         "cart.py",
         "--line",

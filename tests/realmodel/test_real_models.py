@@ -84,17 +84,8 @@ def test_fim_fibonacci_is_correct_code_and_identical_across_strategies(loaded):
 def test_real_int8_forward_is_batch_invariant(loaded):
     if loaded.dtype != "int8":
         pytest.skip("int8 runs on CPU only")
-    from transformers import DynamicCache
+    from quickdraft.testing import forward_batch_and_steps
 
-    model = loaded.draft
     ids = torch.tensor([loaded.tokenizer.encode(Path(__file__).read_text())[:200]])
-    n, k = 190, 8
-    with torch.inference_mode():
-        cache = DynamicCache(config=model.config)
-        model(input_ids=ids[:, :n], cache=cache)
-        batch = model(input_ids=ids[:, n : n + k], cache=cache).logits[0]
-        cache.crop(-k)
-        steps = [
-            model(input_ids=ids[:, n + i : n + i + 1], cache=cache).logits[0, 0] for i in range(k)
-        ]
-    assert torch.equal(batch, torch.stack(steps))
+    batch, steps = forward_batch_and_steps(loaded.draft, ids, n=190, k=8)
+    assert torch.equal(batch, steps)

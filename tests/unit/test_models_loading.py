@@ -176,12 +176,17 @@ def mismatched_tokenizer():
     return swapped
 
 
+def save_mismatched_draft(directory):
+    """A tiny draft model with `mismatched_tokenizer()`, saved to `directory` (returned)."""
+    swapped = mismatched_tokenizer()
+    build_tiny_model(len(swapped), layers=1).save_pretrained(directory)
+    swapped.save_pretrained(directory)
+    return directory
+
+
 def test_tokenizer_mismatch_is_refused(pair, tmp_path):
     target, _ = pair
-    swapped = mismatched_tokenizer()
-    draft_dir = tmp_path / "draft"
-    build_tiny_model(len(swapped), layers=1).save_pretrained(draft_dir)
-    swapped.save_pretrained(draft_dir)
+    draft_dir = save_mismatched_draft(tmp_path / "draft")
     with pytest.raises(TokenizerMismatchError, match="do not share a tokenizer.*same model family"):
         load_models(ModelConfig(target=str(target), draft=str(draft_dir)))
 

@@ -15,7 +15,7 @@ from quickdraft.models.quantize import (
     quantize_rows,
     rowwise_attention,
 )
-from quickdraft.testing import build_tiny_model
+from quickdraft.testing import build_tiny_model, forward_batch_and_steps
 
 
 @pytest.fixture(autouse=True)
@@ -96,14 +96,8 @@ def test_whole_model_forward_is_batch_invariant(arch):
     torch.manual_seed(1)
     ids = torch.randint(0, 300, (1, 60))
     n, k = 45, 12
+    batch, steps = forward_batch_and_steps(model, ids, n, k)
     with torch.inference_mode():
-        cache = DynamicCache(config=model.config)
-        model(input_ids=ids[:, :n], cache=cache)
-        batch = model(input_ids=ids[:, n : n + k], cache=cache).logits[0]
-        cache.crop(-k)
-        steps = torch.stack(
-            [model(input_ids=ids[:, n + i : n + i + 1], cache=cache).logits[0, 0] for i in range(k)]
-        )
         full = model(input_ids=ids[:, : n + k]).logits[0, n:]
         # Prefill in uneven chunks, as a runner with prefix reuse would.
         cache = DynamicCache(config=model.config)
