@@ -12,7 +12,7 @@ from quickdraft.errors import InputError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from quickdraft.cli import add_config_argument, add_decoding_arguments, add_model_arguments
+    from quickdraft.cli_args import add_config_argument, add_decoding_arguments, add_model_arguments
 
     parser = subparsers.add_parser(
         "complete",
@@ -66,7 +66,7 @@ def read_source(path: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from quickdraft.cli import config_dict_from_args, config_file_from_args
+    from quickdraft.cli_args import config_dict_from_args, config_file_from_args
     from quickdraft.config import load_config
 
     # Cheap checks first: a bad path or position should not wait for models to load.

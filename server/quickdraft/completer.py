@@ -280,9 +280,6 @@ class Completer:
             path=uri_to_path(request.uri),
         )
 
-    def build_prompt_ids(self, request: CompletionRequest) -> list[int]:
-        return self.tokenizer.encode(self.build_prompt(request).text, add_special_tokens=False)
-
     def anchored_draft(self, request: CompletionRequest) -> list[int] | None:
         """What followed the text before the cursor elsewhere (context.continuation), as the
         tokens the model would write for it; None when no open document has it."""

@@ -36,8 +36,13 @@ class ModelConfig:
     """Draft model, same tokenizer as the target; None means n-gram drafting only."""
     device: str = "auto"
     """`auto` (CUDA if present, else CPU), `cpu`, `cuda`, `cuda:N`."""
+    runtime: Literal["auto", "torch", "llamacpp"] = "auto"
+    """`llamacpp` runs the GGUF files themselves through llama.cpp (`pip install
+    'quickdraft[llama]'`); `torch` runs transformers models. `auto`: llama.cpp on a CPU when it
+    is installed and measured faster there, else torch (always torch with CUDA)."""
     dtype: Literal["auto", "float32", "bfloat16", "float16", "int8"] = "auto"
-    """`auto` is bfloat16 on CUDA and int8 dynamic quantization on CPU."""
+    """torch runtime only. `auto` is bfloat16 on CUDA; on a CPU, the fastest of exact int8,
+    bfloat16 and float32 as measured on this machine (`quickdraft models stepcost` shows it)."""
     threads: int | None = None
     """CPU threads for torch; None uses the physical cores."""
     calibrate: bool = True
@@ -47,6 +52,22 @@ class ModelConfig:
     gpt-fast does. `auto`: on with CUDA, off on CPU (where quickdraft's int8 runs eagerly)."""
     static_cache_tokens: int = 4096
     """Positions preallocated per model when compiling; longer sequences grow the cache."""
+    backend: Literal["local", "openai"] = "local"
+    """`local` runs the models in this process; `openai` sends the FIM prompt to a serving
+    engine's OpenAI-compatible `/v1/completions` (vLLM, llama.cpp's server, SGLang, TGI)."""
+    url: str | None = None
+    """The serving engine's base URL for `backend: openai`, e.g. `http://gpu-box:8000/v1`."""
+    api_key_env: str | None = None
+    """The name of the environment variable holding the engine's API key (never the key)."""
+    remote_model: str | None = None
+    """The model name the engine serves (its `model` field); None asks the engine."""
+    family: str | None = None
+    """FIM family (qwen2.5-coder, deepseek-coder, starcoder2, codellama) when no preset says it."""
+    tokenizer: str | None = None
+    """Tokenizer files (a directory or `.gguf`) to count prompt tokens for a remote engine;
+    None takes the preset's."""
+    connect_timeout_s: float = 3.0
+    read_timeout_s: float = 30.0
 
 
 @dataclass
@@ -89,6 +110,23 @@ class ContextConfig:
     snippet_lines: int = 24
     max_document_bytes: int = 2_000_000
     """Documents larger than this are not used for completion (answered with an empty result)."""
+    layout: Literal["append", "classic"] = "classic"
+    """`append`: the text from an anchor line to the cursor goes after the FIM middle marker,
+    so typing only appends to the prompt; `classic`: prefix, suffix, then the middle marker."""
+    anchor_lines: int = 16
+    """`append`: the anchor moves once the cursor leaves this many lines below it."""
+
+
+@dataclass
+class CacheConfig:
+    """Work kept and done ahead of the user: KV caches per document, warm-up, prefetch."""
+
+    memory_mb: int = 1024
+    """Budget for KV caches kept per document (target and draft together)."""
+    warmup: bool = True
+    """Extend the caches toward the next request's prompt while the worker is idle."""
+    prefetch: bool = True
+    """After answering, compute the completion that follows accepting the suggestion."""
 
 
 @dataclass
@@ -106,6 +144,7 @@ class QuickdraftConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     decoding: DecodingConfig = field(default_factory=DecodingConfig)
     context: ContextConfig = field(default_factory=ContextConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
     languages: dict[str, LanguageConfig] = field(default_factory=dict)
 
     def language(self, language_id: str | None) -> LanguageConfig:
@@ -142,6 +181,10 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
     "max_snippets": (0, 64),
     "snippet_lines": (1, 1000),
     "max_document_bytes": (1, None),
+    "anchor_lines": (1, 1000),
+    "memory_mb": (0, 1 << 20),
+    "connect_timeout_s": (0.1, 600.0),
+    "read_timeout_s": (0.1, 3600.0),
 }
 
 
@@ -244,7 +287,3 @@ def load_config(
             f"decoding.ngram_max ({decoding.ngram_max})"
         )
     return config
-
-
-def config_to_dict(config: QuickdraftConfig) -> dict[str, Any]:
-    return dataclasses.asdict(config)

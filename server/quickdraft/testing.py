@@ -142,3 +142,9 @@ def forward_batch_and_steps(model, ids: torch.Tensor, n: int, k: int):
             [model(input_ids=ids[:, n + i : n + i + 1], cache=cache).logits[0, 0] for i in range(k)]
         )
     return batch, steps
+
+
+def ngram_source_tokens(index, source: str) -> list[int] | None:
+    """The tokens an n-gram index holds for `source` (None when it has no such source)."""
+    tokens = index._tokens.get(source)
+    return None if tokens is None else list(tokens)

@@ -58,7 +58,8 @@ def serve_command(models, *flags: str) -> list[str]:
 @pytest.fixture(scope="module")
 def reference(tiny_models):
     """The Completer `quickdraft serve` runs, built here: what the server must answer."""
-    from quickdraft.cli import build_parser, config_dict_from_args
+    from quickdraft.cli import build_parser
+    from quickdraft.cli_args import config_dict_from_args
     from quickdraft.completer import Completer
     from quickdraft.config import load_config
     from quickdraft.models import load_models

@@ -159,7 +159,7 @@ def run_fake_server(argv: list[str]) -> None:
     module.CompletionRequest = CompletionRequest
     sys.modules["quickdraft.completer"] = module
 
-    from quickdraft.cli import config_dict_from_args
+    from quickdraft.cli_args import config_dict_from_args
     from quickdraft.config import load_config
     from quickdraft.lsp import cli
     from quickdraft.lsp.server import create_server

@@ -99,14 +99,17 @@ def test_peer_plan_is_the_request_complete_sends(models, repo):
     hole = sample_holes(repo, 1, seed=2)[0]
     session.open(hole)
     plan = session.plan(hole)
-    assert plan.prompt_ids == completer.build_prompt_ids(
-        SimpleNamespace(
-            uri=hole.uri,
-            text=hole.text,
-            line=hole.line,
-            character=hole.col,
-            language_id=hole.language,
-        )
+    assert (
+        plan.prompt_ids
+        == completer.prepare(
+            SimpleNamespace(
+                uri=hole.uri,
+                text=hole.text,
+                line=hole.line,
+                character=hole.col,
+                language_id=hole.language,
+            )
+        ).prompt_ids
     )
     assert plan.max_new_tokens == 10
     assert plan.stop_ids == frozenset(models.stop_token_ids)

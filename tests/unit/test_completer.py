@@ -7,7 +7,7 @@ import pytest
 from quickdraft.completer import Completer, CompletionRequest
 from quickdraft.config import load_config
 from quickdraft.errors import PositionError
-from quickdraft.testing import build_tiny_loaded_models
+from quickdraft.testing import build_tiny_loaded_models, ngram_source_tokens
 
 TEXT = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    "
 URI = "file:///work/x.py"
@@ -43,10 +43,10 @@ def test_open_documents_feed_the_ngram_index_and_leave_it_when_closed(models):
     completer.set_document("file:///work/y.py", "print('hello')\n", "python")
     completer.complete(request())
     assert "file:///work/y.py" in completer.engine.ngram.sources
-    before = completer.engine.ngram.tokens_of("file:///work/y.py")
+    before = ngram_source_tokens(completer.engine.ngram, "file:///work/y.py")
     completer.set_document("file:///work/y.py", "print('hello world')\n", "python")
     completer.complete(request())
-    assert completer.engine.ngram.tokens_of("file:///work/y.py") != before
+    assert ngram_source_tokens(completer.engine.ngram, "file:///work/y.py") != before
     completer.close_document("file:///work/y.py")
     assert "file:///work/y.py" not in completer.engine.ngram.sources
 
@@ -61,8 +61,8 @@ def test_the_current_document_is_indexed_split_at_the_cursor(models):
     completer.refresh_documents(current=request(text, line=4, character=len("other = sub(")))
     encode = completer.tokenizer.encode
     ngram = completer.engine.ngram
-    assert ngram.tokens_of(URI) == encode(text[: text.index("other")] + "other = sub(")
-    assert ngram.tokens_of(URI + "#after-cursor") == encode("\n")
+    assert ngram_source_tokens(ngram, URI) == encode(text[: text.index("other")] + "other = sub(")
+    assert ngram_source_tokens(ngram, URI + "#after-cursor") == encode("\n")
     match = ngram.lookup(encode("other = sub("), 4)
     assert match is not None and match.source == "file:///work/z.py"
     prepared = completer.prepare(request(text, line=4, character=len("other = sub(")))
@@ -71,7 +71,7 @@ def test_the_current_document_is_indexed_split_at_the_cursor(models):
     # Once it is no longer the request's document, it is indexed whole again.
     completer.complete(request(text, line=1, character=4))
     completer.refresh_documents()
-    assert ngram.tokens_of(URI) == encode(text)
+    assert ngram_source_tokens(ngram, URI) == encode(text)
     assert URI + "#after-cursor" not in ngram.sources
 
 

@@ -105,7 +105,7 @@ def test_trimming_keeps_whole_lines():
 def test_prefix_starts_at_a_top_level_statement():
     text = functions(300)
     config = no_snippets(max_prompt_tokens=1000)
-    tops = set(syntax.top_level_start_lines(text, "python"))
+    tops = set(syntax.statement_start_lines(text, "python", depth=1))
     for line in (400, 401, 402, 555, 777):
         prompt = build_prompt(text, line, 0, "python", [], QWEN, utf8_count, config)
         assert prompt.prefix_start_line in tops

@@ -61,13 +61,13 @@ def test_top_level_and_nested_statement_lines():
         "def g():\n"
         "    pass\n"  # 10
     )
-    assert syntax.top_level_start_lines(source, "python") == [0, 2, 8]
+    assert syntax.statement_start_lines(source, "python", depth=1) == [0, 2, 8]
     assert syntax.statement_start_lines(source, "python", depth=2) == [0, 2, 3, 5, 8, 10]
 
 
 def test_statement_lines_for_a_brace_language():
     source = "function a() {\n  one();\n  two();\n}\n\nclass B {\n  m() {}\n}\n"
-    assert syntax.top_level_start_lines(source, "javascript") == [0, 5]
+    assert syntax.statement_start_lines(source, "javascript", depth=1) == [0, 5]
     assert syntax.statement_start_lines(source, "javascript", depth=2) == [0, 1, 2, 5, 6]
 
 

@@ -13,7 +13,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from quickdraft.cli import (
+from quickdraft.cli_args import (
     add_config_argument,
     add_model_arguments,
     config_dict_from_args,

@@ -117,11 +117,6 @@ def resolve_language(language_id: str | None, path: str | None = None) -> str | 
     return None
 
 
-def is_indentation_language(grammar: str | None) -> bool:
-    """Whether blocks are delimited by indentation (Python) rather than braces."""
-    return grammar == "python"
-
-
 # --- grammar and parser loading -------------------------------------------------------------
 
 _LOADERS: dict[str, Callable[[], Any]] = {}
@@ -224,11 +219,6 @@ def byte_offset(text: str, offset: int) -> int:
 def _has_lone_cr(text: str) -> bool:
     # tree-sitter counts rows by "\n" only; with old-Mac "\r" line ends its rows are not ours.
     return "\r" in text and text.count("\r") != text.count("\r\n")
-
-
-def top_level_start_lines(text: str, grammar: str | None) -> list[int]:
-    """0-based lines where a top-level statement or declaration starts (sorted, unique)."""
-    return statement_start_lines(text, grammar, depth=1)
 
 
 def _body_of(node: Any) -> Any | None:

@@ -1,10 +1,11 @@
 """What a speculative step costs on this hardware, and which step to take.
 
-Speculation pays only when verifying k drafts costs about as much as producing one token. On a
-GPU it does; on a CPU in fp32 it does not (1.5B, 700-token context: 1 token 587 ms, 2 tokens
-1,215 ms, 8 tokens 2,002 ms). So instead of a fixed schedule, the engine measures the target's
-forward time for 1, 2, 4, 8, 16 new tokens and the draft model's time per token, and before
-every step picks the drafter and draft length k that maximise expected tokens per second:
+Speculation pays only when verifying k drafts costs about as much as producing one token. How
+close a machine comes depends on its runtime and kernels (a GPU, llama.cpp or exact int8 on a
+CPU come close; stock float32 on a 2-core CPU does not: docs/performance.md has the figures). So
+instead of a fixed schedule, the engine measures the target's forward time for 1, 2, 4, 8, 16
+new tokens and the draft model's time per token, and before every step picks the drafter and
+draft length k that maximise expected tokens per second:
 
     with per-token acceptance a, k drafts yield E[tokens] = (1 - a^(k+1)) / (1 - a)
     at a cost of T_target(k + 1) + k * T_draft  (T_draft = 0 for n-gram drafts)

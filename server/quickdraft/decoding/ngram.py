@@ -54,9 +54,6 @@ class NgramIndex:
     def sources(self) -> list[str]:
         return list(self._tokens)
 
-    def tokens_of(self, source: str) -> list[int] | None:
-        return self._tokens.get(source)
-
     def set_source(self, source: str, tokens: Sequence[int]) -> None:
         """Add `source`, or replace its tokens. Only this source is re-indexed."""
         tokens = list(tokens)

@@ -11,7 +11,7 @@ from quickdraft.errors import ConfigError
 
 
 def register(subparsers) -> None:
-    from quickdraft.cli import add_decoding_arguments, add_model_arguments
+    from quickdraft.cli_args import add_decoding_arguments, add_model_arguments
 
     parser = subparsers.add_parser(
         "serve",
@@ -47,7 +47,7 @@ def parse_host_port(value: str) -> tuple[str, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from quickdraft.cli import config_dict_from_args
+    from quickdraft.cli_args import config_dict_from_args
     from quickdraft.config import load_config
 
     defaults = load_config(config_dict_from_args(args))  # ConfigError: one line, exit 2

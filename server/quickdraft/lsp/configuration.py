@@ -21,7 +21,7 @@ from quickdraft.config import ModelConfig, QuickdraftConfig, load_config
 from quickdraft.errors import ConfigError
 
 SECTION = "quickdraft"
-_TOP_LEVEL_KEYS = {"model", "decoding", "context", "languages"}
+_TOP_LEVEL_KEYS = {"model", "decoding", "context", "cache", "languages"}
 
 
 def section_of(payload: Any, *, strict: bool) -> dict[str, Any] | None:

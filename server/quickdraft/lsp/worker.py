@@ -168,8 +168,8 @@ class ModelHost:
     # --- completion ------------------------------------------------------------------
 
     def complete(self, request: Any, cancel: threading.Event, strategy: str | None = None) -> Any:
-        """The server keeps its own typed-ahead cache on the event loop, so the Completer's
-        is not consulted here."""
+        """Run one completion (typed-ahead answers never get here: the service answers them
+        on the event loop)."""
         completer = self.require_completer()
         if cancel.is_set():  # superseded while queued: not even the prompt is built
             return None

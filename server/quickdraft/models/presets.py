@@ -104,10 +104,6 @@ class ModelSource:
     arch: ArchConfig
     pypi: PypiRecipe | None = None
 
-    @property
-    def short_name(self) -> str:
-        return self.hub_id.split("/")[-1]
-
 
 @dataclass(frozen=True)
 class Preset:

@@ -291,7 +291,3 @@ def quantize_model(
         "attention": ROWWISE_ATTENTION if rowwise else model.config._attn_implementation,
     }
     return model
-
-
-def is_quantized(model: nn.Module) -> bool:
-    return any(isinstance(m, Int8Linear) for m in model.modules())

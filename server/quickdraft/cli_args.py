@@ -1,0 +1,98 @@
+"""Command-line arguments shared by `serve`, `complete` and `bench`, and their translation into
+the configuration tree (`quickdraft.config.load_config` validates it).
+
+Its own module so that `cli.py` (which registers the subcommands) and the subcommands' modules
+(which add these arguments) never import each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from quickdraft.config import STRATEGIES, QuickdraftConfig, load_config
+from quickdraft.errors import ConfigError
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model flags shared by `complete`, `serve` and `bench`."""
+    group = parser.add_argument_group("models")
+    group.add_argument("--preset", help="model preset (see `quickdraft models list`)")
+    group.add_argument("--target", help="target model: preset, Hub id, directory or .gguf file")
+    group.add_argument("--draft", help="draft model (same tokenizer); 'none' for n-gram only")
+    group.add_argument("--device", help="auto, cpu, cuda or cuda:N (default auto)")
+    group.add_argument(
+        "--dtype",
+        choices=["auto", "float32", "bfloat16", "float16", "int8"],
+        help="auto: bfloat16 on CUDA, int8 on CPU",
+    )
+    group.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
+    group.add_argument(
+        "--compile",
+        choices=["auto", "on", "off"],
+        help="static KV cache + torch.compile'd decode/verify steps (auto: on with CUDA)",
+    )
+    group.add_argument(
+        "--no-calibrate",
+        action="store_true",
+        help="skip measuring step costs at load (the adaptive draft length then uses estimates)",
+    )
+
+
+def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("decoding")
+    group.add_argument("--strategy", choices=STRATEGIES, help="default hybrid")
+    group.add_argument("--max-tokens", type=int, dest="max_new_tokens", help="default 64")
+    group.add_argument("--temperature", type=float, help="0 (default) is greedy")
+    group.add_argument("--top-p", type=float, dest="top_p")
+    group.add_argument("--seed", type=int)
+    group.add_argument(
+        "--draft-length", type=int, help="tokens proposed per step (default: adaptive)"
+    )
+
+
+def add_config_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="JSON",
+        help="settings file (the configuration tree as JSON) laid under the flags",
+    )
+
+
+def config_file_from_args(args: argparse.Namespace) -> QuickdraftConfig | None:
+    """The validated settings of `--config`, or None when it was not given."""
+    path = getattr(args, "config", None)
+    if path is None:
+        return None
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--config: cannot read {path}: {exc}") from None
+    return load_config(data)
+
+
+def config_dict_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given on the command line, as a dict for `load_config`."""
+    model = {
+        key: getattr(args, key, None)
+        for key in ("preset", "target", "draft", "device", "dtype", "threads", "compile")
+        if getattr(args, key, None) is not None
+    }
+    if getattr(args, "no_calibrate", False):
+        model["calibrate"] = False
+    if model.get("draft") == "none":
+        model["draft"] = None
+    decoding = {
+        key: getattr(args, key, None)
+        for key in ("strategy", "max_new_tokens", "temperature", "top_p", "seed", "draft_length")
+        if getattr(args, key, None) is not None
+    }
+    data: dict[str, Any] = {}
+    if model:
+        data["model"] = model
+    if decoding:
+        data["decoding"] = decoding
+    return data
