@@ -24,9 +24,16 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--draft", help="draft model (same tokenizer); 'none' for n-gram only")
     group.add_argument("--device", help="auto, cpu, cuda or cuda:N (default auto)")
     group.add_argument(
+        "--runtime",
+        choices=["auto", "torch", "llamacpp"],
+        help="llamacpp runs the GGUF files through llama.cpp (pip install 'quickdraft[llama]'); "
+        "auto (default): llama.cpp on a CPU when installed and measured faster, else torch",
+    )
+    group.add_argument(
         "--dtype",
         choices=["auto", "float32", "bfloat16", "float16", "int8"],
-        help="auto: bfloat16 on CUDA, int8 on CPU",
+        help="torch runtime: auto is bfloat16 on CUDA; on a CPU the fastest of exact int8, "
+        "bfloat16 and float32 measured on this machine",
     )
     group.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
     group.add_argument(
@@ -78,7 +85,7 @@ def config_dict_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The settings given on the command line, as a dict for `load_config`."""
     model = {
         key: getattr(args, key, None)
-        for key in ("preset", "target", "draft", "device", "dtype", "threads", "compile")
+        for key in ("preset", "target", "draft", "device", "runtime", "dtype", "threads", "compile")
         if getattr(args, key, None) is not None
     }
     if getattr(args, "no_calibrate", False):
@@ -96,3 +103,21 @@ def config_dict_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if decoding:
         data["decoding"] = decoding
     return data
+
+
+class ProgressLines:
+    """Loading progress for the terminal: one line on stderr per step, with the time since
+    start, so a wait of minutes always says what it is doing."""
+
+    def __init__(self, prefix: str = "quickdraft"):
+        import time
+
+        self.prefix = prefix
+        self._started = time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        import sys
+        import time
+
+        elapsed = time.monotonic() - self._started
+        print(f"{self.prefix}: [{elapsed:5.1f} s] {message}", file=sys.stderr, flush=True)

@@ -85,13 +85,12 @@ def run(args: argparse.Namespace) -> int:
         )
     config = load_config(config_dict_from_args(args), config_file_from_args(args))
 
+    from quickdraft.cli_args import ProgressLines
     from quickdraft.completer import Completer, CompletionRequest
-    from quickdraft.models import load_models
 
-    models = load_models(config.model)
-    completer = Completer(models, config)
-    if config.model.calibrate and args.strategy != "ar":
-        completer.calibrate()
+    progress = ProgressLines("quickdraft complete")
+    completer = Completer.load(config, progress=progress)
+    progress(f"ready: {completer.models.summary()}; completing")
     for path, other_text in others:
         completer.set_document(path.resolve().as_uri(), other_text, language_of(path))
     uri = args.file.resolve().as_uri()

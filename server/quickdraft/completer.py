@@ -17,7 +17,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,6 +28,8 @@ from quickdraft.context.prompt import split_lines
 from quickdraft.context.snippets import uri_to_path
 from quickdraft.decoding import CostModel, Engine, GenerationRequest, GenerationStats
 from quickdraft.errors import InputError
+from quickdraft.models.loading import LoadedModels, Progress
+from quickdraft.models.store import quickdraft_home
 from quickdraft.postprocess import StopRule, decide_mode, finalize
 
 log = logging.getLogger(__name__)
@@ -105,12 +106,23 @@ def cursor_offset(text: str, line: int, character: int) -> int:
     )
 
 
-def quickdraft_home() -> Path:
-    return Path(os.environ.get("QUICKDRAFT_HOME") or Path.home() / ".cache" / "quickdraft")
+def model_fingerprint(model: Any) -> str:
+    """What identifies a loaded model's speed: its files, precision, device and modules."""
+    if model is None:
+        return "none"
+    describe = getattr(model, "describe", None)
+    if callable(describe):  # llama.cpp
+        info = describe()
+        return f"{info.get('path')}|{info.get('file_bytes')}|{info.get('extra_buffers')}"
+    params = next(model.parameters())
+    name = getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
+    modules = sorted({type(m).__name__ for m in model.modules()})
+    count = sum(p.numel() for p in model.parameters())
+    return f"{name}|{params.dtype}|{params.device}|{count}|{','.join(modules)}"
 
 
 class Completer:
-    def __init__(self, models: Any, config: QuickdraftConfig | None = None) -> None:
+    def __init__(self, models: LoadedModels, config: QuickdraftConfig | None = None) -> None:
         self.models = models
         self.config = config or QuickdraftConfig()
         self.tokenizer = models.tokenizer
@@ -131,6 +143,18 @@ class Completer:
         self._indexed: dict[str, tuple[str, int | None]] = {}
         self._lock = threading.Lock()
 
+    @classmethod
+    def load(cls, config: QuickdraftConfig, *, progress: Progress | None = None) -> Completer:
+        """Load the configured models, then measure step costs (cached per machine) when the
+        strategy can draft; every step is told to `progress`."""
+        from quickdraft.models import load_models
+
+        loaded = load_models(config.model, progress=progress)
+        completer = cls(loaded, config)
+        if config.model.calibrate and config.decoding.strategy != "ar":
+            completer.calibrate(progress=progress)
+        return completer
+
     # --- configuration and calibration ---------------------------------------------------
 
     def update_config(self, config: QuickdraftConfig) -> None:
@@ -144,8 +168,15 @@ class Completer:
             self.engine.ngram = NgramIndex(config.decoding.ngram_min, config.decoding.ngram_max)
             self._indexed.clear()
 
-    def calibrate(self, context_tokens: int = 512, cache: bool = True) -> CostModel:
-        """Measure step costs once per machine and model, then reuse them from disk."""
+    def calibrate(
+        self,
+        context_tokens: int = 256,
+        cache: bool = True,
+        budget_s: float = 15.0,
+        progress: Progress | None = None,
+    ) -> CostModel:
+        """Measure step costs once per machine and model (at most `budget_s`), then reuse
+        them from disk. Figures taken on a busy machine serve this run only."""
         key = self._calibration_key(context_tokens)
         path = quickdraft_home() / "calibration" / f"{key}.json"
         if cache and path.exists():
@@ -155,8 +186,15 @@ class Completer:
                 return costs
             except (ValueError, KeyError, TypeError):
                 log.warning("ignoring unreadable calibration file %s", path)
-        costs = self.engine.calibrate(context_tokens=context_tokens)
-        if cache:
+        if progress is not None:
+            progress(f"measuring step costs (once per machine; at most {budget_s:.0f} s)")
+        costs = self.engine.calibrate(context_tokens=context_tokens, budget_s=budget_s)
+        if costs.busy:
+            log.warning(
+                "step costs measured while other processes kept the CPU busy: used for this "
+                "run only, measured again at the next start"
+            )
+        elif cache:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps(costs.to_dict(), indent=2))
@@ -164,24 +202,16 @@ class Completer:
         return costs
 
     def _calibration_key(self, context_tokens: int) -> str:
-        def describe(model: Any) -> str:
-            if model is None:
-                return "none"
-            params = next(model.parameters())
-            name = (
-                getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
-            )
-            modules = sorted({type(m).__name__ for m in model.modules()})
-            return f"{name}|{params.dtype}|{params.device}|{sum(p.numel() for p in model.parameters())}|{','.join(modules)}"
+        from quickdraft.models.cpu_kernels import cpu_model
 
         parts = [
-            describe(self.models.target),
-            describe(self.models.draft),
+            model_fingerprint(self.models.target),
+            model_fingerprint(self.models.draft),
             str(context_tokens),
             str(torch.get_num_threads()),
             torch.__version__,
             platform.machine(),
-            platform.processor(),
+            cpu_model(),
             str(os.cpu_count()),
         ]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]

@@ -30,14 +30,22 @@ TINY_SPECIAL_TOKENS = [
 ]
 
 
+TINY_MERGE = ("Ā", "ā")
+"""The byte-level symbols of the bytes 0x00 and 0x01."""
+
+
 def build_tiny_tokenizer():
-    """A byte-level BPE tokenizer with no merges: 256 byte tokens plus the special tokens."""
+    """A byte-level BPE tokenizer: 256 byte tokens, one merge that ordinary text never uses,
+    and the special tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     vocab = {symbol: index for index, symbol in enumerate(sorted(alphabet))}
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    # One merge, of the bytes 0x00 and 0x01 (no text the tests use holds them): GGUF readers
+    # (llama.cpp, transformers) refuse a BPE vocabulary without merges.
+    vocab[TINY_MERGE[0] + TINY_MERGE[1]] = len(vocab)
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[TINY_MERGE]))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=core)
@@ -148,3 +156,63 @@ def ngram_source_tokens(index, source: str) -> list[int] | None:
     """The tokens an n-gram index holds for `source` (None when it has no such source)."""
     tokens = index._tokens.get(source)
     return None if tokens is None else list(tokens)
+
+
+def write_tiny_gguf(path: Path, *, seed: int = 0, layers: int = 2, hidden: int = 64):
+    """A real GGUF file (qwen2 architecture, F32 tensors, GPT-2 style tokenizer metadata)."""
+    import numpy as np
+    from gguf import GGUFWriter
+
+    heads, kv_heads = 4, 2
+    tok = build_tiny_tokenizer()
+    vocab = tok.get_vocab()
+    tokens = [t for t, _ in sorted(vocab.items(), key=lambda item: item[1])]
+    special = set(tok.all_special_tokens)
+    eos = vocab["<|endoftext|>"]
+    model = build_tiny_model(
+        len(tokens), seed=seed, layers=layers, hidden=hidden, dtype=torch.float32, eos_token_id=eos
+    )
+    writer = GGUFWriter(str(path), "qwen2")
+    writer.add_context_length(4096)
+    writer.add_embedding_length(hidden)
+    writer.add_block_count(layers)
+    writer.add_feed_forward_length(hidden * 2)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([3 if t in special else 1 for t in tokens])
+    writer.add_token_scores([0.0] * len(tokens))
+    writer.add_token_merges([" ".join(TINY_MERGE)])
+    writer.add_eos_token_id(eos)
+    writer.add_bos_token_id(eos)
+    names = {
+        "model.embed_tokens.weight": "token_embd.weight",
+        "model.norm.weight": "output_norm.weight",
+        "lm_head.weight": "output.weight",
+    }
+    per_layer = {
+        "self_attn.q_proj": "attn_q",
+        "self_attn.k_proj": "attn_k",
+        "self_attn.v_proj": "attn_v",
+        "self_attn.o_proj": "attn_output",
+        "mlp.gate_proj": "ffn_gate",
+        "mlp.up_proj": "ffn_up",
+        "mlp.down_proj": "ffn_down",
+        "input_layernorm": "attn_norm",
+        "post_attention_layernorm": "ffn_norm",
+    }
+    for i in range(layers):
+        for hf, gg in per_layer.items():
+            for kind in ("weight", "bias"):
+                names[f"model.layers.{i}.{hf}.{kind}"] = f"blk.{i}.{gg}.{kind}"
+    for name, tensor in model.state_dict().items():
+        writer.add_tensor(names[name], tensor.numpy().astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return model, tok

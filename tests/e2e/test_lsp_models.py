@@ -210,7 +210,9 @@ def endless_models(tiny_models, tmp_path_factory):
     for name in ("target", "draft"):
         tokenizer = AutoTokenizer.from_pretrained(tiny_models / name)
         model = AutoModelForCausalLM.from_pretrained(tiny_models / name, dtype=torch.float64)
-        banned = list(range(256, len(tokenizer))) + tokenizer.convert_tokens_to_ids(["Ċ", "č"])
+        banned = list(
+            range(256, len(tokenizer))
+        )  # the merge and the special tokens + tokenizer.convert_tokens_to_ids(["Ċ", "č"])
         with torch.no_grad():
             model.lm_head.weight[banned] = 0.0
         model.save_pretrained(directory / name)

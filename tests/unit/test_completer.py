@@ -120,11 +120,28 @@ def test_positions_outside_the_document_raise_position_error(models):
         completer.complete(request(line=0, character=500))
 
 
+def other_processes_use(monkeypatch, share: float) -> None:
+    """Make the machine look this busy to calibration, whatever it really is doing."""
+    from quickdraft.models import cpu_kernels
+
+    class Load:
+        def __enter__(self):
+            self.share = share
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    monkeypatch.setattr(cpu_kernels, "OtherLoad", Load)
+
+
 def test_calibration_is_measured_once_and_cached(models, tmp_path, monkeypatch):
     monkeypatch.setenv("QUICKDRAFT_HOME", str(tmp_path))
+    other_processes_use(monkeypatch, 0.0)
     completer = make(models)
     costs = completer.calibrate(context_tokens=24)
-    assert costs.measured and list((tmp_path / "calibration").glob("*.json"))
+    assert costs.measured and not costs.busy
+    assert list((tmp_path / "calibration").glob("*.json"))
     again = make(models)
 
     def fail(*args, **kwargs):
@@ -133,6 +150,39 @@ def test_calibration_is_measured_once_and_cached(models, tmp_path, monkeypatch):
     monkeypatch.setattr(again.engine, "calibrate", fail)
     assert again.calibrate(context_tokens=24) == costs
     assert again.engine.cost_model == costs
+
+
+def test_calibration_on_a_busy_machine_is_not_kept(models, tmp_path, monkeypatch):
+    monkeypatch.setenv("QUICKDRAFT_HOME", str(tmp_path))
+    other_processes_use(monkeypatch, 0.9)
+    completer = make(models)
+    steps: list[str] = []
+    costs = completer.calibrate(context_tokens=24, progress=steps.append)
+    assert costs.busy and completer.engine.cost_model is costs  # used for this run
+    assert not list((tmp_path / "calibration").glob("*.json"))  # but not kept
+    assert steps and "step costs" in steps[0]
+
+
+def test_calibration_stays_within_its_budget(models, monkeypatch):
+    """A machine where every forward is slow: calibration measures what fits in its budget,
+    fills in the rest, and stops."""
+    import time
+
+    completer = make(models)
+    runner = completer.engine.target
+    original = runner.forward
+
+    def slow(tokens, **kwargs):
+        time.sleep(0.05)
+        return original(tokens, **kwargs)
+
+    monkeypatch.setattr(runner, "forward", slow)
+    started = time.monotonic()
+    costs = completer.engine.calibrate(context_tokens=64, budget_s=0.5)
+    assert time.monotonic() - started < 1.5
+    assert sorted(costs.target_ms) == [1, 2, 4, 8, 16]
+    measured = costs.notes["measured_sizes"].split(",")
+    assert "1" in measured and len(measured) < 5
 
 
 def test_preset_draft_lengths_apply_under_the_users_settings(models):

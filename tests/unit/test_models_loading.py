@@ -16,10 +16,12 @@ from quickdraft.models import convert, store
 from quickdraft.models.loading import check_tokenizers, load_models, physical_cores
 from quickdraft.models.quantize import ROWWISE_ATTENTION, Int8Linear
 from quickdraft.testing import (
+    TINY_MERGE,
     TINY_SPECIAL_TOKENS,
     build_tiny_model,
     build_tiny_tokenizer,
     save_tiny_pair,
+    write_tiny_gguf,
 )
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -76,15 +78,65 @@ def test_dtype_choices(pair):
         resolve_dtype("int8", torch.device("cuda"), None)
 
 
-def test_auto_dtype_on_cpu_is_int8_for_real_checkpoints(tmp_path):
+def fake_kernels(monkeypatch, winner: str):
+    """Make the kernel measurement say `winner` ("int8/<backend>", "float32", "bfloat16") is
+    the fastest on this "machine", without measuring anything."""
+    from quickdraft.models import cpu_kernels
+
+    def measure(shape, threads, **_):
+        fast = {"1": 1.0, "8": 2.0, "128": 20.0}
+        slow = {"1": 10.0, "8": 40.0, "128": 200.0}
+        slower = {"1": 20.0, "8": 80.0, "128": 400.0}  # int8 backends that do not win
+        names = ["float32", "bfloat16", "int8/onednn", "int8/int_mm"]
+        timings = {
+            name: dict(fast if name == winner else slower if name.startswith("int8") else slow)
+            for name in names
+        }
+        return timings, False
+
+    monkeypatch.setattr(cpu_kernels, "measure", measure)
+
+
+@pytest.mark.parametrize("winner", ["int8/onednn", "float32", "bfloat16"])
+def test_auto_dtype_on_cpu_is_what_this_machine_measured_fastest(tmp_path, monkeypatch, winner):
+    fake_kernels(monkeypatch, winner)
     tok = build_tiny_tokenizer()
     model = build_tiny_model(len(tok), dtype=torch.bfloat16)
     model.save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
-    loaded = load_models(ModelConfig(target=str(tmp_path / "m")))
-    from quickdraft.models.loading import CPU_AUTO_DTYPE
+    loaded = load_models(ModelConfig(target=str(tmp_path / "m"), runtime="torch"))
+    assert loaded.dtype == winner.split("/")[0]
+    assert loaded.kernel is not None and loaded.kernel.label == winner
+    assert winner.split("/")[-1] in loaded.describe()["kernel"]["reason"]
+    if winner.startswith("int8"):
+        assert isinstance(loaded.target.lm_head, Int8Linear)
+        assert loaded.target.lm_head.backend == "onednn"
+    # Measured once, then cached per CPU and torch version.
+    from quickdraft.models import cpu_kernels
 
-    assert loaded.dtype == CPU_AUTO_DTYPE
+    monkeypatch.setattr(cpu_kernels, "measure", None)  # would fail if called
+    again = load_models(ModelConfig(target=str(tmp_path / "m"), runtime="torch"))
+    assert again.kernel.cached and again.dtype == loaded.dtype
+
+
+def test_a_half_precision_checkpoint_keeps_one_embedding_copy(tmp_path):
+    from quickdraft.models.precision import StoredEmbedding
+
+    tok = build_tiny_tokenizer()
+    model = build_tiny_model(len(tok), dtype=torch.bfloat16)
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    loaded = load_models(ModelConfig(target=str(tmp_path / "m"), dtype="float32"))
+    embedding = loaded.target.get_input_embeddings()
+    assert isinstance(embedding, StoredEmbedding) and embedding.weight.dtype == torch.bfloat16
+    assert loaded.target.lm_head.weight.dtype == torch.float32
+    # The same logits as a float32 load of the same checkpoint, bit for bit.
+    from transformers import AutoModelForCausalLM
+
+    reference = AutoModelForCausalLM.from_pretrained(tmp_path / "m", dtype=torch.float32)
+    ids = torch.tensor([tok.encode("def f(x):\n    return x\n")])
+    with torch.no_grad():
+        assert torch.equal(loaded.target(ids).logits, reference(ids).logits)
 
 
 def install_fake_preset(home: Path, pair: tuple[Path, Path]) -> None:
@@ -166,7 +218,8 @@ def mismatched_tokenizer():
 
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     vocab = {symbol: index for index, symbol in enumerate(sorted(alphabet))}
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    vocab["".join(TINY_MERGE)] = len(vocab)
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[TINY_MERGE]))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
     swapped = PreTrainedTokenizerFast(tokenizer_object=core)
@@ -225,68 +278,10 @@ def test_check_tokenizers_directly():
 # --- .gguf ---------------------------------------------------------------------------------------
 
 
-def write_tiny_gguf(path: Path, *, seed: int = 0, layers: int = 2, hidden: int = 64):
-    """A real GGUF file (qwen2 architecture, F32 tensors, GPT-2 style tokenizer metadata)."""
-    import numpy as np
-    from gguf import GGUFWriter
-
-    heads, kv_heads = 4, 2
-    tok = build_tiny_tokenizer()
-    vocab = tok.get_vocab()
-    tokens = [t for t, _ in sorted(vocab.items(), key=lambda item: item[1])]
-    special = set(tok.all_special_tokens)
-    eos = vocab["<|endoftext|>"]
-    model = build_tiny_model(
-        len(tokens), seed=seed, layers=layers, hidden=hidden, dtype=torch.float32, eos_token_id=eos
-    )
-    writer = GGUFWriter(str(path), "qwen2")
-    writer.add_context_length(4096)
-    writer.add_embedding_length(hidden)
-    writer.add_block_count(layers)
-    writer.add_feed_forward_length(hidden * 2)
-    writer.add_head_count(heads)
-    writer.add_head_count_kv(kv_heads)
-    writer.add_rope_freq_base(10000.0)
-    writer.add_layer_norm_rms_eps(1e-6)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("qwen2")
-    writer.add_token_list(tokens)
-    writer.add_token_types([3 if t in special else 1 for t in tokens])
-    writer.add_token_scores([0.0] * len(tokens))
-    writer.add_eos_token_id(eos)
-    writer.add_bos_token_id(eos)
-    names = {
-        "model.embed_tokens.weight": "token_embd.weight",
-        "model.norm.weight": "output_norm.weight",
-        "lm_head.weight": "output.weight",
-    }
-    per_layer = {
-        "self_attn.q_proj": "attn_q",
-        "self_attn.k_proj": "attn_k",
-        "self_attn.v_proj": "attn_v",
-        "self_attn.o_proj": "attn_output",
-        "mlp.gate_proj": "ffn_gate",
-        "mlp.up_proj": "ffn_up",
-        "mlp.down_proj": "ffn_down",
-        "input_layernorm": "attn_norm",
-        "post_attention_layernorm": "ffn_norm",
-    }
-    for i in range(layers):
-        for hf, gg in per_layer.items():
-            for kind in ("weight", "bias"):
-                names[f"model.layers.{i}.{hf}.{kind}"] = f"blk.{i}.{gg}.{kind}"
-    for name, tensor in model.state_dict().items():
-        writer.add_tensor(names[name], tensor.numpy().astype(np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return model, tok
-
-
 def test_load_gguf_converts_once(tmp_path, monkeypatch):
     original, tok = write_tiny_gguf(tmp_path / "tiny.gguf")
-    loaded = load_models(ModelConfig(target=str(tmp_path / "tiny.gguf"), dtype="float32"))
+    config = ModelConfig(target=str(tmp_path / "tiny.gguf"), dtype="float32", runtime="torch")
+    loaded = load_models(config)
     assert loaded.target_info.kind == "gguf"
     converted = loaded.target_info.path
     assert converted.parent == tmp_path / "home" / "converted" and store.is_complete(converted)
@@ -305,7 +300,7 @@ def test_load_gguf_converts_once(tmp_path, monkeypatch):
         raise AssertionError("converted twice")
 
     monkeypatch.setattr(convert, "CONVERTER", refuse)
-    again = load_models(ModelConfig(target=str(tmp_path / "tiny.gguf"), dtype="float32"))
+    again = load_models(config)
     assert again.target_info.path == converted
     # A changed file gets a new key, hence a new conversion.
     write_tiny_gguf(tmp_path / "tiny.gguf", seed=5)
@@ -323,13 +318,16 @@ def test_load_gguf_pair_and_interrupted_conversion(tmp_path, monkeypatch):
 
     monkeypatch.setattr(convert, "CONVERTER", crash)
     with pytest.raises(RuntimeError, match="disk full"):
-        load_models(ModelConfig(target=str(tmp_path / "t.gguf")))
+        load_models(ModelConfig(target=str(tmp_path / "t.gguf"), runtime="torch"))
     converted = tmp_path / "home" / "converted"
-    assert not any(store.is_complete(p) for p in converted.iterdir())
+    # The tokenizer (extracted first) stays; no weights count as converted.
+    assert not any(store.has_weights(p) and store.is_complete(p) for p in converted.iterdir())
     assert not any(".tmp-" in p.name for p in converted.iterdir())
     monkeypatch.setattr(convert, "CONVERTER", real)
     loaded = load_models(
-        ModelConfig(target=str(tmp_path / "t.gguf"), draft=str(tmp_path / "d.gguf"))
+        ModelConfig(
+            target=str(tmp_path / "t.gguf"), draft=str(tmp_path / "d.gguf"), runtime="torch"
+        )
     )
     assert loaded.draft is not None and loaded.draft_info.kind == "gguf"
 
@@ -341,7 +339,7 @@ def test_not_a_gguf_file(tmp_path):
         load_models(ModelConfig(target=str(path)))
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"x")
-    with pytest.raises(ModelError, match="cannot convert"):
+    with pytest.raises(ModelError, match="cannot read the tokenizer of .*bad.gguf.*GGUF"):
         load_models(ModelConfig(target=str(bad)))
 
 

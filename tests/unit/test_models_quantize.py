@@ -59,22 +59,43 @@ def test_int8_linear_is_batch_invariant_and_close(k_in, n_out, bias):
     assert torch.allclose(q.dequantized_weight(), linear.weight, atol=float(q.weight_scale.max()))
 
 
-@pytest.mark.parametrize("backend", ["onednn", "int_mm", "float64"])
-def test_every_backend_gives_the_same_bits(backend, monkeypatch):
+@pytest.mark.parametrize("backend", ["onednn", "onednn7", "int_mm", "float64"])
+def test_every_exact_backend_gives_the_same_bits(backend):
+    """Whatever backend computes it, an Int8Linear's output is the exact integer product of
+    the same quantized weights, scaled: the float64 backend is the reference."""
     from quickdraft.models import quantize
 
-    if backend != "float64" and quantize.int8_backend() == "float64":
-        pytest.skip("no integer matmul in this torch build")
-    if backend == "onednn" and not quantize._onednn_exact():
-        pytest.skip("no oneDNN int8 linear in this torch build")
+    exact = quantize.exact_int8_backends()
+    if backend not in exact:
+        pytest.skip(f"{backend} is not exact on this CPU (exact here: {', '.join(exact)})")
     torch.manual_seed(3)
     linear = torch.nn.Linear(200, 300)
-    x = torch.randn(6, 200)
-    expected = Int8Linear.from_linear(linear)(x)
-    monkeypatch.setattr(quantize, "_BACKEND", backend)
-    layer = Int8Linear.from_linear(linear)
+    layer = Int8Linear.from_linear(linear, backend)
     assert layer.backend == backend
-    assert torch.equal(layer(x), expected)
+    qmax = quantize.WEIGHT_QMAX[backend]
+    assert int(layer.int8_weight().abs().max()) == int(qmax)  # 7-bit weights for onednn7
+    reference = Int8Linear(
+        layer.int8_weight(), layer.weight_scale.reshape(-1), layer.bias, "float64"
+    )
+    for rows in (1, 6, 40):
+        x = torch.randn(rows, 200) * 3
+        assert torch.equal(layer(x), reference(x)), rows
+
+
+def test_seven_bit_weights_stay_exact_where_pair_sums_would_saturate():
+    """The check that picks "onednn7": weights within +-63 with activations at +-127 (the
+    worst case for AVX2's pairwise int16 sums) must give the exact integer product."""
+    from quickdraft.models import quantize
+
+    if not quantize._onednn_exact(63):
+        pytest.skip("no oneDNN int8 linear in this torch build")
+    w = torch.full((16, 512), 63, dtype=torch.int8)
+    w[1::2] = -63
+    x = torch.full((8, 512), 127, dtype=torch.int8)
+    x[4:] = -127
+    layer = Int8Linear(w, torch.ones(16), None, "onednn7")
+    out = layer.scaled_int_matmul(x)
+    assert torch.equal(out, (x.long() @ w.long().t()).to(torch.float32))
 
 
 def test_quantize_rows_roundtrip():

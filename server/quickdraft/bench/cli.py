@@ -8,7 +8,6 @@ quickdraft bench --repo . --preset P --sweep-draft-length 1,2,4,6,8,12
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -113,16 +112,16 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
 
+    from quickdraft.cli_args import ProgressLines
     from quickdraft.completer import Completer
-    from quickdraft.models import load_models
 
-    loaded = load_models(config.model)
-    completer = Completer(loaded, config)
-    if config.model.calibrate:
-        # The adaptive draft length works from measured step costs (cached per machine and
-        # model), as in `quickdraft complete`.
-        print("quickdraft bench: calibrating step costs…", file=sys.stderr)
-        completer.calibrate()
+    progress = ProgressLines("quickdraft bench")
+    # Measured step costs (cached per machine and model) drive the adaptive draft length, as
+    # in `quickdraft complete`; `ar` is always in the run, so calibrate whatever the default.
+    completer = Completer.load(config, progress=progress)
+    if config.model.calibrate and config.decoding.strategy == "ar":
+        completer.calibrate(progress=progress)
+    loaded = completer.models
     options = BenchOptions(
         repo=repo.resolve(),
         out=Path(out),
@@ -138,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from quickdraft.bench.runner import make_peers
 
-    peers = make_peers(completer, strategies, gguf_source(config, loaded))
+    peers = make_peers(completer, strategies, gguf_source(loaded))
     bench = Bench(completer, holes, options, peers=peers)
     cost_model = getattr(completer.engine, "cost_model", None)
     bench.env["calibrated"] = bool(config.model.calibrate)
@@ -161,24 +160,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def gguf_source(config, loaded) -> str | None:
-    """The `.gguf` file the target came from, if it did (the llama.cpp peers need one): a
-    `--target x.gguf`, or a preset fetched as GGUF and converted (its completion marker names
-    the file)."""
+def gguf_source(loaded) -> str | None:
+    """The `.gguf` file the target came from, if it is still on disk (the llama.cpp peers
+    need one): a `--target x.gguf`, or a preset fetched by the PyPI route."""
     info = getattr(loaded, "target_info", None)
-    reference = str(getattr(info, "reference", "") or config.model.target or "")
-    if reference.endswith(".gguf"):
-        return reference
-    path = getattr(info, "path", None)
-    if path is not None:
-        marker = Path(path) / "quickdraft-complete.json"
-        try:
-            gguf = json.loads(marker.read_text(encoding="utf-8")).get("gguf")
-        except (OSError, ValueError, AttributeError):
-            gguf = None
-        if gguf and Path(gguf).is_file():
-            return str(gguf)
-    return None
+    gguf = getattr(info, "gguf", None)
+    return str(gguf) if gguf is not None and Path(gguf).is_file() else None
 
 
 def summary_table(results: dict) -> str:

@@ -38,6 +38,8 @@ class CostModel:
     context_tokens: int = 0
     measured: bool = False
     """False for the built-in estimate used when nothing was measured."""
+    busy: bool = False
+    """Measured while other processes kept the machine busy: not worth keeping."""
     notes: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -108,6 +110,20 @@ class CostModel:
                 best = (k, rate)
         return best
 
+    def typical_completion_ms(
+        self,
+        prompt_tokens: int = 256,
+        new_tokens: int = 32,
+        acceptance: float = 0.6,
+        max_k: int = 8,
+    ) -> float:
+        """What one completion of that shape costs: a prefill, then decoding with n-gram
+        drafts at the best length for that acceptance (plain decoding when none pays). Used
+        to compare runtimes and kernels on this machine."""
+        prefill_ms = 1000.0 * prompt_tokens / max(self.prefill_tokens_per_s, 1e-9)
+        _, rate = self.best_k("ngram", acceptance, max_k)
+        return prefill_ms + new_tokens / rate
+
     def expected_speedup(self, acceptance: float, k: int, source: str) -> float:
         """Predicted speedup over plain decoding for drafts of length k at that acceptance."""
         return self.tokens_per_ms(source, acceptance, k) * self.target_step_ms(1)
@@ -120,6 +136,7 @@ class CostModel:
             "draft_prefill_tokens_per_s": self.draft_prefill_tokens_per_s,
             "context_tokens": self.context_tokens,
             "measured": self.measured,
+            "busy": self.busy,
             "notes": dict(self.notes),
         }
 
@@ -132,6 +149,7 @@ class CostModel:
             draft_prefill_tokens_per_s=float(data.get("draft_prefill_tokens_per_s", 0.0)),
             context_tokens=int(data.get("context_tokens", 0)),
             measured=bool(data.get("measured", False)),
+            busy=bool(data.get("busy", False)),
             notes=dict(data.get("notes", {})),
         )
 

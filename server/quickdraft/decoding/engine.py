@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 
@@ -31,7 +32,7 @@ from quickdraft.decoding.costmodel import (
 )
 from quickdraft.decoding.drafters import ModelDrafter, Proposal
 from quickdraft.decoding.ngram import LIVE, LIVE_AFTER, NgramIndex, NgramMatch
-from quickdraft.decoding.runner import ModelRunner, StaticModelRunner
+from quickdraft.decoding.runner import Runner, make_runner
 from quickdraft.decoding.verify import accept_greedy, accept_sampling, warp
 from quickdraft.errors import ConfigError, InputError
 
@@ -117,8 +118,8 @@ class Engine:
 
     def __init__(
         self,
-        target: torch.nn.Module,
-        draft: torch.nn.Module | None = None,
+        target: Any,
+        draft: Any | None = None,
         *,
         stop_token_ids: Iterable[int] = (),
         config: DecodingConfig | None = None,
@@ -126,17 +127,15 @@ class Engine:
         static_cache_tokens: int | None = None,
         compile_steps: bool = False,
     ) -> None:
-        """`static_cache_tokens`: run both models on preallocated KV caches of that many
+        """`target`, `draft`: torch causal LMs, or `decoding.llamacpp.LlamaCppModel`s.
+
+        `static_cache_tokens`: run torch models on preallocated KV caches of that many
         positions, with decode/verify steps compiled when `compile_steps` (accelerators);
         None keeps growing caches (CPU)."""
         self.config = config or DecodingConfig()
 
-        def runner(model: torch.nn.Module) -> ModelRunner:
-            if static_cache_tokens is None:
-                return ModelRunner(model)
-            return StaticModelRunner(
-                model, capacity=static_cache_tokens, compile_steps=compile_steps
-            )
+        def runner(model: Any) -> Runner:
+            return make_runner(model, static_cache_tokens, compile_steps)
 
         self.target = runner(target)
         self.drafter = (
@@ -381,13 +380,22 @@ class Engine:
 
     # --- calibration ---------------------------------------------------------------------
 
-    def calibrate(self, context_tokens: int = 512, repeats: int = 2) -> CostModel:
+    def calibrate(
+        self, context_tokens: int = 256, repeats: int = 2, budget_s: float = 15.0
+    ) -> CostModel:
         """Measure this machine's step costs and adopt them for the adaptive policy.
 
-        Target: prefill speed, then the forward time for 1, 2, 4, 8, 16 new tokens on top of a
-        `context_tokens` context (best of `repeats` after a warm-up). Draft: time per token.
+        Target: prefill speed, then the forward time for 1, 8, 2, 4, 16 new tokens (in that
+        order of importance) on top of a `context_tokens` context, best of `repeats` after a
+        warm-up. Draft: prefill speed and time per token. Bounded by `budget_s`: sizes left
+        unmeasured when it runs out are interpolated (or extrapolated) from the measured
+        ones, and the cost model says which were. A machine kept busy by other processes
+        meanwhile is noted (`CostModel.busy`): such figures are not this machine's truth.
         """
-        with self._lock:
+        from quickdraft.models.cpu_kernels import OtherLoad
+
+        with self._lock, OtherLoad() as load:
+            deadline = time.monotonic() + budget_s
             generator = torch.Generator().manual_seed(0)
             high = max(2, min(self.target.vocab_size, 30000))
             context = torch.randint(1, high, (context_tokens + 16,), generator=generator).tolist()
@@ -400,46 +408,89 @@ class Engine:
                 _synchronize(self.target.device)
                 return (time.perf_counter() - t0) * 1000
 
-            self.target.reset()
-            prefill_ms = timed(lambda: self.target.extend(base))
+            def measure_prefill(runner: Runner, share: float) -> float:
+                """Tokens per second over as much of `base` as a share of the time left
+                allows (at least one chunk)."""
+                runner.reset()
+                stop = time.monotonic() + max(0.0, deadline - time.monotonic()) * share
+                t0 = time.perf_counter()
+                _, computed, _ = runner.extend(base, deadline=stop)
+                if computed == 0:
+                    runner.extend(base[: runner.prefill_chunk])
+                    computed = len(runner.tokens)
+                return computed / max(time.perf_counter() - t0, 1e-6)
+
+            prefill_tps = measure_prefill(self.target, 0.3)
+            held = len(self.target.tokens)
             target_ms: dict[int, float] = {}
-            for n in MEASURED_SIZES:
+            for n in (1, 8, 2, 4, 16):
                 samples = []
                 for _ in range(repeats + 1):
-                    self.target.keep(context_tokens)
-                    samples.append(
-                        timed(
-                            lambda n=n: self.target.forward(
-                                context[context_tokens : context_tokens + n]
-                            )
-                        )
-                    )
-                target_ms[n] = min(samples[1:])
-            # More new tokens never cost less; a noisy sample must not say otherwise.
-            for smaller, larger in zip(MEASURED_SIZES, MEASURED_SIZES[1:], strict=False):
-                target_ms[larger] = max(target_ms[larger], target_ms[smaller])
+                    if samples and time.monotonic() >= deadline:
+                        break
+                    self.target.keep(held)
+                    samples.append(timed(lambda n=n: self.target.forward(context[held : held + n])))
+                if samples:
+                    target_ms[n] = min(samples[1:] or samples)
+                if time.monotonic() >= deadline and n != 1:
+                    break
+            measured_sizes = sorted(target_ms)
+            target_ms = _fill_sizes(target_ms)
             self.target.reset()
 
             draft_ms = None
             draft_prefill_tps = 0.0
             if self.drafter is not None:
                 runner = self.drafter.runner
-                runner.reset()
-                draft_prefill_ms = timed(lambda: runner.extend(base))
-                draft_prefill_tps = context_tokens / (draft_prefill_ms / 1000)
+                draft_prefill_tps = measure_prefill(runner, 0.5)
+                draft_held = len(runner.tokens)
                 samples = []
                 for i in range(repeats + 2):
-                    runner.keep(context_tokens)
-                    samples.append(timed(lambda i=i: runner.forward([context[context_tokens + i]])))
-                draft_ms = min(samples[1:])
+                    if len(samples) >= 2 and time.monotonic() >= deadline:
+                        break
+                    runner.keep(draft_held)
+                    samples.append(timed(lambda i=i: runner.forward([context[held + i]])))
+                draft_ms = min(samples[1:] or samples)
                 runner.reset()
 
-            self.cost_model = CostModel(
-                target_ms=target_ms,
-                draft_ms_per_token=draft_ms,
-                prefill_tokens_per_s=context_tokens / (prefill_ms / 1000),
-                draft_prefill_tokens_per_s=draft_prefill_tps,
-                context_tokens=context_tokens,
-                measured=True,
-            )
-            return self.cost_model
+        busy = load.share is not None and load.share > BUSY_SHARE
+        self.cost_model = CostModel(
+            target_ms=target_ms,
+            draft_ms_per_token=draft_ms,
+            prefill_tokens_per_s=prefill_tps,
+            draft_prefill_tokens_per_s=draft_prefill_tps,
+            context_tokens=held,
+            measured=True,
+            busy=busy,
+            notes={"measured_sizes": ",".join(map(str, measured_sizes))},
+        )
+        return self.cost_model
+
+
+BUSY_SHARE = 0.2
+"""Calibration during which other processes used more than this share of the CPUs is not
+taken as this machine's truth (not cached)."""
+
+
+def _fill_sizes(measured: dict[int, float]) -> dict[int, float]:
+    """Every MEASURED_SIZES entry from the measured ones: interpolated between them, the
+    line through the last two beyond them; more new tokens never cost less."""
+    known = sorted(measured.items())
+    out: dict[int, float] = {}
+    for n in MEASURED_SIZES:
+        if n in measured:
+            value = measured[n]
+        elif len(known) == 1:
+            value = known[0][1]
+        else:
+            below = [(k, v) for k, v in known if k < n]
+            above = [(k, v) for k, v in known if k > n]
+            if below and above:
+                (k0, v0), (k1, v1) = below[-1], above[0]
+            else:
+                (k0, v0), (k1, v1) = (known[-2], known[-1]) if below else (known[0], known[1])
+            value = v0 + (v1 - v0) * (n - k0) / (k1 - k0)
+        out[n] = value
+    for smaller, larger in zip(MEASURED_SIZES, MEASURED_SIZES[1:], strict=False):
+        out[larger] = max(out[larger], out[smaller])
+    return out

@@ -12,6 +12,7 @@ import inspect
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any, Protocol
 
 import torch
 
@@ -28,6 +29,54 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+class Runner(Protocol):
+    """What the engine needs of a model with a KV cache: `ModelRunner`, `StaticModelRunner`
+    (torch) and `decoding.llamacpp.LlamaCppRunner` (llama.cpp)."""
+
+    device: torch.device
+    vocab_size: int
+    prefill_chunk: int
+    tokens: list[int]
+    """The tokens whose keys and values the cache holds, in order."""
+
+    def reset(self) -> None: ...
+
+    def keep(self, n: int) -> None: ...
+
+    def forward(self, new_tokens: Sequence[int], *, last_only: bool = False) -> torch.Tensor: ...
+
+    def extend(
+        self,
+        tokens: Sequence[int],
+        *,
+        cancel: threading.Event | None = None,
+        deadline: float | None = None,
+    ) -> tuple[int, int, torch.Tensor | None]: ...
+
+    def logits_after(self, tokens: Sequence[int]) -> torch.Tensor: ...
+
+
+PREFILL_CHUNK = 128
+"""Tokens per prefill forward on a CPU: cancellation is checked between chunks, so a
+superseding request waits for at most one chunk. Accelerators take larger chunks."""
+
+
+def make_runner(model: Any, static_cache_tokens: int | None = None, compile_steps: bool = False):
+    """The runner for `model`: llama.cpp's for a `LlamaCppModel`, else a torch runner (on a
+    preallocated static cache when `static_cache_tokens` is set)."""
+    from quickdraft.decoding.llamacpp import LlamaCppModel, LlamaCppRunner
+
+    if isinstance(model, LlamaCppModel):
+        return LlamaCppRunner(model)
+    device = next(model.parameters()).device
+    chunk = PREFILL_CHUNK if device.type == "cpu" else 512
+    if static_cache_tokens is None:
+        return ModelRunner(model, prefill_chunk=chunk)
+    return StaticModelRunner(
+        model, capacity=static_cache_tokens, compile_steps=compile_steps, prefill_chunk=chunk
+    )
+
+
 def _new_cache():
     from transformers import DynamicCache
 
@@ -37,7 +86,7 @@ def _new_cache():
 class ModelRunner:
     """Runs `model` over new tokens on top of a persistent KV cache."""
 
-    def __init__(self, model: torch.nn.Module, *, prefill_chunk: int = 512) -> None:
+    def __init__(self, model: torch.nn.Module, *, prefill_chunk: int = PREFILL_CHUNK) -> None:
         self.model = model
         self.device = next(model.parameters()).device
         self.vocab_size: int = model.get_output_embeddings().weight.shape[0]
@@ -143,7 +192,7 @@ class StaticModelRunner(ModelRunner):
         capacity: int = 4096,
         compile_steps: bool = False,
         compile_backend: str = "inductor",
-        prefill_chunk: int = 512,
+        prefill_chunk: int = PREFILL_CHUNK,
     ) -> None:
         self.capacity = capacity
         super().__init__(model, prefill_chunk=prefill_chunk)

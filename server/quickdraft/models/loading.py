@@ -4,10 +4,14 @@ A model reference is, in the order tried:
 
 1. a preset name: that preset's *target* model (as `target`, with no draft set, the whole
    preset: target and draft), from `$QUICKDRAFT_HOME/models/`;
-2. an existing path: a `.gguf` file (converted once into `$QUICKDRAFT_HOME/converted/`) or a
-   Hugging Face model directory;
+2. an existing path: a `.gguf` file (its tokenizer, and for torch its converted weights, kept
+   once in `$QUICKDRAFT_HOME/converted/`) or a Hugging Face model directory;
 3. a Hub id `org/name`: `$QUICKDRAFT_HOME/models/org--name/` (fetched by `quickdraft models fetch
    --source hub`), else the local Hugging Face cache, offline. Nothing is downloaded at load.
+
+Then the runtime (models/runtime.py: llama.cpp or torch) and, for torch on a CPU, the compute
+path (models/cpu_kernels.py: exact int8, bfloat16 or float32) are chosen by measuring this
+machine, and every step is reported to `progress` so an editor can say what is happening.
 
 Target and draft must share a tokenizer (TokenizerMismatchError otherwise). Their embedding
 tables may differ in size inside a family (Qwen2.5-Coder 0.5B has 151,936 rows, 7B 152,064);
@@ -17,8 +21,10 @@ to slice logits.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,13 +34,12 @@ import torch
 from quickdraft.config import ModelConfig
 from quickdraft.errors import ConfigError, ModelError, ModelNotFoundError, TokenizerMismatchError
 from quickdraft.models import convert, fetch, store
+from quickdraft.models.cpu_kernels import KernelChoice
+from quickdraft.models.precision import cast_floating, keep_stored_embedding
 from quickdraft.models.presets import PRESETS, STOP_TOKENS, ModelSource, Preset, default_preset
 from quickdraft.models.quantize import quantize_model
 
-# What `dtype="auto"` means on CPU. Decided by measurement (models/README.md, "int8 on CPU"):
-# our batch-invariant int8 is several times faster than float32 on the real pair and agrees with
-# float32's greedy choice at nearly every position.
-CPU_AUTO_DTYPE = "int8"
+log = logging.getLogger(__name__)
 
 _TORCH_DTYPES = {
     "float32": torch.float32,
@@ -46,13 +51,19 @@ _TORCH_DTYPES = {
 
 @dataclass
 class ResolvedModel:
-    """Where one model's weights are, and what they are."""
+    """Where one model's files are, and what they are."""
 
     reference: str
     path: Path
+    """The model directory: tokenizer files, and weights once converted or downloaded."""
     kind: str  # "preset-pypi" | "preset-hub" | "directory" | "gguf" | "hub-cache"
     source: ModelSource | None = None
     note: str = ""
+    gguf: Path | None = None
+    """The GGUF file, when there is one (llama.cpp runs it; torch converts it once)."""
+    own_gguf: bool = False
+    """The GGUF is quickdraft's own download (it may be deleted once converted), not a file
+    the user pointed at."""
 
 
 @dataclass
@@ -73,17 +84,27 @@ class LoadedModels:
     threads: int | None = None
     load_seconds: float = 0.0
     stop_tokens: list[str] = field(default_factory=list)
+    runtime: str = "torch"
+    """"torch" or "llamacpp" (then `target` and `draft` are decoding.llamacpp.LlamaCppModel)."""
+    runtime_reason: str = ""
+    kernel: KernelChoice | None = None
+    """The measured CPU compute path behind `dtype` (torch on a CPU with dtype auto)."""
 
     def describe(self) -> dict[str, Any]:
         def one(model, info: ResolvedModel | None) -> dict[str, Any] | None:
             if model is None:
                 return None
-            rows = model.get_input_embeddings().weight.shape[0]
-            return {
+            where = {
                 "reference": info.reference if info else None,
                 "path": str(info.path) if info else None,
                 "kind": info.kind if info else None,
                 "note": info.note if info else "",
+            }
+            if self.runtime == "llamacpp":
+                return {**where, **model.describe()}
+            rows = model.get_input_embeddings().weight.shape[0]
+            return {
+                **where,
                 "architecture": type(model).__name__,
                 "parameters": count_parameters(model),
                 "vocab_rows": rows,
@@ -94,8 +115,11 @@ class LoadedModels:
         return {
             "preset": self.preset.name if self.preset else None,
             "family": self.family,
+            "runtime": self.runtime,
+            "runtime_reason": self.runtime_reason,
             "device": str(self.device),
             "dtype": self.dtype,
+            "kernel": self.kernel.to_dict() if self.kernel is not None else None,
             "threads": self.threads,
             "target": one(self.target, self.target_info),
             "draft": one(self.draft, self.draft_info),
@@ -104,6 +128,22 @@ class LoadedModels:
             "stop_tokens": list(self.stop_tokens),
             "load_seconds": round(self.load_seconds, 2),
         }
+
+    def summary(self) -> str:
+        """One line for logs and status items: what runs, on what, with which draft."""
+
+        def name(info: ResolvedModel | None) -> str:
+            if info is None:
+                return "none"
+            return info.path.name if info.kind in ("preset-pypi", "gguf") else info.reference
+
+        how = "llama.cpp" if self.runtime == "llamacpp" else f"torch {self.dtype}"
+        if self.kernel is not None and self.runtime == "torch" and self.dtype == "int8":
+            how = f"torch {self.kernel.label}"
+        return (
+            f"target {name(self.target_info)}, draft {name(self.draft_info)} ({how} on "
+            f"{self.device}, {self.threads or '-'} threads; loaded in {self.load_seconds:.0f} s)"
+        )
 
 
 def count_parameters(model) -> int:
@@ -157,18 +197,24 @@ def resolve_device(device: str) -> torch.device:
     return resolved
 
 
-def resolve_dtype(dtype: str, device: torch.device, checkpoint_dtype: torch.dtype | None) -> str:
+def resolve_dtype(
+    dtype: str,
+    device: torch.device,
+    checkpoint_dtype: torch.dtype | None,
+    kernel: Callable[[], KernelChoice] | None = None,
+) -> str:
     """The runtime dtype name for `dtype` on `device`.
 
-    `auto`: bfloat16 on CUDA; on CPU `CPU_AUTO_DTYPE`, except that a float64 checkpoint (the
-    tiny test models of `quickdraft.testing`) stays float64 so greedy identity tests stay exact.
+    `auto`: bfloat16 on CUDA; on CPU what `kernel()` measured fastest here (cpu_kernels),
+    except that a float64 checkpoint (the tiny test models of `quickdraft.testing`) stays
+    float64 so greedy identity tests stay exact.
     """
     if dtype == "auto":
         if device.type == "cuda":
             return "bfloat16"
         if checkpoint_dtype == torch.float64:
             return "float64"
-        return CPU_AUTO_DTYPE
+        return kernel().dtype if kernel is not None else "float32"
     if dtype == "int8" and device.type != "cpu":
         raise ConfigError("model.dtype: int8 runs on CPU only; use bfloat16 on CUDA")
     return dtype
@@ -204,10 +250,14 @@ def resolve_source(source: ModelSource, reference: str, home: Path | None = None
             f"fetch them with `{_fetch_hint(name)}`"
         )
     kind, path = found
-    note = ""
+    note, gguf = "", None
     if kind == "pypi" and source.pypi is not None:
         note = source.pypi.note
-    return ResolvedModel(reference, path, f"preset-{kind}", source, note)
+        gguf = store.gguf_of(path)
+        if gguf is None:
+            candidate = store.gguf_dir(home) / source.pypi.filename
+            gguf = candidate if candidate.is_file() else None
+    return ResolvedModel(reference, path, f"preset-{kind}", source, note, gguf, own_gguf=True)
 
 
 def _looks_like_path(reference: str) -> bool:
@@ -230,8 +280,9 @@ def resolve_reference(reference: str, home: Path | None = None) -> ResolvedModel
                 raise ModelNotFoundError(
                     f"{reference}: a model file must be a .gguf (or give the model's directory)"
                 )
-            converted = convert.ensure_converted(path, home)
-            return ResolvedModel(reference, converted, "gguf", note=f"converted from {path.name}")
+            gguf = Path(os.path.abspath(path))
+            directory = convert.converted_path_for(gguf, home)
+            return ResolvedModel(reference, directory, "gguf", note=f"from {path.name}", gguf=gguf)
         if not (path / "config.json").is_file():
             raise ModelNotFoundError(
                 f"{reference}: not a Hugging Face model directory (no config.json)"
@@ -406,32 +457,38 @@ def _checkpoint_dtype(path: Path) -> torch.dtype | None:
     return _TORCH_DTYPES.get(name) if isinstance(name, str) else None
 
 
-def _load_one(resolved: ResolvedModel, dtype: str, device: torch.device):
+def _load_one(resolved: ResolvedModel, dtype: str, device: torch.device, int8_backend: str | None):
+    """Load one torch model; half-precision checkpoints load as stored (half the peak memory)
+    and are cast afterwards, their input embedding kept as stored (StoredEmbedding)."""
     from transformers import AutoModelForCausalLM
 
-    if dtype == "int8":
-        # Quantize straight from a half-precision checkpoint (exact upcast, half the memory).
-        stored = _checkpoint_dtype(resolved.path)
-        load_dtype = stored if stored in (torch.bfloat16, torch.float16) else torch.float32
-    else:
-        load_dtype = _TORCH_DTYPES[dtype]
+    stored = _checkpoint_dtype(resolved.path)
+    half = stored if stored in (torch.bfloat16, torch.float16) else None
+    compute = torch.float32 if dtype == "int8" else _TORCH_DTYPES[dtype]
+    load_dtype = half if half is not None and device.type == "cpu" else compute
     try:
         model = AutoModelForCausalLM.from_pretrained(resolved.path, dtype=load_dtype)
     except Exception as exc:
         raise ModelError(
             f"cannot load {resolved.reference} from {resolved.path}: {type(exc).__name__}: {exc}"
         ) from exc
-    model = model.to(device).eval()
+    model = model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
+    if load_dtype != compute:
+        keep_stored_embedding(model, compute)
     if dtype == "int8":
-        quantize_model(model)
-    return model
+        quantize_model(model, backend=int8_backend)  # casts the rest to float32
+    elif load_dtype != compute:
+        cast_floating(model, compute)
+    return model.to(device)
 
 
 def _load_tokenizer(resolved: ResolvedModel):
     from transformers import AutoTokenizer
 
+    if resolved.gguf is not None and not store.is_complete(resolved.path):
+        convert.ensure_tokenizer(resolved.gguf, resolved.path)
     try:
         return AutoTokenizer.from_pretrained(resolved.path)
     except Exception as exc:
@@ -439,6 +496,24 @@ def _load_tokenizer(resolved: ResolvedModel):
             f"cannot load the tokenizer of {resolved.reference} from {resolved.path}: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
+
+
+def _ensure_weights(resolved: ResolvedModel, progress: Progress | None) -> None:
+    """Torch needs weights: convert a GGUF-only model once (models/convert.py)."""
+    from quickdraft.decoding import llamacpp
+
+    managed = resolved.kind in ("preset-pypi", "gguf")  # quickdraft's own directories
+    if store.has_weights(resolved.path) and (store.is_complete(resolved.path) or not managed):
+        return
+    if resolved.gguf is None:
+        raise ModelNotFoundError(
+            f"{resolved.reference}: {resolved.path} has no weights for the torch runtime and no "
+            "GGUF file to convert; fetch the model again (`quickdraft models fetch PRESET`)"
+        )
+    keep = not resolved.own_gguf or llamacpp.available()
+    convert.ensure_weights(resolved.path, resolved.gguf, keep_gguf=keep, progress=progress)
+    if not keep:
+        resolved.gguf = None
 
 
 def _plan(config: ModelConfig, device: torch.device) -> tuple[Preset | None, str, str | None]:
@@ -467,8 +542,23 @@ def _plan(config: ModelConfig, device: torch.device) -> tuple[Preset | None, str
     return preset, target, draft
 
 
-def load_models(config: ModelConfig, *, home: Path | None = None) -> LoadedModels:
+Progress = Callable[[str], None]
+"""Told, in a few words, what loading is doing now (shown to the user)."""
+
+
+def _say(progress: Progress | None, message: str) -> None:
+    log.info("%s", message)
+    if progress is not None:
+        progress(message)
+
+
+def load_models(
+    config: ModelConfig, *, home: Path | None = None, progress: Progress | None = None
+) -> LoadedModels:
     """Load target (and draft) as configured. Raises ModelError subclasses for user errors."""
+    from quickdraft.models import cpu_kernels
+    from quickdraft.models.runtime import ModelShape, choose_runtime
+
     started = time.monotonic()
     device = resolve_device(config.device)
     preset, target_ref, draft_ref = _plan(config, device)
@@ -482,28 +572,93 @@ def load_models(config: ModelConfig, *, home: Path | None = None) -> LoadedModel
         else:
             draft_info = resolve_reference(draft_ref, home)
 
-    dtype = resolve_dtype(config.dtype, device, _checkpoint_dtype(target_info.path))
     threads = None
     if device.type == "cpu":
         threads = config.threads or physical_cores()
         torch.set_num_threads(threads)
 
+    def shape() -> ModelShape:
+        if target_info.gguf is not None:
+            return ModelShape.from_gguf(target_info.gguf)
+        if preset is not None:
+            return ModelShape.of(preset.target.arch)
+        from transformers import AutoConfig
+
+        return ModelShape.of(AutoConfig.from_pretrained(target_info.path))
+
+    measured: list[KernelChoice] = []
+
+    def kernel() -> KernelChoice:
+        if not measured:
+            measured.append(cpu_kernels.choose(shape(), threads or 1, home=home, progress=progress))
+        return measured[0]
+
+    runtime = choose_runtime(
+        config.runtime,
+        device_type=device.type,
+        gguf=target_info.gguf,
+        shape=shape,
+        threads=threads or 1,
+        kernel=kernel,
+        progress=progress,
+        home=home,
+    )
+    log.info("runtime %s: %s", runtime.runtime, runtime.reason)
+
+    _say(progress, f"loading the tokenizer of {target_info.path.name}")
     tokenizer = _load_tokenizer(target_info)
-    target = _load_one(target_info, dtype, device)
-    target_rows = target.get_input_embeddings().weight.shape[0]
-    shared = target_rows
-    draft = None
-    model_type = getattr(target.config, "model_type", None)
+    draft_tokenizer = _load_tokenizer(draft_info) if draft_info is not None else None
+    chosen_kernel: KernelChoice | None = None
+    if runtime.runtime == "llamacpp":
+        from quickdraft.decoding.llamacpp import LlamaCppModel
+
+        extra = runtime.probe.extra_bufts if runtime.probe is not None else True
+        if draft_info is not None and draft_info.gguf is None:
+            raise ModelNotFoundError(
+                f"the llama.cpp runtime needs the draft as a GGUF file too; {draft_info.reference}"
+                " has none (use --runtime torch, or a GGUF draft)"
+            )
+        _say(progress, f"loading {target_info.gguf.name} in llama.cpp")
+        target = LlamaCppModel(target_info.gguf, threads=threads or 1, extra_bufts=extra)
+        draft = None
+        if draft_info is not None:
+            _say(progress, f"loading the draft {draft_info.gguf.name} in llama.cpp")
+            draft = LlamaCppModel(draft_info.gguf, threads=threads or 1, extra_bufts=extra)
+        dtype = "gguf"
+        target_rows, model_type = target.vocab_size, None
+        draft_rows = draft.vocab_size if draft is not None else None
+        config_models: list[Any] = []
+    else:
+        for info in (target_info, draft_info):
+            if info is not None:
+                _ensure_weights(info, progress)
+        dtype = resolve_dtype(config.dtype, device, _checkpoint_dtype(target_info.path), kernel)
+        backend = None
+        if dtype == "int8":
+            chosen_kernel = kernel()
+            backend = chosen_kernel.int8_backend or _best_int8_backend(chosen_kernel)
+        elif config.dtype == "auto" and device.type == "cpu" and measured:
+            chosen_kernel = measured[0]
+        how = f"int8 ({backend})" if dtype == "int8" else dtype
+        _say(progress, f"loading the target {target_info.path.name} in torch, {how}")
+        target = _load_one(target_info, dtype, device, backend)
+        draft = None
+        if draft_info is not None:
+            _say(progress, f"loading the draft {draft_info.path.name} in torch, {how}")
+            draft = _load_one(draft_info, dtype, device, backend)
+        target_rows = target.get_input_embeddings().weight.shape[0]
+        draft_rows = draft.get_input_embeddings().weight.shape[0] if draft is not None else None
+        model_type = getattr(target.config, "model_type", None)
+        config_models = [target, draft]
+
     family = preset.family if preset is not None else detect_family(tokenizer, model_type)
     if family is None:
         raise ModelError(
             f"cannot tell the FIM family of {target_ref} (no known infilling tokens in its "
             "vocabulary); use a preset or a Qwen2.5-Coder, DeepSeek-Coder, StarCoder2 or CodeLlama model"
         )
-    if draft_info is not None:
-        draft_tokenizer = _load_tokenizer(draft_info)
-        draft = _load_one(draft_info, dtype, device)
-        draft_rows = draft.get_input_embeddings().weight.shape[0]
+    shared = target_rows
+    if draft_info is not None and draft_tokenizer is not None:
         shared = min(target_rows, draft_rows)
         check_tokenizers(
             tokenizer,
@@ -513,7 +668,7 @@ def load_models(config: ModelConfig, *, home: Path | None = None) -> LoadedModel
             draft_name=f"draft {draft_info.reference}",
             extra_tokens=STOP_TOKENS.get(family, ()),
         )
-    stop_ids, stop_names = stop_token_ids_for(tokenizer, family, [target, draft])
+    stop_ids, stop_names = stop_token_ids_for(tokenizer, family, config_models)
     return LoadedModels(
         target=target,
         draft=draft,
@@ -529,4 +684,30 @@ def load_models(config: ModelConfig, *, home: Path | None = None) -> LoadedModel
         threads=threads,
         load_seconds=time.monotonic() - started,
         stop_tokens=stop_names,
+        runtime=runtime.runtime,
+        runtime_reason=runtime.reason,
+        kernel=chosen_kernel or runtime.kernel,
     )
+
+
+def _best_int8_backend(kernel: KernelChoice) -> str:
+    """`dtype: int8` asked for explicitly: the fastest exact int8 backend measured here, even
+    where float32 would be faster (the log says so)."""
+    from quickdraft.models.cpu_kernels import score
+    from quickdraft.models.quantize import default_int8_backend
+
+    timed = sorted(
+        (score(t), name.split("/", 1)[1])
+        for name, t in kernel.timings_ms.items()
+        if name.startswith("int8/")
+    )
+    if not timed:
+        return default_int8_backend()
+    backend = timed[0][1]
+    log.warning(
+        "dtype int8 asked for: using %s, although %s is measured faster on this CPU (%s)",
+        backend,
+        kernel.dtype,
+        kernel.reason,
+    )
+    return backend

