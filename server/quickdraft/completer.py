@@ -155,6 +155,23 @@ class Completer:
             completer.calibrate(progress=progress)
         return completer
 
+    @property
+    def compute(self) -> dict[str, Any]:
+        """How the models run here and why (for `$/quickdraft/stats` and the log)."""
+        models = self.models
+        kernel = models.kernel
+        return {
+            "runtime": models.runtime,
+            "dtype": models.dtype,
+            "kernel": kernel.label if kernel is not None else None,
+            "reason": kernel.reason if kernel is not None else models.runtime_reason,
+            "runtimeReason": models.runtime_reason,
+        }
+
+    def describe(self) -> str:
+        """One line for logs and status items: the models and how they run."""
+        return self.models.summary()
+
     # --- configuration and calibration ---------------------------------------------------
 
     def update_config(self, config: QuickdraftConfig) -> None:
@@ -222,8 +239,8 @@ class Completer:
         configured = self.config.draft_length_for(language_id)
         if configured is not None:
             return configured
-        preset = getattr(self.models, "preset", None)
-        lengths = getattr(preset, "draft_lengths", None) or {}
+        preset = self.models.preset
+        lengths = preset.draft_lengths if preset is not None else {}
         return lengths.get(language_id or "")
 
     # --- documents -------------------------------------------------------------------------

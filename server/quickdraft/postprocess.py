@@ -407,6 +407,10 @@ class StopRule:
     # -- the scan ---------------------------------------------------------------------------
 
     def cut(self, text: str, final: bool = False) -> int | None:
+        unusable = first_unusable(text)
+        if unusable is not None:
+            # Nothing after a control character or a model marker belongs in the document.
+            text, final = text[:unusable], True
         progress = self._progress
         if not text.startswith(self._seen):
             progress = self._initial()
@@ -496,6 +500,23 @@ class StopRule:
 
 
 # --- final text -----------------------------------------------------------------------------
+
+_UNUSABLE = re.compile(
+    # Control characters other than tab, newline and carriage return (which the line rules
+    # handle), and DEL.
+    r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
+    # Model markers written as text, whatever the family: the Qwen/StarCoder kind
+    # (`<|fim_middle|>`, `<|cursor|>`, `<fim_prefix>`), DeepSeek's fullwidth bars
+    # (`<｜fim▁hole｜>`), CodeLlama's `<PRE>`/`<SUF>`/`<MID>`/`<EOT>`.
+    r"|<\|[a-z_]+\|>|<(?:fim|file|repo)_[a-z]+>|<｜[^｜\n]{1,40}｜>|<(?:PRE|SUF|MID|EOT)>"
+)
+
+
+def first_unusable(text: str) -> int | None:
+    """Where the first character a completion must never insert stands (a control character
+    other than tab and line breaks, or a model marker written as plain text), or None."""
+    found = _UNUSABLE.search(text)
+    return found.start() if found else None
 
 
 def _single_line(text: str, line_before: str) -> str:
@@ -592,6 +613,7 @@ def finalize(text: str, prefix: str, suffix: str, language_id: str | None, mode:
     cut = rule.cut(text, final=True)
     if cut is not None:
         text = text[:cut]
+    text = text.replace("\r\n", "\n").replace("\r", "\n")  # the editor applies its own line ends
     if mode == "line":
         text = _single_line(text, rule.line_before).rstrip()
     else:

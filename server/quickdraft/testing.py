@@ -117,21 +117,24 @@ def save_tiny_pair(
 
 def build_tiny_loaded_models():
     """What `quickdraft.models.load_models` returns, for tiny in-memory models (no files)."""
-    from types import SimpleNamespace
+    from quickdraft.models.loading import LoadedModels
 
     tokenizer = build_tiny_tokenizer()
     vocab = len(tokenizer)
     stops = {
         tokenizer.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|fim_pad|>", "<|file_sep|>")
     }
-    return SimpleNamespace(
+    return LoadedModels(
         target=build_tiny_model(vocab, seed=0),
         draft=build_tiny_model(vocab, seed=1, layers=1),
         tokenizer=tokenizer,
         family="qwen2.5-coder",
         stop_token_ids=stops,
-        device="cpu",
+        preset=None,
+        device=torch.device("cpu"),
         dtype="float64",
+        shared_vocab_size=vocab,
+        runtime_reason="tiny test models",
     )
 
 

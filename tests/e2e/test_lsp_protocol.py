@@ -84,6 +84,9 @@ class FakeCompleter:
     def set_document(self, uri, text, language_id):
         self.documents[uri] = (text, language_id)
 
+    def describe(self):
+        return f"fake models ({self.config.model.target or 'default'})"
+
     def close_document(self, uri):
         self.documents.pop(uri, None)
 
@@ -125,9 +128,14 @@ class FakeCompleter:
         return FakeCompletion(f"<{prefix[-2:]}>")
 
 
-def fake_loader(config):
+def fake_loader(config, progress=None):
     global LOADS
     target = config.model.target
+    if progress is not None:
+        progress("loading fake models")
+        if target == "slow":
+            time.sleep(1.0)
+        progress("measuring fake step costs")
     if target == "broken":
         from quickdraft.errors import ModelNotFoundError
 
@@ -200,6 +208,30 @@ def test_fake_request_matches_the_real_one():
         return [(f.name, f.default) for f in dataclasses.fields(cls)]
 
     assert shape(CompletionRequest) == shape(Real)
+
+
+async def test_loading_is_reported_with_status_and_progress_until_ready(session):
+    async with session(fake_command("--target", "slow")) as client:
+        await wait_for(lambda: any(plain(s)["state"] == "ready" for s in client.statuses))
+        states = [plain(s)["state"] for s in client.statuses]
+        assert states[0] == "loading" and states[-1] == "ready"
+        messages = [plain(s)["message"] for s in client.statuses]
+        assert any("loading fake models" in m for m in messages)
+        assert "fake models (slow)" in messages[-1]
+        # A work-done progress went from begin to end, saying each step.
+        await wait_for(lambda: client.progress_reports)
+        [reports] = client.progress_reports.values()
+        await wait_for(lambda: isinstance(reports[-1], types.WorkDoneProgressEnd))
+        assert isinstance(reports[0], types.WorkDoneProgressBegin)
+        assert any("fake step costs" in (r.message or "") for r in reports)
+
+
+async def test_a_failed_load_is_an_error_state(session):
+    async with session(fake_command("--target", "broken")) as client:
+        await wait_for(lambda: any(plain(s)["state"] == "error" for s in client.statuses))
+        assert "not found" in plain(client.statuses[-1])["message"]
+        open_doc(client, URI, "x = 1")
+        assert items_of(await inline(client, URI, 0, 5)) == []
 
 
 async def test_skipped_completions_are_empty_and_logged(session):

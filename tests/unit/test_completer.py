@@ -186,11 +186,14 @@ def test_calibration_stays_within_its_budget(models, monkeypatch):
 
 
 def test_preset_draft_lengths_apply_under_the_users_settings(models):
-    from types import SimpleNamespace
+    import dataclasses
 
-    with_preset = SimpleNamespace(
-        **vars(models), preset=SimpleNamespace(draft_lengths={"python": 3, "rust": 6})
+    from quickdraft.models.presets import PRESETS
+
+    preset = dataclasses.replace(
+        PRESETS["qwen2.5-coder-1.5b"], draft_lengths={"python": 3, "rust": 6}
     )
+    with_preset = dataclasses.replace(models, preset=preset)
     completer = Completer(with_preset, load_config({}))
     assert completer.draft_length_for("python") == 3
     assert completer.draft_length_for("go") is None  # the cost model chooses

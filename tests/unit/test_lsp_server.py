@@ -54,7 +54,10 @@ def test_model_host_keeps_the_old_completer_when_a_reload_fails():
         def close_document(self, uri):
             self.docs.pop(uri)
 
-    def loader(config):
+        def describe(self):
+            return f"fake {self.name}"
+
+    def loader(config, progress=None):
         if config.model.target == "bad":
             raise OSError("disk on fire\nmore detail")
         return Completer(config.model.target)
@@ -81,7 +84,7 @@ def test_model_host_keeps_the_old_completer_when_a_reload_fails():
 
 
 def test_malformed_request_becomes_invalid_params():
-    server = create_server(QuickdraftConfig(), loader=lambda config: None)
+    server = create_server(QuickdraftConfig(), loader=lambda config, progress=None: None)
     sent = []
     server.protocol._send_data = sent.append
     body = json.dumps(
@@ -103,7 +106,7 @@ def test_malformed_request_becomes_invalid_params():
 
 
 def test_malformed_notification_is_not_answered():
-    server = create_server(QuickdraftConfig(), loader=lambda config: None)
+    server = create_server(QuickdraftConfig(), loader=lambda config, progress=None: None)
     body = json.dumps({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"x": 1}})
     try:
         json.loads(body, object_hook=server.protocol.structure_message)
@@ -156,12 +159,12 @@ def test_stats_payload():
         stats = Stats()
         mode = "block"
 
-    payload = stats_payload(Completion(), latency_ms=12.3456, cached=False)
+    payload = stats_payload(Completion(), latency_ms=12.3456, source="model")
     assert payload["tokens"] == 3
     assert payload["acceptanceBySource"] == {"ngram": 0.5, "draft": 0.0}
     assert payload["prefillTokens"] == 100 and payload["reusedTokens"] == 400
     assert payload["latencyMs"] == 12.346 and payload["mode"] == "block"
-    cached = stats_payload(None, latency_ms=0.1, cached=True)
+    cached = stats_payload(None, latency_ms=0.1, source="typed-ahead")
     assert cached["tokens"] == 0 and cached["cached"] is True
     json.dumps(payload)
 

@@ -56,7 +56,8 @@ def test_stepcost_missing_weights_says_how_to_fetch(capsys):
 
 
 @pytest.fixture
-def tiny_preset(monkeypatch):
+def tiny_preset(monkeypatch, tmp_path):
+    monkeypatch.setenv("QUICKDRAFT_HOME", str(tmp_path / "home"))
     arch = ArchConfig("qwen2", 64, 2, 4, 2, 128, 300, max_position_embeddings=1024)
     draft_arch = ArchConfig("qwen2", 64, 1, 4, 2, 128, 300, max_position_embeddings=1024)
     preset = Preset(
@@ -76,13 +77,17 @@ def test_stepcost_random_weights(tiny_preset, capsys, dtype):
     assert main([*argv, "--dtype", dtype, "--threads", "1", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     assert "target forward" in out and "ms/token" in out and "expected speedup" in out
-    assert f"cpu, {dtype}, 1 threads" in out
+    assert f"cpu, torch {dtype}" in out and ", 1 threads" in out
+    if dtype == "int8":  # explicit int8: the fastest exact backend measured here
+        assert "kernel       " in out and "one layer's linears" in out
+    assert "memory " in out and "resident" in out
     assert main([*argv, "--dtype", dtype, "--threads", "1", "--repeats", "1", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data["target_ms"]) == {"1", "2", "4", "8", "16"}
     assert data["draft_ms_per_token"] > 0
     assert {g["source"] for g in data["expected_speedup"]} == {"ngram", "draft"}
     assert data["compiled"] is False  # auto: compiled steps are for CUDA
+    assert data["runtime"] == "torch" and data["memory_bytes"]["rss"] > 0
 
 
 def test_stepcost_refuses_what_does_not_fit(capsys, monkeypatch):

@@ -76,6 +76,9 @@ class GenerationStats:
     new_tokens: int = 0
     target_forwards: int = 0
     """Decode-time target forwards (prefill excluded)."""
+    produced_tokens: int = 0
+    """Tokens those forwards produced (accepted drafts and the target's own token each time),
+    a final stop token included: at least one per forward."""
     drafted_by_source: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SOURCES, 0))
     accepted_by_source: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SOURCES, 0))
     prefill_ms: float = 0.0
@@ -84,7 +87,8 @@ class GenerationStats:
 
     @property
     def tokens_per_forward(self) -> float:
-        return self.new_tokens / self.target_forwards if self.target_forwards else 0.0
+        """How many tokens one target forward produced on average (>= 1 when any ran)."""
+        return self.produced_tokens / self.target_forwards if self.target_forwards else 0.0
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -253,6 +257,7 @@ class Engine:
                 )
 
             # 4. Emit one token at a time so every stop lands exactly where plain decoding's would.
+            stats.produced_tokens += len(emitted)
             appended = 0
             for token in emitted:
                 if token in self.stop_token_ids:

@@ -53,11 +53,26 @@ def run(args: argparse.Namespace) -> int:
     defaults = load_config(config_dict_from_args(args))  # ConfigError: one line, exit 2
     address = parse_host_port(args.tcp) if args.tcp else None
 
+    quiet_progress_bars()
     configure_logging(args.log_level, args.log_file)
 
     from quickdraft.lsp.server import create_server
 
     return serve(create_server(defaults), address)
+
+
+def quiet_progress_bars() -> None:
+    """No progress bars on stderr: editors log a server's stderr as errors (Neovim writes every
+    line to lsp.log at ERROR). Loading reports its steps as LSP progress and log messages
+    instead (lsp/status.py)."""
+    os.environ.setdefault("TQDM_DISABLE", "1")  # tqdm's own default, read at each bar
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        pass
 
 
 def configure_logging(level: str = "warning", filename: str | None = None) -> None:

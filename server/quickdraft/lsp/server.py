@@ -33,6 +33,7 @@ from quickdraft.config import QuickdraftConfig
 from quickdraft.lsp.configuration import ConfigChange, ConfigurationManager
 from quickdraft.lsp.documents import UTF16, DocumentStore
 from quickdraft.lsp.service import CompletionService
+from quickdraft.lsp.status import LoadProgress, StatusReporter
 from quickdraft.lsp.worker import CompleterLoader, ModelHost, ModelWorker, load_completer
 
 logger = logging.getLogger(__name__)
@@ -149,6 +150,9 @@ class QuickdraftServer(LanguageServer):
         self.worker = ModelWorker()
         self.host = ModelHost(loader)
         self.completions = CompletionService(self)
+        self.status = StatusReporter(self)
+        self.loading: LoadProgress | None = None
+        """The model load in progress, if any."""
         self._pending_sync: set[str] = set()
         self._sync_lock = threading.Lock()
         self.models_generation = 0
@@ -234,29 +238,41 @@ class QuickdraftServer(LanguageServer):
             self.log("configuration updated")
 
     def load_models(self, config: QuickdraftConfig) -> None:
-        """Load (or reload) the models on the worker; report the outcome to the client."""
+        """Load (or reload) the models on the worker; report each step and the outcome to the
+        client (status notification, work-done progress, log)."""
         import asyncio
+
+        from quickdraft.models.presets import describe_plan
 
         self.models_generation += 1
         generation = self.models_generation
-        model = config.model
-        self.log(
-            f"loading models: target={model.target or model.preset} draft={model.draft} "
-            f"device={model.device} dtype={model.dtype}"
-        )
-        future = self.worker.submit(self.host.load, config)
         loop = asyncio.get_running_loop()
+        progress = LoadProgress(self, loop, generation)
+        self.loading = progress
+        self.log(f"loading models: {describe_plan(config.model)}")
+        progress.start()
+        future = self.worker.submit(self.host.load, config, progress.step)
 
         def done(fut):
-            loop.call_soon_threadsafe(self._models_loaded, fut, generation, config)
+            loop.call_soon_threadsafe(self._models_loaded, fut, generation, config, progress)
 
         future.add_done_callback(done)
 
-    def _models_loaded(self, future, generation: int, config: QuickdraftConfig) -> None:
+    def client_initialized(self) -> None:
+        """The client finished its handshake: what was held for it may be sent now."""
+        self.status.client_initialized()
+        if self.loading is not None:
+            self.loading.client_initialized()
+
+    def _models_loaded(
+        self, future, generation: int, config: QuickdraftConfig, progress: LoadProgress
+    ) -> None:
         exc = future.exception()
         if exc is None:
             self.completions.typed_ahead.clear()
-            self.log(f"models ready: {future.result()}")
+            summary = future.result()
+            self.log(f"models ready: {summary}")
+            progress.finish(True, f"ready: {summary}")
             return
         running = self.host.config
         if generation == self.models_generation and running is not None:
@@ -264,6 +280,9 @@ class QuickdraftServer(LanguageServer):
             # the settings that came with the new models still apply.
             self.config.revert_models(running.model)
             self.worker.submit(self.host.update_config, self.config.current)
+            progress.finish(True, f"ready (the new models failed to load: {exc})")
+        else:
+            progress.finish(False, f"no completions: {exc}")
         self.show(f"quickdraft: {exc}", "error")
 
     def stop(self) -> None:

@@ -99,14 +99,16 @@ class CompletionService:
         cursor = types.Position(
             line=position.line, character=document.from_codepoint(position.line, column)
         )
-        started = time.perf_counter()
+        started = time.monotonic()
 
         # Typed ahead: the user typed the start of the current suggestion.
         prefix, suffix = text[:offset], text[offset:]
         remaining = self.typed_ahead.lookup(uri, prefix, suffix)
         if remaining is not None:
             self._cancel_inflight(uri)
-            self._report(request_id, uri, feature, started, None, cached=True, text=remaining)
+            self._report(
+                request_id, uri, feature, started, None, source="typed-ahead", text=remaining
+            )
             return Answer(remaining, cursor, cursor, cursor)
 
         # The same request already running (editors ask for inline completion and the completion
@@ -139,13 +141,15 @@ class CompletionService:
             return None
         suggestion = completion.text or ""
         # A request that joined another did no model work of its own: reported as cached.
+        # Waiting for the models to load is not part of a completion's latency.
+        loaded_at = server.host.loaded_at
         self._report(
             request_id,
             uri,
             feature,
-            started,
+            max(started, loaded_at) if loaded_at is not None else started,
             None if joined else completion,
-            cached=joined,
+            source="shared" if joined else "model",
             text=suggestion,
         )
         if not suggestion:
@@ -194,22 +198,29 @@ class CompletionService:
         started: float,
         completion: Any,
         *,
-        cached: bool,
+        source: str,
         text: str,
     ) -> None:
-        latency_ms = (time.perf_counter() - started) * 1000.0
-        payload = stats_payload(completion, latency_ms=latency_ms, cached=cached)
+        latency_ms = (time.monotonic() - started) * 1000.0
+        payload = stats_payload(completion, latency_ms=latency_ms, source=source)
         payload.update(uri=uri, requestId=request_id, feature=feature, chars=len(text))
+        completer = self.server.host.completer
+        if completer is not None:
+            payload["compute"] = completer.compute
         self.server.protocol.notify(STATS_NOTIFICATION, payload)
-        source = "typed-ahead" if cached else f"{payload['tokens']} tokens"
+        cached = payload["cached"]
+        what = source if cached else f"{payload['tokens']} tokens"
         self.server.log(
-            f"[{request_id}] {feature}: {len(text)} chars, {source}, {latency_ms:.0f} ms"
+            f"[{request_id}] {feature}: {len(text)} chars, {what}, {latency_ms:.0f} ms"
             + (f", {payload['tokensPerForward']:.2f} tokens/forward" if not cached else "")
         )
 
 
-def stats_payload(completion: Any, *, latency_ms: float, cached: bool) -> dict[str, Any]:
-    """The `$/quickdraft/stats` notification for one answered request."""
+def stats_payload(completion: Any, *, latency_ms: float, source: str) -> dict[str, Any]:
+    """The `$/quickdraft/stats` notification for one answered request. `source`: "model" (this
+    request's own generation), "typed-ahead" or "prefetch" (answered from work done before),
+    "shared" (joined another request's generation)."""
+    cached = source != "model"
     stats: dict[str, Any] = {}
     raw = getattr(completion, "stats", None)
     if raw is not None:
@@ -226,6 +237,7 @@ def stats_payload(completion: Any, *, latency_ms: float, cached: bool) -> dict[s
     return {
         "latencyMs": round(latency_ms, 3),
         "cached": cached,
+        "source": source,
         "tokens": new_tokens,
         "tokensPerForward": float(stats.get("tokens_per_forward", 0.0) or 0.0),
         "targetForwards": int(stats.get("target_forwards", 0) or 0),

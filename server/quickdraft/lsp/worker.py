@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -22,8 +23,9 @@ from quickdraft.errors import ModelError, QuickdraftError
 
 logger = logging.getLogger(__name__)
 
-CompleterLoader = Callable[[QuickdraftConfig], Any]
-"""Builds a Completer for a configuration (loads its models). Runs on the worker thread."""
+CompleterLoader = Callable[[QuickdraftConfig, Callable[[str], None] | None], Any]
+"""Builds a Completer for a configuration (loads its models), telling each step to the
+progress callback. Runs on the worker thread."""
 
 
 def load_completer(config: QuickdraftConfig, progress: Callable[[str], None] | None = None) -> Any:
@@ -96,18 +98,20 @@ class ModelHost:
         self.completer: Any = None
         self.config: QuickdraftConfig | None = None
         self.load_error: str | None = None
+        self.loaded_at: float | None = None
+        """time.monotonic() when the current models became ready."""
         self._documents: dict[str, tuple[str, str]] = {}
 
     # --- models ----------------------------------------------------------------------
 
-    def load(self, config: QuickdraftConfig) -> str:
-        """Load the models for `config` and build a Completer; return a description.
+    def load(self, config: QuickdraftConfig, progress: Callable[[str], None] | None = None) -> str:
+        """Load the models for `config` and build a Completer; return a one-line summary.
 
         On failure the previous Completer (if any) stays in service and the error is raised
         with a message meant for a person.
         """
         try:
-            completer = self._loader(config)
+            completer = self._loader(config, progress)
         except Exception as exc:
             message = describe_error(exc)
             if self.completer is None:
@@ -122,20 +126,14 @@ class ModelHost:
         self.completer = completer
         self.config = config
         self.load_error = None
+        self.loaded_at = time.monotonic()
         return self.describe()
 
     def describe(self) -> str:
-        loaded = getattr(self.completer, "loaded", None) or getattr(self.completer, "models", None)
-        describe = getattr(loaded, "describe", None)
-        if callable(describe):
-            try:
-                return str(describe())
-            except Exception:
-                pass
-        if self.config is not None:
-            model = self.config.model
-            return f"target={model.target or model.preset} draft={model.draft}"
-        return "no models"
+        """One line: what runs, where, with which draft."""
+        if self.completer is None:
+            return "no models"
+        return self.completer.describe()
 
     def update_config(self, config: QuickdraftConfig) -> None:
         self.config = config

@@ -54,7 +54,16 @@ def register(subparsers) -> None:
     p_cost.add_argument("--context", type=int, default=512, help="context tokens (default 512)")
     p_cost.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p_cost.add_argument(
-        "--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16", "int8"]
+        "--runtime",
+        default="auto",
+        choices=["auto", "torch", "llamacpp"],
+        help="as `serve` chooses it (auto: measured; --random-weights is always torch)",
+    )
+    p_cost.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "float32", "bfloat16", "float16", "int8"],
+        help="torch runtime; auto: the fastest exact path measured on this CPU",
     )
     p_cost.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
     p_cost.add_argument("--repeats", type=int, default=2, help="timed repeats per size")
@@ -186,7 +195,20 @@ def _available_memory() -> int | None:
     return None
 
 
-def build_random_model(source, dtype: str, device):
+def memory_use() -> dict[str, int]:
+    """This process's resident memory now and at its peak, in bytes (Linux)."""
+    out: dict[str, int] = {}
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out["rss" if key == "VmRSS" else "peak_rss"] = int(value.split()[0]) * 1024
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def build_random_model(source, dtype: str, device, int8_backend: str | None = None):
     """The architecture of `source` with random weights, at runtime dtype `dtype`."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -209,14 +231,16 @@ def build_random_model(source, dtype: str, device):
     for p in model.parameters():
         p.requires_grad_(False)
     if dtype == "int8":
-        quantize_model(model)
+        quantize_model(model, backend=int8_backend)
     return model
 
 
 def cmd_stepcost(args: argparse.Namespace) -> int:
     import torch
 
+    from quickdraft.cli_args import ProgressLines
     from quickdraft.config import DecodingConfig, ModelConfig
+    from quickdraft.models import cpu_kernels
     from quickdraft.models.loading import (
         load_models,
         physical_cores,
@@ -224,34 +248,61 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
         resolve_dtype,
     )
 
+    progress = ProgressLines("quickdraft models stepcost")
     started = time.monotonic()
+    kernel = None
+    runtime, runtime_reason = "torch", "random weights run in torch"
     if args.random_weights:
         preset = get_preset(args.preset)
         device = resolve_device(args.device)
-        dtype = resolve_dtype(args.dtype, device, None)
+        threads = args.threads or physical_cores()
         if device.type == "cpu":
-            torch.set_num_threads(args.threads or physical_cores())
-        target = build_random_model(preset.target, dtype, device)
-        draft = build_random_model(preset.draft, dtype, device) if preset.draft else None
+            torch.set_num_threads(threads)
+
+        def measure_kernels():
+            return cpu_kernels.choose(preset.target.arch, threads, progress=progress)
+
+        dtype = resolve_dtype(args.dtype, device, None, measure_kernels)
+        backend = None
+        if device.type == "cpu" and (args.dtype == "auto" or dtype == "int8"):
+            kernel = measure_kernels()
+            if dtype == "int8":
+                from quickdraft.models.loading import best_int8_backend
+
+                backend = kernel.int8_backend or best_int8_backend(kernel)
+        progress(f"building {args.preset} with random weights ({dtype})")
+        target = build_random_model(preset.target, dtype, device, backend)
+        draft = build_random_model(preset.draft, dtype, device, backend) if preset.draft else None
         stop_ids: set[int] = set()
         what = f"{args.preset} (random weights)"
     else:
-        common = dict(device=args.device, dtype=args.dtype, threads=args.threads, calibrate=False)
+        common = dict(
+            device=args.device,
+            dtype=args.dtype,
+            runtime=args.runtime,
+            threads=args.threads,
+            calibrate=False,
+        )
         if args.preset in PRESETS:
             config = ModelConfig(preset=args.preset, **common)
         else:
             config = ModelConfig(target=args.preset, draft=args.draft, **common)
-        loaded = load_models(config)
+        loaded = load_models(config, progress=progress)
         target, draft, stop_ids = loaded.target, loaded.draft, loaded.stop_token_ids
         device, dtype = loaded.device, loaded.dtype
+        kernel, runtime, runtime_reason = loaded.kernel, loaded.runtime, loaded.runtime_reason
+        backend = getattr(target, "_quickdraft_int8", {}).get("backend")
         what = args.preset
     load_s = time.monotonic() - started
+    memory = memory_use()
 
     try:
         from quickdraft.decoding import Engine
     except ImportError as exc:  # pragma: no cover - the engine ships with the package
         raise ModelError(f"the decoding engine is not available: {exc}") from exc
-    compiled = args.compile == "on" or (args.compile == "auto" and device.type == "cuda")
+    compiled = runtime == "torch" and (
+        args.compile == "on" or (args.compile == "auto" and device.type == "cuda")
+    )
     engine = Engine(
         target,
         draft,
@@ -260,7 +311,8 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
         static_cache_tokens=max(4096, args.context + 64) if compiled else None,
         compile_steps=compiled,
     )
-    cost = engine.calibrate(context_tokens=args.context, repeats=args.repeats)
+    progress("measuring forwards of 1, 2, 4, 8 and 16 new tokens")
+    cost = engine.calibrate(context_tokens=args.context, repeats=args.repeats, budget_s=120.0)
     threads = torch.get_num_threads() if device.type == "cpu" else None
 
     grid = []
@@ -282,8 +334,13 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
             json.dumps(
                 {
                     "model": what,
+                    "runtime": runtime,
+                    "runtime_reason": runtime_reason,
                     "device": str(device),
                     "dtype": dtype,
+                    "kernel": kernel.to_dict() if kernel is not None else None,
+                    "memory_bytes": memory,
+                    "busy": cost.busy,
                     "compiled": compiled,
                     "threads": threads,
                     "context": args.context,
@@ -298,9 +355,26 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
         )
         return 0
     out = sys.stdout
-    where = f"{device}, {dtype}" + (f", {threads} threads" if threads else "")
+    how = "llama.cpp" if runtime == "llamacpp" else f"torch {dtype}"
+    how += f"/{backend}" if dtype == "int8" and backend else ""
+    where = f"{device}, {how}" + (f", {threads} threads" if threads else "")
     where += ", compiled steps" if compiled else ""
     print(f"stepcost {what}  ({where}, context {args.context}; loaded in {load_s:.0f} s)", file=out)
+    print(f"cpu          {cpu_kernels.cpu_model()} ({cpu_kernels.capability()})", file=out)
+    print(f"runtime      {runtime}: {runtime_reason}", file=out)
+    if kernel is not None:
+        print(f"kernel       {kernel.label}: {kernel.reason}", file=out)
+        for name, rows in kernel.timings_ms.items():
+            cells = ", ".join(f"{n} rows {ms:.1f} ms" for n, ms in rows.items())
+            print(f"             {name:14} one layer's linears: {cells}", file=out)
+    if memory:
+        print(
+            f"memory       {_human(memory.get('rss', 0))} resident, peak "
+            f"{_human(memory.get('peak_rss', 0))} (both models loaded)",
+            file=out,
+        )
+    if cost.busy:
+        print("note         other processes kept the CPU busy while measuring", file=out)
     sizes = sorted(cost.target_ms)
     print("target forward", file=out)
     print("  new tokens " + "".join(f"{n:>9}" for n in sizes), file=out)

@@ -636,7 +636,7 @@ def load_models(
         backend = None
         if dtype == "int8":
             chosen_kernel = kernel()
-            backend = chosen_kernel.int8_backend or _best_int8_backend(chosen_kernel)
+            backend = chosen_kernel.int8_backend or best_int8_backend(chosen_kernel)
         elif config.dtype == "auto" and device.type == "cpu" and measured:
             chosen_kernel = measured[0]
         how = f"int8 ({backend})" if dtype == "int8" else dtype
@@ -690,7 +690,7 @@ def load_models(
     )
 
 
-def _best_int8_backend(kernel: KernelChoice) -> str:
+def best_int8_backend(kernel: KernelChoice) -> str:
     """`dtype: int8` asked for explicitly: the fastest exact int8 backend measured here, even
     where float32 would be faster (the log says so)."""
     from quickdraft.models.cpu_kernels import score

@@ -408,3 +408,25 @@ def get_preset(name: str) -> Preset:
         raise ModelNotFoundError(
             f"unknown preset {name!r}; presets: {', '.join(PRESETS)}"
         ) from None
+
+
+def describe_plan(model: Any) -> str:
+    """What a model configuration will load, in words, before anything is loaded: the
+    preset's own target and draft where the configuration leaves them to it."""
+    if getattr(model, "backend", "local") == "openai":
+        return f"remote engine at {model.url} (model {model.remote_model or 'as served'})"
+    preset = PRESETS.get(model.preset or "") if model.preset else None
+    if preset is None and model.target is None:
+        preset = PRESETS.get(
+            default_preset("cuda" if str(model.device).startswith("cuda") else "cpu")
+        )
+    target = model.target or (preset.target.hub_id if preset else "?")
+    if isinstance(model.draft, str) and model.draft.strip().lower() == "none":
+        draft = "none (n-gram drafting only)"
+    else:
+        draft = model.draft or (preset.draft.hub_id if preset and preset.draft else "none")
+    head = f"preset {preset.name}: " if preset is not None and not model.target else ""
+    return (
+        f"{head}target {target}, draft {draft} (runtime {model.runtime}, dtype {model.dtype}, "
+        f"device {model.device})"
+    )

@@ -25,6 +25,7 @@ def initialize(ls: QuickdraftServer, params: types.InitializeParams) -> None:
 
 
 async def initialized(ls: QuickdraftServer, params: types.InitializedParams) -> None:
+    ls.client_initialized()  # status and loading progress, held until now
     await pull_configuration(ls)
 
 
