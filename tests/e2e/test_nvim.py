@@ -157,7 +157,16 @@ def test_help_file_tags(tmp_path: Path):
     )
     assert proc.returncode == 0 and not re.search(r"\bE\d+:", proc.stderr), proc.stderr
     tags = (doc / "tags").read_text()
-    for tag in ("quickdraft-setup", ":QuickdraftStatus", "quickdraft-keys", "quickdraft-options"):
+    for tag in (
+        "quickdraft-setup",
+        ":QuickdraftStatus",
+        "quickdraft-keys",
+        "quickdraft-options",
+        "quickdraft-install",
+        "quickdraft-runtime",
+        "quickdraft-dtype",
+        "quickdraft-statusline",
+    ):
         assert tag + "\t" in tags, tags
 
 
