@@ -84,9 +84,23 @@ async function statusItem(page) {
   });
 }
 
-/** Every distinct state of the status item, with when it was first seen (ms since t0). */
+/** VS Code's own progress items for the server's work-done progress ("quickdraft: <message>"). */
+async function progressTexts(page) {
+  return page.evaluate(() =>
+    Array.from(document.querySelectorAll(".statusbar-item"))
+      .filter((i) => !/quickdraft/i.test(i.getAttribute("id") || ""))
+      .map((i) => (i.textContent || "").replace(/\u00a0/g, " ").trim())
+      .filter((text) => /^quickdraft: /.test(text)),
+  );
+}
+
+/**
+ * Every distinct state of the status item, with when it was first seen (ms since t0), and the
+ * texts of VS Code's progress items for the server's work-done progress.
+ */
 function watchStatus(page) {
   const seen = [];
+  const progress = [];
   let stopped = false;
   (async () => {
     while (!stopped) {
@@ -95,11 +109,15 @@ function watchStatus(page) {
       if (item && (!last || last.text !== item.text || last.icon !== item.icon)) {
         seen.push({ ...item, atMs: Date.now() - t0 });
       }
+      for (const text of await progressTexts(page).catch(() => [])) {
+        if (!progress.some((p) => p.text === text)) progress.push({ text, atMs: Date.now() - t0 });
+      }
       await new Promise((r) => setTimeout(r, 200));
     }
   })();
   return {
     seen,
+    progress,
     stop: () => {
       stopped = true;
     },
@@ -149,10 +167,25 @@ async function typeUntilGhost(page, chunks, { before, midBurst, idleMs, onlyWhen
       lastTypedAt = Date.now();
     }
     shown = await ghostText(page).catch(() => null);
-    if (shown) break;
+    if (shown) {
+      shown = await settledGhostText(page, shown);
+      break;
+    }
     await new Promise((r) => setTimeout(r, 100));
   }
   return { shown, typed, firstKeyAt: firstKeyAt ?? Date.now(), chunksTyped: next };
+}
+
+/** The ghost text once two reads 300 ms apart agree (its lines are not all drawn at once). */
+async function settledGhostText(page, first) {
+  let previous = first;
+  for (let i = 0; i < 20; i++) {
+    await new Promise((r) => setTimeout(r, 300));
+    const now = await ghostText(page).catch(() => null);
+    if (now === previous) return now;
+    previous = now;
+  }
+  return previous;
 }
 
 function seconds(ms) {
@@ -377,6 +410,11 @@ async function main() {
         await waitFor(loadedInOrder, 15000),
         statusWatch.seen,
       );
+      check(
+        "VS Code shows the server's work-done progress while it loads",
+        statusWatch.progress.some((p) => p.text === "quickdraft: calibrating"),
+        statusWatch.progress,
+      );
     }
 
     // The server took the settings (it says "invalid configuration" in a notification otherwise)
@@ -403,9 +441,11 @@ async function main() {
   } finally {
     statusWatch.stop();
     results.data.statusSeen = statusWatch.seen;
+    results.data.progressSeen = statusWatch.progress;
     if (mode === "preset") {
       process.stdout.write(
-        `status item: ${statusWatch.seen.map((s) => `+${seconds(s.atMs)} [${s.icon}] ${s.text}`).join("\n             ")}\n`,
+        `status item: ${statusWatch.seen.map((s) => `+${seconds(s.atMs)} [${s.icon}] ${s.text}`).join("\n             ")}\n` +
+          `progress:    ${statusWatch.progress.map((p) => `+${seconds(p.atMs)} ${p.text}`).join("\n             ") || "(none)"}\n`,
       );
     }
     fs.writeFileSync(path.join(artifacts, "browser-console.log"), consoleLines.join("\n"));
