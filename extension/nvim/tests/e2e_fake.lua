@@ -55,6 +55,9 @@ H.run(function()
     return
   end
   H.eq('languageId of the buffer', 'python', vim.bo.filetype)
+  -- This server never sends $/quickdraft/status (as older servers): starting until its stats.
+  H.eq('without $/quickdraft/status the statusline says starting until the first stats', 'qd … starting',
+    quickdraft.statusline())
 
   H.wait(function()
     return #log_events('didChangeConfiguration') > 0
@@ -159,6 +162,72 @@ H.run(function()
   H.eq('statusline text', 'qd 13 ms · 2.5 tok/fwd · 75% acc', quickdraft.statusline())
   H.data.status = lines
 
+  -- The server's state: the scenario makes the server send what the real one sends while its
+  -- models load and when they fail ($/quickdraft/status, work-done progress).
+  local status_events = 0
+  vim.api.nvim_create_autocmd('User', {
+    pattern = 'QuickdraftStatus',
+    callback = function()
+      status_events = status_events + 1
+    end,
+  })
+  local function server_command(command, arguments)
+    local done = false
+    client:request('workspace/executeCommand', { command = command, arguments = arguments }, function()
+      done = true
+    end)
+    H.wait(function()
+      return done
+    end, 5000)
+  end
+  local function send(method, params)
+    server_command('fake.notify', { method, params })
+  end
+  local function statusline_becomes(expected)
+    return H.wait(function()
+      return quickdraft.statusline() == expected and expected
+    end, 5000) or quickdraft.statusline()
+  end
+  server_command('fake.createProgress', { 'load' })
+  send('$/quickdraft/status', { state = 'loading', message = 'converting the target model' })
+  H.eq('loading: the statusline shows the server message', 'qd … loading: converting the target model',
+    statusline_becomes('qd … loading: converting the target model'))
+  server_command('fake.progress', { 'load', { kind = 'begin', title = 'quickdraft', message = 'converting', percentage = 10 } })
+  H.eq('loading: work-done progress shows while it runs', 'qd … loading: quickdraft: converting (10%)',
+    statusline_becomes('qd … loading: quickdraft: converting (10%)'))
+  server_command('fake.progress', { 'load', { kind = 'report', message = 'calibrating', percentage = 60 } })
+  H.eq('a progress report keeps the title of its begin', 'qd … loading: quickdraft: calibrating (60%)',
+    statusline_becomes('qd … loading: quickdraft: calibrating (60%)'))
+  H.eq('status() says loading, with the message and the progress',
+    { 'loading', 'converting the target model', 'quickdraft: calibrating (60%)' },
+    { quickdraft.status().state, quickdraft.status().message, quickdraft.status().progress })
+  server_command('fake.progress', { 'load', { kind = 'end' } })
+  H.eq('without progress the status message shows', 'qd … loading: converting the target model',
+    statusline_becomes('qd … loading: converting the target model'))
+  send('$/quickdraft/status', { state = 'ready', message = '' })
+  H.eq('ready: the last stats again', 'qd 13 ms · 2.5 tok/fwd · 75% acc',
+    statusline_becomes('qd 13 ms · 2.5 tok/fwd · 75% acc'))
+  send('$/quickdraft/status', { state = 'error', message = 'models failed to load: out of memory' })
+  H.eq('error: a clear mark and the message', 'qd ✗ error: models failed to load: out of memory',
+    statusline_becomes('qd ✗ error: models failed to load: out of memory'))
+  local error_lines = table.concat(quickdraft.show_status(), '\n')
+  H.check(':QuickdraftStatus shows the error', error_lines:find('state: error: models failed to load: out of memory', 1, true) ~= nil,
+    error_lines)
+  send('$/quickdraft/status', { state = 'unavailable', message = 'cannot reach http://127.0.0.1:9/v1', backend = 'openai' })
+  H.eq('unavailable: a clear mark and the message', 'qd ⚠ unavailable: cannot reach http://127.0.0.1:9/v1',
+    statusline_becomes('qd ⚠ unavailable: cannot reach http://127.0.0.1:9/v1'))
+  local remote_lines = table.concat(quickdraft.show_status(), '\n')
+  H.check(':QuickdraftStatus names the remote engine', remote_lines:find('[remote engine]', 1, true) ~= nil, remote_lines)
+  send('$/quickdraft/status', { state = 'running', message = 'not a state' })
+  send('$/quickdraft/status', { state = 'ready', message = '', backend = 'openai' })
+  H.eq('back to ready when the engine recovers (an unknown state is ignored)', 'qd 13 ms · 2.5 tok/fwd · 75% acc',
+    statusline_becomes('qd 13 ms · 2.5 tok/fwd · 75% acc'))
+  send('$/quickdraft/stats', { latencyMs = 0.2, cached = true, source = 'typed-ahead', tokens = 0, tokensPerForward = 0 })
+  H.eq('a cached answer shows "cached"', 'qd cached', statusline_becomes('qd cached'))
+  send('$/quickdraft/stats', { latencyMs = 900, cached = false, tokens = 8, tokensPerForward = 0.8 })
+  H.eq('tokens per forward is never shown below 1', 'qd 900 ms · 1.0 tok/fwd', statusline_becomes('qd 900 ms · 1.0 tok/fwd'))
+  H.check('User QuickdraftStatus fires on each change', status_events >= 8, status_events)
+
   -- The completion menu (textDocument/completion through vim.lsp.completion / omnifunc).
   vim.o.completeopt = 'menu,menuone,noselect' -- show the menu even for one item
   H.type('o<C-]><C-x><C-o>')
@@ -173,4 +242,30 @@ H.run(function()
   end, 10000)
   H.check('<C-x><C-o> shows the server\'s completion items', words and vim.tbl_contains(words, vim.split(suggestion, '\n')[1]), words)
   H.type('<C-e><Esc>')
+
+  -- Supersession at the server: the server holds a request on a line ending in "slow"; a
+  -- keystroke meanwhile cancels it ($/cancelRequest), and the next request is answered.
+  H.type('oslow')
+  local asked = H.wait(function()
+    for _, event in ipairs(log_events('inlineCompletion')) do
+      if event.prefix == 'slow' then
+        return true
+      end
+    end
+  end, 5000)
+  H.check('the slow request reaches the server', asked)
+  H.type('er')
+  local cancelled = H.wait(function()
+    local events = log_events('cancelled')
+    return #events > 0 and events
+  end, 5000)
+  H.eq('a keystroke cancels the request in flight at the server', { { line = vim.fn.line('.') - 1, prefix = 'slow' } },
+    cancelled)
+  H.eq('the request after it is answered', suggestion, H.wait(function()
+    return H.ghost_text()
+  end, 5000))
+  H.eq('the burst "er" asks once, for where it ended', 0, #vim.tbl_filter(function(event)
+    return event.prefix == 'slowe'
+  end, log_events('inlineCompletion')))
+  H.type('<Esc>')
 end)

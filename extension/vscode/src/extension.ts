@@ -2,27 +2,51 @@
 // vscode-languageclient wire `textDocument/inlineCompletion` (ghost text) and
 // `textDocument/completion` (the fallback list) into the editor.
 
+import * as readline from "node:readline";
+
 import * as vscode from "vscode";
 import {
   DidChangeConfigurationNotification,
   LanguageClient,
   LanguageClientOptions,
+  Middleware,
   ServerOptions,
   State,
   TransportKind,
 } from "vscode-languageclient/node";
 
-import { buildConfigTree, ConfigTree, needsRestart, serverCommand, ServerCommand, SettingsReader } from "./config";
-import { formatStatusText, formatTooltip, normalizeStats, StatsTotals } from "./stats";
+import { cleanInsertTexts } from "./completionText";
+import {
+  buildConfigTree,
+  ConfigTree,
+  debounceMs,
+  DEFAULT_DEBOUNCE_MS,
+  needsRestart,
+  serverCommand,
+  ServerCommand,
+  SettingsReader,
+} from "./config";
+import { debounced } from "./debounce";
+import { ServerLogClassifier } from "./serverLog";
+import { normalizeStats, StatsTotals, tooFewTokensPerForward } from "./stats";
+import { ClientState, normalizeServerStatus, ServerStatus, statusView } from "./status";
+
+// `next` of the inline completion middleware (its type has no public export in 11.0.0)
+type ProvideInlineCompletionItemsSignature = Parameters<NonNullable<Middleware["provideInlineCompletionItems"]>>[4];
 
 const STATS_NOTIFICATION = "$/quickdraft/stats";
+const STATUS_NOTIFICATION = "$/quickdraft/status";
 
 let client: LanguageClient | undefined;
 let current: { tree: ConfigTree; command: ServerCommand } | undefined;
 let output: vscode.LogOutputChannel;
 let statusItem: vscode.StatusBarItem;
 let totals = new StatsTotals();
-let serverState = "stopped";
+let clientState: ClientState = "stopped";
+/** the last `$/quickdraft/status`; undefined until the server sends one (older servers never do) */
+let serverStatus: ServerStatus | undefined;
+let quietMs = DEFAULT_DEBOUNCE_MS;
+let reportedFewTokensPerForward = false;
 
 /**
  * Reads only what the user set (user, workspace or folder settings), never the contributed
@@ -50,15 +74,75 @@ function updateStatus(): void {
     statusItem.hide();
     return;
   }
-  if (serverState === "running") {
-    statusItem.text = formatStatusText(totals.last);
-  } else if (serverState === "starting") {
-    statusItem.text = "$(loading~spin) quickdraft";
-  } else {
-    statusItem.text = "$(circle-slash) quickdraft";
-  }
-  statusItem.tooltip = formatTooltip(totals, serverState);
+  const view = statusView(clientState, serverStatus, totals);
+  statusItem.text = view.text;
+  statusItem.tooltip = view.tooltip;
+  statusItem.backgroundColor =
+    view.alert === undefined ? undefined : new vscode.ThemeColor(`statusBarItem.${view.alert}Background`);
   statusItem.show();
+}
+
+/** The server's stderr, each line at the level of its log record (progress bars are info). */
+function pipeServerStderr(input: NodeJS.ReadableStream, channel: vscode.LogOutputChannel): void {
+  const classifier = new ServerLogClassifier();
+  readline.createInterface({ input, crlfDelay: Infinity, terminal: false }).on("line", (line: string) => {
+    const { level, text } = classifier.classify(line);
+    if (text !== "") {
+      channel[level](text);
+    }
+  });
+}
+
+function pipeServerStdout(input: NodeJS.ReadableStream, channel: vscode.LogOutputChannel): void {
+  readline.createInterface({ input, crlfDelay: Infinity, terminal: false }).on("line", (line: string) => {
+    channel.info(line);
+  });
+}
+
+function onStats(params: unknown): void {
+  const stats = normalizeStats(params);
+  if (tooFewTokensPerForward(stats) && !reportedFewTokensPerForward) {
+    reportedFewTokensPerForward = true;
+    output.warn(
+      `[quickdraft] the server reported ${String(stats.tokens_per_forward)} tokens per forward for a computed ` +
+        "answer; shown as 1.0 (every forward yields at least one token)",
+    );
+  }
+  totals.add(stats);
+  updateStatus();
+}
+
+function onServerStatus(params: unknown): void {
+  const status = normalizeServerStatus(params);
+  if (!status) {
+    output.warn(`[quickdraft] ignored a ${STATUS_NOTIFICATION} without a known state: ${JSON.stringify(params)}`);
+    return;
+  }
+  if (status.state !== serverStatus?.state || status.message !== serverStatus?.message) {
+    output.info(`[quickdraft] server ${status.state}${status.message ? `: ${status.message}` : ""}`);
+  }
+  serverStatus = status;
+  updateStatus();
+}
+
+/** Waits out `quickdraft.debounceMs` before an automatic request; drops control characters. */
+async function provideInlineCompletionItems(
+  document: vscode.TextDocument,
+  position: vscode.Position,
+  context: vscode.InlineCompletionContext,
+  token: vscode.CancellationToken,
+  next: ProvideInlineCompletionItemsSignature,
+): Promise<vscode.InlineCompletionItem[] | vscode.InlineCompletionList | null | undefined> {
+  const automatic = context.triggerKind === vscode.InlineCompletionTriggerKind.Automatic;
+  const result = await debounced(automatic, quietMs, token, () => next(document, position, context, token));
+  if (!result) {
+    return result;
+  }
+  if (Array.isArray(result)) {
+    return cleanInsertTexts(result);
+  }
+  result.items = cleanInsertTexts(result.items);
+  return result;
 }
 
 function createClient(config: { tree: ConfigTree; command: ServerCommand }): LanguageClient {
@@ -71,8 +155,12 @@ function createClient(config: { tree: ConfigTree; command: ServerCommand }): Lan
   const clientOptions: LanguageClientOptions = {
     documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
     outputChannel: output,
+    stdioOptions: { stdout: pipeServerStdout, stderr: pipeServerStderr },
     initializationOptions: () => current?.tree ?? config.tree,
+    // Nothing here turns off window/workDoneProgress: vscode-languageclient shows the server's
+    // loading progress (models loading, converting, calibrating) in VS Code's own progress UI.
     middleware: {
+      provideInlineCompletionItems,
       // VS Code shows quickdraft as inline ghost text; the server's textDocument/completion
       // fallback (for clients without inline completion) would only repeat it in the suggest list.
       provideCompletionItem: () => undefined,
@@ -94,7 +182,7 @@ function createClient(config: { tree: ConfigTree; command: ServerCommand }): Lan
   };
   const created = new LanguageClient("quickdraft", "quickdraft", serverOptions, clientOptions);
   created.onDidChangeState((event) => {
-    serverState =
+    clientState =
       event.newState === State.Running ? "running" : event.newState === State.Starting ? "starting" : "stopped";
     updateStatus();
   });
@@ -106,14 +194,12 @@ async function startClient(): Promise<void> {
   output.appendLine(`[quickdraft] starting: ${current.command.command} ${current.command.args.join(" ")}`);
   const created = createClient(current);
   client = created;
-  created.onNotification(STATS_NOTIFICATION, (params: unknown) => {
-    totals.add(normalizeStats(params));
-    updateStatus();
-  });
+  created.onNotification(STATS_NOTIFICATION, onStats);
+  created.onNotification(STATUS_NOTIFICATION, onServerStatus);
   try {
     await created.start();
   } catch (error) {
-    serverState = "stopped";
+    clientState = "stopped";
     updateStatus();
     const message = error instanceof Error ? error.message : String(error);
     output.appendLine(`[quickdraft] the server did not start: ${message}`);
@@ -145,6 +231,7 @@ async function stopClient(): Promise<void> {
 async function restart(): Promise<void> {
   await stopClient();
   totals = new StatsTotals();
+  serverStatus = undefined;
   await startClient();
 }
 
@@ -153,6 +240,7 @@ async function onConfigurationChanged(event: vscode.ConfigurationChangeEvent): P
     return;
   }
   output.appendLine("[quickdraft] configuration change");
+  quietMs = debounceMs(settingsReader());
   updateStatus();
   const next = snapshot();
   if (!current || !client || needsRestart(current, next)) {
@@ -179,6 +267,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand("quickdraft.showLog", () => output.show(true)),
     vscode.workspace.onDidChangeConfiguration((event) => void onConfigurationChanged(event)),
   );
+  quietMs = debounceMs(settingsReader());
   updateStatus();
   await startClient();
 }

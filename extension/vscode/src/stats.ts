@@ -5,6 +5,10 @@
 /** The params of `$/quickdraft/stats`; fields the server does not send are simply absent. */
 export interface QuickdraftStats {
   latency_ms?: number;
+  /** true when the answer took no model work (typed-ahead or prefetched) */
+  cached?: boolean;
+  /** "model" | "typed-ahead" | "prefetch" | "shared" */
+  source?: string;
   tokens?: number;
   tokens_per_forward?: number;
   accepted_by_source?: Record<string, number>;
@@ -81,15 +85,38 @@ function milliseconds(ms: number): string {
   return ms >= 10000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms)} ms`;
 }
 
-/** One line for the status bar, e.g. `$(zap) 84 ms · 2.7 tok/fwd · 71% acc`. */
+/**
+ * Tokens per target forward as shown: undefined for a cached answer (no forward) or one without
+ * tokens; never below 1 for a computed answer (every forward yields at least one token, so a
+ * smaller figure is a counting slip on the server's side: `tooFewTokensPerForward` finds it).
+ */
+export function shownTokensPerForward(stats: QuickdraftStats): number | undefined {
+  const tpf = finite(stats.tokens_per_forward);
+  if (stats.cached === true || tpf === undefined || finite(stats.tokens) === 0) {
+    return undefined;
+  }
+  return Math.max(1, tpf);
+}
+
+/** Whether the server reported fewer than one token per forward for a computed answer. */
+export function tooFewTokensPerForward(stats: QuickdraftStats): boolean {
+  const tpf = finite(stats.tokens_per_forward);
+  const tokens = finite(stats.tokens);
+  return stats.cached !== true && tpf !== undefined && tpf < 1 && (tokens === undefined || tokens > 0);
+}
+
+/** One line for the status bar, e.g. `$(zap) 84 ms · 2.7 tok/fwd · 71% acc`, or `$(zap) cached`. */
 export function formatStatusText(stats: QuickdraftStats | undefined): string {
   if (!stats) {
     return "$(zap) quickdraft";
   }
+  if (stats.cached === true) {
+    return "$(zap) cached";
+  }
   const parts: string[] = [];
   const latency = finite(stats.latency_ms);
   parts.push(latency !== undefined ? milliseconds(latency) : "—");
-  const tpf = finite(stats.tokens_per_forward);
+  const tpf = shownTokensPerForward(stats);
   if (tpf !== undefined) {
     parts.push(`${tpf.toFixed(1)} tok/fwd`);
   }
@@ -104,16 +131,24 @@ export function formatStatusText(stats: QuickdraftStats | undefined): string {
 
 /** Running totals over the session, for the tooltip and `:QuickdraftStatus`-like views. */
 export class StatsTotals {
+  /** every answered request, cached ones included */
   completions = 0;
+  /** answers without model work */
+  cached = 0;
   tokens = 0;
   accepted = 0;
   drafted = 0;
+  /** over the computed answers only */
   latencyMs = 0;
   last: QuickdraftStats | undefined;
 
   add(stats: QuickdraftStats): void {
     this.last = stats;
     this.completions += 1;
+    if (stats.cached === true) {
+      this.cached += 1;
+      return;
+    }
     this.tokens += finite(stats.tokens) ?? 0;
     this.latencyMs += finite(stats.latency_ms) ?? 0;
     const acc = acceptance(stats);
@@ -123,8 +158,10 @@ export class StatsTotals {
     }
   }
 
+  /** mean latency of the computed answers */
   get meanLatencyMs(): number | undefined {
-    return this.completions > 0 ? this.latencyMs / this.completions : undefined;
+    const computed = this.completions - this.cached;
+    return computed > 0 ? this.latencyMs / computed : undefined;
   }
 
   get acceptanceRate(): number | undefined {
@@ -132,9 +169,9 @@ export class StatsTotals {
   }
 }
 
-/** The tooltip: the last completion in detail, then the session's totals. */
-export function formatTooltip(totals: StatsTotals, serverState: string): string {
-  const lines = [`quickdraft — server ${serverState}`];
+/** The tooltip: `headline`, the last completion in detail, then the session's totals. */
+export function formatTooltip(totals: StatsTotals, headline: string): string {
+  const lines = [headline];
   const last = totals.last;
   if (!last) {
     lines.push("No completion yet.");
@@ -142,11 +179,18 @@ export function formatTooltip(totals: StatsTotals, serverState: string): string 
   }
   const latency = finite(last.latency_ms);
   const tokens = finite(last.tokens);
-  const tpf = finite(last.tokens_per_forward);
-  lines.push(
-    `Last: ${latency !== undefined ? milliseconds(latency) : "—"}, ` +
-      `${tokens ?? "—"} tokens, ${tpf !== undefined ? tpf.toFixed(2) : "—"} tokens per forward`,
-  );
+  const tpf = shownTokensPerForward(last);
+  if (last.cached === true) {
+    const source = typeof last.source === "string" && last.source !== "" ? ` (${last.source})` : "";
+    lines.push(
+      `Last: cached${source}, no model work, answered in ${latency !== undefined ? milliseconds(latency) : "—"}`,
+    );
+  } else {
+    lines.push(
+      `Last: ${latency !== undefined ? milliseconds(latency) : "—"}, ` +
+        `${tokens ?? "—"} tokens, ${tpf !== undefined ? tpf.toFixed(2) : "—"} tokens per forward`,
+    );
+  }
   const bySource = last.accepted_by_source;
   if (bySource && typeof bySource === "object") {
     const drafted = (last.drafted_by_source ?? {}) as Record<string, number>;
@@ -162,7 +206,9 @@ export function formatTooltip(totals: StatsTotals, serverState: string): string 
   const mean = totals.meanLatencyMs;
   const rate = totals.acceptanceRate;
   lines.push(
-    `Session: ${totals.completions} completions, ${totals.tokens} tokens` +
+    `Session: ${totals.completions} completions` +
+      (totals.cached > 0 ? ` (${totals.cached} cached)` : "") +
+      `, ${totals.tokens} tokens` +
       (mean !== undefined ? `, mean ${milliseconds(mean)}` : "") +
       (rate !== undefined ? `, ${percent(rate)} of drafted tokens accepted` : ""),
   );

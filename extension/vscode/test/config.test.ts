@@ -55,6 +55,26 @@ test("draft 'none' means n-gram drafting only (null in the tree, --draft none on
   assert.deepEqual(serverCommand(read).args, ["serve", "--target", "/m/target", "--draft", "none"]);
 });
 
+test("model.runtime is a model setting: in the tree, as --runtime, and a change restarts", () => {
+  const read = objectReader({ model: { preset: "qwen2.5-coder-1.5b", runtime: "llamacpp", dtype: "auto" } });
+  assert.deepEqual(buildConfigTree(read).model, { preset: "qwen2.5-coder-1.5b", runtime: "llamacpp", dtype: "auto" });
+  assert.deepEqual(serverCommand(read).args, [
+    "serve",
+    "--preset",
+    "qwen2.5-coder-1.5b",
+    "--runtime",
+    "llamacpp",
+    "--dtype",
+    "auto",
+  ]);
+  const snap = (runtime: string) => {
+    const r = objectReader({ model: { runtime } });
+    return { tree: buildConfigTree(r), command: serverCommand(r) };
+  };
+  assert.equal(needsRestart(snap("torch"), snap("llamacpp")), true);
+  assert.equal(needsRestart(snap("torch"), snap("torch")), false);
+});
+
 test("server command: path, model flags, --no-calibrate, then the extra args", () => {
   const read = objectReader({
     server: { path: "/opt/venv/bin/quickdraft", args: ["--log-level", "debug", 3, ""] },

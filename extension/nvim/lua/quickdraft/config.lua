@@ -24,7 +24,8 @@ M.defaults = {
   -- Ghost text: 'auto' (native vim.lsp.inline_completion on 0.12+, else the plugin's own),
   -- 'native', 'plugin', or false (none; only the completion menu).
   inline = 'auto',
-  -- Delay after the last keystroke before the plugin's ghost text asks the server (0.11 path).
+  -- Quiet time (ms) after the last keystroke before the plugin's ghost text asks the server
+  -- (0.11 path); a keystroke within it cancels the request in flight and starts the wait again.
   debounce_ms = 75,
   -- vim.lsp.completion for textDocument/completion (the menu). `omnifunc`: make <C-x><C-o> ask
   -- the language servers (vim.lsp.omnifunc) even where a filetype plugin set another omnifunc.
@@ -39,6 +40,9 @@ M.defaults = {
   },
   hl_group = 'QuickdraftSuggestion',
 }
+
+--- The longest `debounce_ms` accepted (more would feel like no completion at all).
+M.MAX_DEBOUNCE_MS = 2000
 
 --- `maxNewTokens` -> `max_new_tokens` (the rule of config.py's `_snake`).
 ---@param key string
@@ -83,7 +87,9 @@ function M.normalize(opts)
   vim.validate('context', merged.context, 'table')
   vim.validate('languages', merged.languages, 'table')
   vim.validate('filetypes', merged.filetypes, 'table', true)
-  vim.validate('debounce_ms', merged.debounce_ms, 'number')
+  vim.validate('debounce_ms', merged.debounce_ms, function(value)
+    return type(value) == 'number' and value >= 0 and value <= M.MAX_DEBOUNCE_MS and value % 1 == 0
+  end, ('a whole number of milliseconds from 0 to %d'):format(M.MAX_DEBOUNCE_MS))
   vim.validate('keymaps', merged.keymaps, 'table')
   if not vim.tbl_contains({ 'auto', 'native', 'plugin', false }, merged.inline) then
     error(("quickdraft: inline must be 'auto', 'native', 'plugin' or false, got %s"):format(
@@ -128,7 +134,7 @@ function M.cmd(opts)
   end
   local cmd = { opts.server_path, 'serve' }
   local model = M.tree(opts).model or {}
-  for _, flag in ipairs({ 'preset', 'target', 'draft', 'device', 'dtype' }) do
+  for _, flag in ipairs({ 'preset', 'target', 'draft', 'device', 'runtime', 'dtype' }) do
     local value = model[flag]
     if value ~= nil then
       vim.list_extend(cmd, { '--' .. flag, value == vim.NIL and 'none' or tostring(value) })

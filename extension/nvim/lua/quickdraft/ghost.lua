@@ -15,6 +15,10 @@ M.ns = api.nvim_create_namespace('quickdraft.ghost')
 --- How many answers were taken (shown or empty) since startup; for tests and statuslines.
 M.answered = 0
 
+--- Requests sent, and those cancelled with `$/cancelRequest` because a keystroke (or leaving
+--- Insert mode) superseded them before their answer came.
+M.requests = { sent = 0, cancelled = 0 }
+
 ---@type table<integer, table> per-buffer state
 local buffers = {}
 
@@ -50,6 +54,18 @@ local function find_client(bufnr)
     end
   end
   return nil
+end
+
+--- `text` without control characters other than tab and newline (CRLF becomes LF). A model,
+--- above all a small or random one, can emit bytes such as U+0011; the server filters them too,
+--- this is the editor's own defence.
+---@param text string
+---@return string
+function M.without_control_characters(text)
+  text = text:gsub('\r\n', '\n')
+  text = text:gsub('[%z\1-\8\11-\31\127]', '') -- C0 but tab (9) and newline (10), and DEL
+  text = text:gsub('\194[\128-\159]', '') -- the C1 controls U+0080..U+009F in UTF-8
+  return text
 end
 
 --- The plain text of an InlineCompletionItem's insertText (string or StringValue snippet).
@@ -96,9 +112,12 @@ local function cancel_request(s)
   if s.request then
     local client = vim.lsp.get_client_by_id(s.request.client_id)
     if client then
-      pcall(function()
+      local ok = pcall(function()
         client:cancel_request(s.request.id)
       end)
+      if ok then
+        M.requests.cancelled = M.requests.cancelled + 1
+      end
     end
     s.request = nil
   end
@@ -154,6 +173,7 @@ local function suggestion_from(bufnr, client, result, row, col)
   local line = api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1] or ''
   for _, item in ipairs(items) do
     local text, is_snippet = item_text(item)
+    text = M.without_control_characters(text)
     local range = nil
     local typed = ''
     if item.range then
@@ -231,6 +251,7 @@ function M.request(bufnr, trigger_kind)
   end, bufnr)
   if ok and id then
     s.request = { client_id = client.id, id = id }
+    M.requests.sent = M.requests.sent + 1
   end
 end
 
@@ -325,7 +346,7 @@ function M.accept()
       api.nvim_win_set_cursor(0, { r[1] + 1, r[2] })
     end
     local raw = suggestion.item.insertText
-    vim.snippet.expand(type(raw) == 'table' and raw.value or suggestion.full_text)
+    vim.snippet.expand(M.without_control_characters(type(raw) == 'table' and raw.value or suggestion.full_text))
   elseif suggestion.range then
     local r = suggestion.range
     local lines = vim.split(suggestion.full_text, '\n', { plain = true })

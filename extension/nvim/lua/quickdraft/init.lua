@@ -8,6 +8,7 @@
 
 local config = require('quickdraft.config')
 local stats = require('quickdraft.stats')
+local status = require('quickdraft.status')
 
 local api = vim.api
 
@@ -20,6 +21,12 @@ M.options = nil
 
 local totals = stats.new_totals()
 local augroup = nil
+---@type table<integer, table> client id -> the last `$/quickdraft/status` (normalized)
+local server_status = {}
+---@type table<integer, table> client id -> { token, value }: the running work-done progress,
+--- its reports merged over its begin (a report carries no title)
+local progress = {}
+local reported_few_tokens_per_forward = false
 
 local function has_native_inline()
   return vim.lsp.inline_completion ~= nil and type(vim.lsp.inline_completion.enable) == 'function'
@@ -41,12 +48,65 @@ function M.inline_mode()
   return has_native_inline() and 'native' or 'plugin'
 end
 
+--- Statuslines show the state: redraw them, and tell User QuickdraftStatus listeners.
+local function status_changed(client_id)
+  api.nvim_exec_autocmds('User', {
+    pattern = 'QuickdraftStatus',
+    modeline = false,
+    data = {
+      client_id = client_id,
+      status = server_status[client_id],
+      progress = progress[client_id] and progress[client_id].value,
+    },
+  })
+  pcall(vim.cmd.redrawstatus)
+end
+
 local function record_stats(_, result, ctx)
+  local normalized = stats.normalize(result)
+  if stats.too_few_tokens_per_forward(normalized) and not reported_few_tokens_per_forward then
+    reported_few_tokens_per_forward = true
+    vim.lsp.log.warn(('quickdraft: the server reported %s tokens per forward for a computed answer; '
+      .. 'shown as 1.0 (every forward yields at least one token)'):format(tostring(normalized.tokens_per_forward)))
+  end
   stats.add(totals, result)
   if ctx and ctx.client_id then
     M.last_stats_client = ctx.client_id
   end
   api.nvim_exec_autocmds('User', { pattern = 'QuickdraftStats', modeline = false, data = result })
+  pcall(vim.cmd.redrawstatus)
+end
+
+local function record_status(_, result, ctx)
+  local normalized = status.normalize(result)
+  if not normalized then
+    vim.lsp.log.warn('quickdraft: ignored a $/quickdraft/status without a known state', result)
+    return
+  end
+  server_status[ctx.client_id] = normalized
+  status_changed(ctx.client_id)
+end
+
+--- LspProgress: keep the latest work-done progress of quickdraft's clients (loading models).
+local function record_progress(args)
+  local data = args.data or {}
+  local client = vim.lsp.get_client_by_id(data.client_id)
+  if not client or client.name ~= M.name then
+    return
+  end
+  local params = data.params or {}
+  local value = type(params.value) == 'table' and params.value or {}
+  local running = progress[client.id]
+  if value.kind == 'begin' or (not running and value.kind == 'report') then
+    progress[client.id] = { token = params.token, value = value }
+  elseif running and running.token == params.token then
+    if value.kind == 'end' then
+      progress[client.id] = nil
+    else
+      running.value = vim.tbl_extend('force', running.value, value)
+    end
+  end
+  status_changed(client.id)
 end
 
 local function capabilities()
@@ -67,6 +127,7 @@ local function lsp_config(opts)
     capabilities = capabilities(),
     handlers = {
       ['$/quickdraft/stats'] = record_stats,
+      ['$/quickdraft/status'] = record_status,
       -- A server that pulls section "quickdraft" gets the tree itself.
       ['workspace/configuration'] = function(_, params, ctx)
         local client = vim.lsp.get_client_by_id(ctx.client_id)
@@ -234,18 +295,32 @@ local function set_keymaps(keymaps)
   map(keymaps.dismiss, M.dismiss, 'quickdraft: dismiss the suggestion')
 end
 
---- Everything :QuickdraftStatus shows, as data.
+--- Everything :QuickdraftStatus shows, as data. `state` is the server's as a statusline shows
+--- it ('inactive' without a server, 'starting', 'loading', 'ready', 'error', 'unavailable',
+--- 'stopped'), for the client of the current buffer (else the first); `message` is the server's
+--- line about it and `progress` its running work-done progress.
 ---@return table
 function M.status()
   local clients = {}
+  local shown, shown_has_buffer = nil, false
+  local bufnr = api.nvim_get_current_buf()
   for _, client in ipairs(M.clients()) do
-    table.insert(clients, {
+    local client_state = client:is_stopped() and 'stopped' or (client.initialized and 'running' or 'starting')
+    local entry = {
       id = client.id,
-      state = client:is_stopped() and 'stopped' or (client.initialized and 'running' or 'starting'),
+      state = client_state,
+      status = server_status[client.id],
+      progress = progress[client.id] and status.progress_text(progress[client.id].value) or nil,
+      shown_state = status.resolve(client_state, server_status[client.id], totals.last ~= nil),
       buffers = vim.tbl_keys(client.attached_buffers or {}),
       server = client.server_info,
       cmd = client.config.cmd,
-    })
+    }
+    table.insert(clients, entry)
+    local has_buffer = (client.attached_buffers or {})[bufnr] == true
+    if not shown or (has_buffer and not shown_has_buffer) then
+      shown, shown_has_buffer = entry, has_buffer
+    end
   end
   return {
     configured = M.options ~= nil,
@@ -253,18 +328,23 @@ function M.status()
     cmd = M.options and config.cmd(M.options) or nil,
     config = M.options and config.tree(M.options) or nil,
     clients = clients,
+    state = shown and shown.shown_state or 'inactive',
+    message = shown and shown.status and shown.status.message or nil,
+    progress = shown and shown.progress or nil,
+    backend = shown and shown.status and shown.status.backend or nil,
     last = totals.last,
     totals = vim.deepcopy(totals),
   }
 end
 
---- A short text for statuslines: the last completion's latency, tokens per forward, acceptance.
+--- A short text for 'statusline': `qd … loading: <step>` until the server is ready, then the
+--- last completion's latency, tokens per forward and acceptance (`qd cached` for an answer
+--- without model work); `qd ✗ error: ...` / `qd ⚠ unavailable: ...` when it cannot complete;
+--- '' without a server.
 ---@return string
 function M.statusline()
-  if not totals.last then
-    return ''
-  end
-  return 'qd ' .. stats.format(totals.last)
+  local st = M.status()
+  return status.line(st.state, st.message, st.progress, st.last)
 end
 
 function M.show_status()
@@ -280,6 +360,14 @@ function M.show_status()
       local name = c.server and (c.server.name .. ' ' .. (c.server.version or '')) or 'quickdraft'
       table.insert(lines, ('quickdraft: %s, client %d, %s, buffers %s'):format(
         c.state, c.id, vim.trim(name), table.concat(c.buffers, ' ')))
+    end
+    local state = st.state .. (st.message and st.message ~= '' and (': ' .. st.message) or '')
+    if st.backend == 'openai' then
+      state = state .. ' [remote engine]'
+    end
+    table.insert(lines, 'state: ' .. state)
+    if st.progress then
+      table.insert(lines, 'progress: ' .. st.progress)
     end
     table.insert(lines, 'command: ' .. table.concat(st.cmd, ' '))
     table.insert(lines, 'ghost text: ' .. tostring(st.inline))
@@ -297,6 +385,7 @@ function M.restart()
     return #M.clients() == 0
   end, 20)
   totals = stats.new_totals()
+  server_status, progress = {}, {}
   vim.lsp.enable(M.name, true)
 end
 
@@ -331,6 +420,7 @@ function M.setup(opts)
   augroup = api.nvim_create_augroup('quickdraft', { clear = true })
   api.nvim_create_autocmd('LspAttach', { group = augroup, callback = on_attach })
   api.nvim_create_autocmd('LspDetach', { group = augroup, callback = on_detach })
+  api.nvim_create_autocmd('LspProgress', { group = augroup, callback = record_progress })
 
   set_keymaps(M.options.keymaps)
 

@@ -63,17 +63,43 @@ local function ms(value)
   return ('%d ms'):format(math.floor(value + 0.5))
 end
 
---- A short line: `84 ms · 2.7 tok/fwd · 75% acc` (or `40% drafted` without drafted counts).
+--- Tokens per target forward as shown: nil for a cached answer (no forward) or one without
+--- tokens; never below 1 for a computed answer (every forward yields at least one token, so a
+--- smaller figure is a counting slip on the server's side: see too_few_tokens_per_forward).
+---@param stats table
+---@return number|nil
+function M.shown_tokens_per_forward(stats)
+  local tpf = number(stats.tokens_per_forward)
+  if stats.cached == true or not tpf or number(stats.tokens) == 0 then
+    return nil
+  end
+  return math.max(1, tpf)
+end
+
+--- Whether the server reported fewer than one token per forward for a computed answer.
+---@param stats table
+---@return boolean
+function M.too_few_tokens_per_forward(stats)
+  local tpf = number(stats.tokens_per_forward)
+  local tokens = number(stats.tokens)
+  return stats.cached ~= true and tpf ~= nil and tpf < 1 and (tokens == nil or tokens > 0)
+end
+
+--- A short line: `84 ms · 2.7 tok/fwd · 75% acc` (or `40% drafted` without drafted counts), or
+--- `cached` for an answer that took no model work.
 ---@param stats table|nil
 ---@return string
 function M.format(stats)
   if type(stats) ~= 'table' then
     return 'no completion yet'
   end
+  if stats.cached == true then
+    return 'cached'
+  end
   local parts = {}
   local latency = number(stats.latency_ms)
   table.insert(parts, latency and ms(latency) or '-')
-  local tpf = number(stats.tokens_per_forward)
+  local tpf = M.shown_tokens_per_forward(stats)
   if tpf then
     table.insert(parts, ('%.1f tok/fwd'):format(tpf))
   end
@@ -90,7 +116,9 @@ end
 --- Running totals over a session.
 ---@return table
 function M.new_totals()
-  return { completions = 0, tokens = 0, latency_ms = 0, accepted = 0, drafted = 0, last = nil }
+  -- completions counts every answer, `cached` those without model work; tokens, latency and
+  -- acceptance are over the computed ones.
+  return { completions = 0, cached = 0, tokens = 0, latency_ms = 0, accepted = 0, drafted = 0, last = nil }
 end
 
 ---@param totals table
@@ -102,6 +130,10 @@ function M.add(totals, stats)
   stats = M.normalize(stats)
   totals.last = stats
   totals.completions = totals.completions + 1
+  if stats.cached == true then
+    totals.cached = totals.cached + 1
+    return
+  end
   totals.tokens = totals.tokens + (number(stats.tokens) or 0)
   totals.latency_ms = totals.latency_ms + (number(stats.latency_ms) or 0)
   local _, accepted, drafted = M.acceptance(stats)
@@ -116,11 +148,15 @@ function M.format_totals(totals)
   if totals.completions == 0 then
     return 'no completion yet'
   end
-  local line = ('%d completions, %d tokens, mean %s'):format(
-    totals.completions,
-    totals.tokens,
-    ms(totals.latency_ms / totals.completions)
-  )
+  local computed = totals.completions - totals.cached
+  local line = ('%d completions'):format(totals.completions)
+  if totals.cached > 0 then
+    line = line .. (' (%d cached)'):format(totals.cached)
+  end
+  line = line .. (', %d tokens'):format(totals.tokens)
+  if computed > 0 then
+    line = line .. (', mean %s'):format(ms(totals.latency_ms / computed))
+  end
   if totals.drafted > 0 then
     line = line .. (', %d%% of drafted tokens accepted'):format(
       math.floor(math.min(1, totals.accepted / totals.drafted) * 100 + 0.5)

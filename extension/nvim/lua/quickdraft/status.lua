@@ -1,0 +1,102 @@
+-- The server's state as a statusline shows it: `$/quickdraft/status` (loading, ready, error,
+-- unavailable), LSP work-done progress (`$/progress`) while the models load, and the last
+-- `$/quickdraft/stats`.
+--
+-- Pure functions, unit-tested by tests/config_spec.lua.
+
+local stats = require('quickdraft.stats')
+
+local M = {}
+
+--- The states `$/quickdraft/status` may name.
+M.server_states = { loading = true, ready = true, error = true, unavailable = true }
+
+--- Marks in front of the states that need attention.
+M.icons = { starting = '…', loading = '…', error = '✗', unavailable = '⚠' }
+
+--- Longest message a statusline shows (:QuickdraftStatus shows all of it).
+M.max_message = 60
+
+--- The params of `$/quickdraft/status`, or nil when they name no known state (then ignored).
+---@param raw any
+---@return table|nil { state, message, backend }
+function M.normalize(raw)
+  if type(raw) ~= 'table' or type(raw.state) ~= 'string' or not M.server_states[raw.state] then
+    return nil
+  end
+  local message = type(raw.message) == 'string' and vim.trim((raw.message:gsub('%s+', ' '))) or ''
+  return {
+    state = raw.state,
+    message = message,
+    backend = type(raw.backend) == 'string' and raw.backend or nil,
+  }
+end
+
+--- One line for a `$/progress` value: `title: message (40%)`; nil once it has ended.
+---@param value table|nil the `value` of `$/progress` params
+---@return string|nil
+function M.progress_text(value)
+  if type(value) ~= 'table' or value.kind == 'end' then
+    return nil
+  end
+  local parts = {}
+  for _, part in ipairs({ value.title, value.message }) do
+    if type(part) == 'string' and vim.trim(part) ~= '' then
+      table.insert(parts, vim.trim(part))
+    end
+  end
+  local text = table.concat(parts, ': ')
+  if type(value.percentage) == 'number' then
+    text = text .. (text == '' and '' or ' ') .. ('(%d%%)'):format(value.percentage)
+  end
+  return text ~= '' and text or nil
+end
+
+--- The state to show for one client: its own ('starting', 'stopped') until it runs, then what
+--- the server says. A server that never sends `$/quickdraft/status` (older ones) is 'starting'
+--- until its first stats, then 'ready'.
+---@param client_state string 'starting'|'running'|'stopped'
+---@param server table|nil a normalized status
+---@param has_stats boolean
+---@return string
+function M.resolve(client_state, server, has_stats)
+  if client_state ~= 'running' then
+    return client_state
+  end
+  if not server then
+    return has_stats and 'ready' or 'starting'
+  end
+  return server.state
+end
+
+local function shorten(text)
+  if vim.fn.strchars(text) <= M.max_message then
+    return text
+  end
+  return vim.fn.strcharpart(text, 0, M.max_message - 1) .. '…'
+end
+
+--- The statusline text: '' without a server; `qd … loading: <step>`, `qd ✗ error: <why>`,
+--- `qd ⚠ unavailable: <why>`, or the last completion's stats once ready.
+---@param state string from resolve(), or 'inactive'
+---@param message string|nil the server's message
+---@param progress string|nil from progress_text()
+---@param last table|nil the last stats
+---@return string
+function M.line(state, message, progress, last)
+  if state == 'inactive' then
+    return ''
+  end
+  if state == 'ready' then
+    return 'qd ' .. (last and stats.format(last) or 'ready')
+  end
+  local detail = (state == 'loading' or state == 'starting') and (progress or message) or message
+  local icon = M.icons[state]
+  local text = 'qd ' .. (icon and (icon .. ' ') or '') .. state
+  if detail and detail ~= '' then
+    text = text .. ': ' .. shorten(detail)
+  end
+  return text
+end
+
+return M

@@ -1,0 +1,98 @@
+// The status bar item: the server's state (`$/quickdraft/status`) and the last completion's
+// stats (`$/quickdraft/stats`).
+//
+// Pure logic, no `vscode` import (tested by `npm test`).
+
+import { formatStatusText, formatTooltip, StatsTotals } from "./stats";
+
+export const SERVER_STATES = ["loading", "ready", "error", "unavailable"] as const;
+export type ServerState = (typeof SERVER_STATES)[number];
+
+/** The params of `$/quickdraft/status`. */
+export interface ServerStatus {
+  state: ServerState;
+  /** one line for a person: the loading step, or why there are no completions */
+  message: string;
+  /** "local" | "openai" */
+  backend?: string;
+}
+
+/** The notification's params, or undefined when they name no known state (then ignored). */
+export function normalizeServerStatus(raw: unknown): ServerStatus | undefined {
+  if (!raw || typeof raw !== "object" || Array.isArray(raw)) {
+    return undefined;
+  }
+  const { state, message, backend } = raw as Record<string, unknown>;
+  if (typeof state !== "string" || !(SERVER_STATES as readonly string[]).includes(state)) {
+    return undefined;
+  }
+  return {
+    state: state as ServerState,
+    message: typeof message === "string" ? message.replace(/\s+/g, " ").trim() : "",
+    backend: typeof backend === "string" ? backend : undefined,
+  };
+}
+
+/** The language client's own state: the process is starting, running (initialized) or not. */
+export type ClientState = "starting" | "running" | "stopped";
+
+export interface StatusView {
+  text: string;
+  tooltip: string;
+  /** the item's background: "error" (no completions possible) or "warning" (remote failing) */
+  alert?: "error" | "warning";
+}
+
+/** Longest message shown in the status bar itself; the tooltip has all of it. */
+export const MAX_STATUS_MESSAGE = 48;
+
+function shorten(message: string): string {
+  return message.length <= MAX_STATUS_MESSAGE ? message : `${message.slice(0, MAX_STATUS_MESSAGE - 1)}…`;
+}
+
+function withMessage(prefix: string, message: string): string {
+  return message === "" ? prefix : `${prefix}: ${message}`;
+}
+
+/**
+ * What the item shows. A server that never sends `$/quickdraft/status` (older ones) is "starting"
+ * until its first stats arrive; one that does is "loading" until it says "ready".
+ */
+export function statusView(client: ClientState, server: ServerStatus | undefined, totals: StatsTotals): StatusView {
+  let text: string;
+  let headline: string;
+  let alert: StatusView["alert"];
+  if (client === "stopped") {
+    text = "$(circle-slash) quickdraft";
+    headline = "server stopped";
+  } else if (client === "starting") {
+    text = "$(loading~spin) quickdraft";
+    headline = "server starting";
+  } else if (server === undefined) {
+    if (totals.last) {
+      text = formatStatusText(totals.last);
+      headline = "server running";
+    } else {
+      text = "$(loading~spin) quickdraft starting";
+      headline = "server starting (the first completion shows that it is ready)";
+    }
+  } else if (server.state === "loading") {
+    text = `$(loading~spin) ${withMessage("loading", shorten(server.message))}`;
+    headline = withMessage("loading", server.message);
+  } else if (server.state === "error") {
+    text = "$(error) quickdraft error";
+    headline = withMessage("error", server.message);
+    alert = "error";
+  } else if (server.state === "unavailable") {
+    text = "$(warning) quickdraft unavailable";
+    headline = withMessage("unavailable", server.message);
+    alert = "warning";
+  } else {
+    text = formatStatusText(totals.last);
+    headline = withMessage("ready", server.message);
+  }
+  if (server?.backend === "openai") {
+    headline += " [remote engine]";
+  }
+  return { text, tooltip: formatTooltip(totals, `quickdraft — ${headline}`), alert };
+}

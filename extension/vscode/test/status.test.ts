@@ -1,0 +1,84 @@
+import { strict as assert } from "node:assert";
+import { test } from "node:test";
+
+import { StatsTotals } from "../src/stats";
+import { MAX_STATUS_MESSAGE, normalizeServerStatus, statusView } from "../src/status";
+
+const computed = { latency_ms: 84, tokens: 20, tokens_per_forward: 2.66, cached: false };
+
+test("$/quickdraft/status params: known states only, one-line message", () => {
+  assert.deepEqual(normalizeServerStatus({ state: "loading", message: "converting\n  the target", backend: "local" }), {
+    state: "loading",
+    message: "converting the target",
+    backend: "local",
+  });
+  assert.deepEqual(normalizeServerStatus({ state: "ready" }), { state: "ready", message: "", backend: undefined });
+  assert.equal(normalizeServerStatus({ state: "running" }), undefined);
+  assert.equal(normalizeServerStatus({ message: "x" }), undefined);
+  assert.equal(normalizeServerStatus(null), undefined);
+  assert.equal(normalizeServerStatus(["ready"]), undefined);
+});
+
+test("the client's own states come first", () => {
+  const totals = new StatsTotals();
+  const ready = { state: "ready" as const, message: "" };
+  assert.equal(statusView("stopped", ready, totals).text, "$(circle-slash) quickdraft");
+  assert.match(statusView("stopped", ready, totals).tooltip, /server stopped/);
+  assert.equal(statusView("starting", undefined, totals).text, "$(loading~spin) quickdraft");
+});
+
+test("loading with the server's message until it says ready", () => {
+  const totals = new StatsTotals();
+  const loading = statusView("running", { state: "loading", message: "calibrating step costs (2/5)" }, totals);
+  assert.equal(loading.text, "$(loading~spin) loading: calibrating step costs (2/5)");
+  assert.match(loading.tooltip, /^quickdraft — loading: calibrating step costs \(2\/5\)\nNo completion yet\./);
+  assert.equal(loading.alert, undefined);
+  const long = "converting qwen2.5-coder-1.5b to the torch format in ~/.cache/quickdraft/models (once)";
+  const shortened = statusView("running", { state: "loading", message: long }, totals);
+  assert.equal(shortened.text, `$(loading~spin) loading: ${long.slice(0, MAX_STATUS_MESSAGE - 1)}…`);
+  assert.match(shortened.tooltip, new RegExp(`loading: ${long.replace(/[.()~]/g, "\\$&")}`));
+  const ready = statusView("running", { state: "ready", message: "" }, totals);
+  assert.equal(ready.text, "$(zap) quickdraft");
+  assert.match(ready.tooltip, /^quickdraft — ready\n/);
+  totals.add(computed);
+  assert.equal(statusView("running", { state: "ready", message: "" }, totals).text, "$(zap) 84 ms · 2.7 tok/fwd");
+});
+
+test("error and unavailable: a clear icon, the message in the tooltip, a coloured item", () => {
+  const totals = new StatsTotals();
+  totals.add(computed);
+  const error = statusView("running", { state: "error", message: "models failed to load: out of memory" }, totals);
+  assert.equal(error.text, "$(error) quickdraft error");
+  assert.match(error.tooltip, /^quickdraft — error: models failed to load: out of memory\n/);
+  assert.equal(error.alert, "error");
+  const down = statusView(
+    "running",
+    { state: "unavailable", message: "cannot reach http://gpu:8000/v1", backend: "openai" },
+    totals,
+  );
+  assert.equal(down.text, "$(warning) quickdraft unavailable");
+  assert.match(down.tooltip, /^quickdraft — unavailable: cannot reach http:\/\/gpu:8000\/v1 \[remote engine\]\n/);
+  assert.equal(down.alert, "warning");
+  const back = statusView("running", { state: "ready", message: "", backend: "openai" }, totals);
+  assert.equal(back.text, "$(zap) 84 ms · 2.7 tok/fwd");
+  assert.equal(back.alert, undefined);
+});
+
+test("a server that never sends a status is 'starting' until its first stats", () => {
+  const totals = new StatsTotals();
+  const before = statusView("running", undefined, totals);
+  assert.equal(before.text, "$(loading~spin) quickdraft starting");
+  assert.match(before.tooltip, /server starting/);
+  totals.add(computed);
+  const after = statusView("running", undefined, totals);
+  assert.equal(after.text, "$(zap) 84 ms · 2.7 tok/fwd");
+  assert.match(after.tooltip, /server running/);
+});
+
+test("a cached answer shows 'cached'", () => {
+  const totals = new StatsTotals();
+  totals.add({ latency_ms: 0.4, tokens: 0, tokens_per_forward: 0, cached: true, source: "typed-ahead" });
+  const view = statusView("running", { state: "ready", message: "" }, totals);
+  assert.equal(view.text, "$(zap) cached");
+  assert.match(view.tooltip, /Last: cached \(typed-ahead\), no model work/);
+});
