@@ -37,6 +37,8 @@ from quickdraft.lsp.worker import CompleterLoader, ModelHost, ModelWorker, load_
 
 logger = logging.getLogger(__name__)
 
+STATUS_NOTIFICATION = "$/quickdraft/status"
+
 _LOG_LEVELS = {
     "error": types.MessageType.Error,
     "warning": types.MessageType.Warning,
@@ -176,6 +178,18 @@ class QuickdraftServer(LanguageServer):
         except Exception:
             logger.debug("could not send showMessage", exc_info=True)
 
+    def notify_status(self, state: str, message: str, backend: str | None = None) -> None:
+        """`$/quickdraft/status`: loading | ready | error | unavailable, with a line for a person."""
+        params = {
+            "state": state,
+            "message": message,
+            "backend": backend or self.config.current.model.backend,
+        }
+        try:
+            self.protocol.notify(STATUS_NOTIFICATION, params)
+        except Exception:
+            logger.debug("could not send %s", STATUS_NOTIFICATION, exc_info=True)
+
     def report_server_error(self, error: Exception, source) -> None:
         # Failures outside a request (a notification's handler, an unreadable message) are shown;
         # request errors already went back as the request's answer.
@@ -240,10 +254,16 @@ class QuickdraftServer(LanguageServer):
         self.models_generation += 1
         generation = self.models_generation
         model = config.model
-        self.log(
-            f"loading models: target={model.target or model.preset} draft={model.draft} "
-            f"device={model.device} dtype={model.dtype}"
-        )
+        if model.backend == "openai":
+            self.log(
+                f"connecting to the completion engine at {model.url} (tokenizer of "
+                f"{model.tokenizer or model.preset})"
+            )
+        else:
+            self.log(
+                f"loading models: target={model.target or model.preset} draft={model.draft} "
+                f"device={model.device} dtype={model.dtype}"
+            )
         future = self.worker.submit(self.host.load, config)
         loop = asyncio.get_running_loop()
 
@@ -257,6 +277,7 @@ class QuickdraftServer(LanguageServer):
         if exc is None:
             self.completions.typed_ahead.clear()
             self.log(f"models ready: {future.result()}")
+            self._watch_engine(self.host.completer)
             return
         running = self.host.config
         if generation == self.models_generation and running is not None:
@@ -265,6 +286,33 @@ class QuickdraftServer(LanguageServer):
             self.config.revert_models(running.model)
             self.worker.submit(self.host.update_config, self.config.current)
         self.show(f"quickdraft: {exc}", "error")
+
+    # --- a remote engine's state -------------------------------------------------------
+
+    def _watch_engine(self, completer: Any) -> None:
+        """Tell the client the remote engine's state now and at every change (not per request:
+        one `showMessage` per failure state; each failed request is logged by the service)."""
+        import asyncio
+
+        status = getattr(completer, "engine_status", None)
+        if status is None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def changed(state: str, message: str) -> None:  # any thread
+            loop.call_soon_threadsafe(self._engine_state, completer, state, message)
+
+        state, message = status.subscribe(changed)
+        self._engine_state(completer, state, message)
+
+    def _engine_state(self, completer: Any, state: str, message: str) -> None:
+        if completer is not self.host.completer:
+            return  # replaced by a reload meanwhile
+        self.notify_status(state, message, "openai")
+        if state == "unavailable":
+            self.show(f"quickdraft: {message}; completions resume when it answers", "warning")
+        else:
+            self.log(f"quickdraft: {message}")
 
     def stop(self) -> None:
         self.worker.stop()
