@@ -211,3 +211,35 @@ def shown(client, level=types.MessageType.Error) -> list[str]:
 @pytest.fixture
 def session():
     return lsp_session
+
+
+# --- a real serving engine (the remote backend's tests) -------------------------------------
+
+ENGINE_KEY_ENV = "QUICKDRAFT_TEST_ENGINE_KEY"
+"""The variable `quickdraft serve --api-key-env` reads the engine's key from in these tests."""
+
+
+@pytest.fixture(scope="session")
+def engine_key() -> str:
+    """A fresh API key, in the environment the tests and their `quickdraft serve` run in."""
+    import secrets
+
+    key = f"qd-secret-{secrets.token_hex(12)}"
+    os.environ[ENGINE_KEY_ENV] = key
+    yield key
+    os.environ.pop(ENGINE_KEY_ENV, None)
+
+
+@pytest.fixture(scope="session")
+def llama_engine(tmp_path_factory, engine_key):
+    """llama.cpp's OpenAI-compatible server on the 0.5B GGUF, wanting `engine_key`, on a free
+    loopback port for the whole session (see llamacpp_engine.py)."""
+    from llamacpp_engine import LlamaEngine, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    log = tmp_path_factory.mktemp("engine") / "engine.log"
+    engine = LlamaEngine(log, api_key=engine_key).start()
+    yield engine
+    engine.stop()
