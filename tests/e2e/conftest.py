@@ -16,6 +16,7 @@ from pygls.protocol.json_rpc import JsonRPCRequestMessage
 from pytest_lsp import make_test_lsp_client
 
 STATS = "$/quickdraft/stats"
+STATUS = "$/quickdraft/status"
 
 
 @pytest.fixture(scope="session")
@@ -77,14 +78,20 @@ async def lsp_session(
     """Start `command`, initialize it, yield the client; shut down cleanly afterwards.
 
     `pull_configuration`: when given, the client answers `workspace/configuration` with it.
-    Stats notifications are collected in `client.stats`.
+    Stats notifications are collected in `client.stats`, status notifications in
+    `client.statuses`.
     """
     client = make_test_lsp_client()
     client.stats = []
+    client.statuses = []
 
     @client.feature(STATS)
     def _stats(params):
         client.stats.append(params)
+
+    @client.feature(STATUS)
+    def _status(params):
+        client.statuses.append(plain(params))
 
     if pull_configuration is not None:
         client.set_configuration(pull_configuration)

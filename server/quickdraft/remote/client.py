@@ -21,6 +21,8 @@ import asyncio
 import email.utils
 import json
 import logging
+import os
+import socket
 import ssl
 import time
 from collections.abc import Callable
@@ -507,7 +509,12 @@ def _tls_cause(exc: BaseException) -> str | None:
 def _reason(exc: BaseException) -> str:
     """The innermost useful words of an exception chain ("Connection refused")."""
     for cause in reversed(list(_causes(exc))):
-        text = getattr(cause, "strerror", None) or str(cause)
+        text = str(cause)
+        if isinstance(cause, OSError) and not isinstance(cause, socket.gaierror):
+            # asyncio says "Connect call failed ('10.0.0.1', 8000)" for ECONNREFUSED
+            text = os.strerror(cause.errno) if cause.errno and cause.errno > 0 else text
+        elif isinstance(cause, socket.gaierror):
+            text = cause.strerror or text
         if text:
-            return " ".join(str(text).split())
+            return " ".join(text.split())
     return type(exc).__name__
