@@ -195,6 +195,27 @@ class LlamaEngine:
         return records
 
 
+def direct_completion(engine: LlamaEngine, prompt: str, max_tokens: int, stop: list[str]) -> str:
+    """What the engine answers for `prompt` asked directly (not streamed), greedy."""
+    import httpx
+
+    answer = httpx.post(
+        engine.url + "/completions",
+        json={
+            "model": ALIAS,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "top_p": 1.0,
+            "stop": stop,
+        },
+        headers={"Authorization": f"Bearer {engine.api_key}"} if engine.api_key else {},
+        timeout=120,
+    )
+    answer.raise_for_status()
+    return answer.json()["choices"][0]["text"]
+
+
 # --- the engine process ---------------------------------------------------------------------
 
 

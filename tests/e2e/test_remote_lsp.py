@@ -16,7 +16,6 @@ import asyncio
 import os
 import sys
 
-import httpx
 import pytest
 import pytest_asyncio
 from conftest import (
@@ -29,7 +28,13 @@ from conftest import (
     plain,
     wait_for,
 )
-from llamacpp_engine import ALIAS, PRESET, LlamaEngine, free_port, unavailable_reason
+from llamacpp_engine import (
+    PRESET,
+    LlamaEngine,
+    direct_completion,
+    free_port,
+    unavailable_reason,
+)
 from lsprotocol import types
 from pygls.exceptions import JsonRpcRequestCancelled
 
@@ -107,7 +112,7 @@ def reference(llama_engine, server_log, engine_key):
     completer.close()
 
 
-def direct_answer(engine, key: str, reference, uri: str, text: str, line: int, col: int) -> str:
+def direct_answer(engine, reference, uri: str, text: str, line: int, col: int) -> str:
     """Build the prompt as the server does, send it to the engine ourselves, post-process."""
     from quickdraft.completer import CompletionRequest
 
@@ -115,21 +120,10 @@ def direct_answer(engine, key: str, reference, uri: str, text: str, line: int, c
         reference.close_document(other)
     reference.set_document(uri, text, "python")
     prepared = reference.prepare(CompletionRequest(uri, text, line, col, "python"))
-    answer = httpx.post(
-        engine.url + "/completions",
-        json={
-            "model": ALIAS,
-            "prompt": prepared.prompt.text,
-            "max_tokens": prepared.max_new_tokens,
-            "temperature": 0.0,
-            "top_p": 1.0,
-            "stop": reference.generator.stop_strings,
-        },
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=120,
+    raw = direct_completion(
+        engine, prepared.prompt.text, prepared.max_new_tokens, reference.generator.stop_strings
     )
-    answer.raise_for_status()
-    return prepared.finish_text(answer.json()["choices"][0]["text"])[1]
+    return prepared.finish_text(raw)[1]
 
 
 async def test_the_suggestion_is_what_the_engine_answers_for_the_same_prompt(
@@ -142,7 +136,7 @@ async def test_the_suggestion_is_what_the_engine_answers_for_the_same_prompt(
     }
     uri = "file:///work/fib.py"
     text = "def fibonacci(n):\n    if n < 2:\n        return n\n    return \n"
-    want = direct_answer(llama_engine, engine_key, reference, uri, text, 3, 11)
+    want = direct_answer(llama_engine, reference, uri, text, 3, 11)
     assert want  # the engine does say something here
     open_doc(client, uri, text)
     try:
