@@ -223,6 +223,12 @@ def test_the_stop_rule_sees_the_text_so_far_and_ends_the_stream(generator_with):
     assert seen == ["a", "ab\nc"] and result.stop_reason == "stop"
 
 
+def test_an_event_without_choices_carries_no_text(generator_with):
+    usage = {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+    result = generator_with(Engine(sse(piece("x", "stop"), usage))).generate("p", max_tokens=4)
+    assert result.text == "x" and result.stop_reason == "eos"
+
+
 def test_a_finish_reason_without_the_end_marker_is_accepted(generator_with):
     result = generator_with(Engine(sse(piece("x", "stop"), done=False))).generate("p", max_tokens=4)
     assert result.text == "x"

@@ -191,10 +191,13 @@ class CompletionsClient:
             data = response.json()["data"]
             return [str(item["id"]) for item in data]
         except (ValueError, KeyError, TypeError):
-            raise MalformedStreamError(
-                f"the completion engine at {self.endpoint.display} answered /models with "
-                f"something other than an OpenAI model list: {self._quote(response.text)}"
-            ) from None
+            # Completions may well work: only the model's name cannot be checked.
+            logger.warning(
+                "the completion engine at %s answered /models with something other than an "
+                "OpenAI model list; the model's name is not checked",
+                self.endpoint.display,
+            )
+            return None
 
     async def stream(
         self,
@@ -302,6 +305,8 @@ class CompletionsClient:
                 f"the completion engine at {where} failed while generating: "
                 f"{self._quote(_error_text(event))}"
             )
+        if isinstance(event, dict) and event.get("choices") == []:
+            return "", None  # a usage-only event, as OpenAI's `include_usage` last chunk
         try:
             choice = event["choices"][0]
             text = choice.get("text")
