@@ -158,7 +158,12 @@ class Completer:
     @classmethod
     def load(cls, config: QuickdraftConfig, *, progress: Progress | None = None) -> Completer:
         """Load the configured models, then measure step costs (cached per machine) when the
-        strategy can draft; every step is told to `progress`."""
+        strategy can draft; every step is told to `progress`. With `model.backend: openai`, a
+        serving engine generates instead (`quickdraft.remote`: tokenizer files only)."""
+        if config.model.backend == "openai":
+            from quickdraft.remote import RemoteCompleter
+
+            return RemoteCompleter.from_config(config, progress=progress)
         from quickdraft.models import load_models
 
         loaded = load_models(config.model, progress=progress)
@@ -436,15 +441,3 @@ class Completer:
             stats=result.stats,
             prompt_tokens=len(prepared.prompt_ids),
         )
-
-
-def build_completer(config: QuickdraftConfig) -> Completer:
-    """The Completer for `config`: over local models (loaded here), or over a serving engine
-    (`model.backend: openai`: only tokenizer files are loaded; see `quickdraft.remote`)."""
-    if config.model.backend == "openai":
-        from quickdraft.remote import RemoteCompleter
-
-        return RemoteCompleter.from_config(config)
-    from quickdraft.models import load_models
-
-    return Completer(load_models(config.model), config)

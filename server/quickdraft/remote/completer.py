@@ -9,6 +9,8 @@ speculation, so there is no n-gram index to feed and no step costs to measure.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from quickdraft.completer import Completer, Completion, CompletionRequest, PreparedCompletion
 from quickdraft.config import QuickdraftConfig
@@ -33,12 +35,22 @@ class RemoteCompleter(Completer):
         models.engine = self.generator.describe()
 
     @classmethod
-    def from_config(cls, config: QuickdraftConfig, *, check: bool = True) -> RemoteCompleter:
+    def from_config(
+        cls,
+        config: QuickdraftConfig,
+        *,
+        check: bool = True,
+        progress: Callable[[str], None] | None = None,
+    ) -> RemoteCompleter:
         """Tokenizer files from the preset or `model.tokenizer`, the engine's client, and (with
         `check`) one question to the engine, whose answer sets `engine_status`; an engine that
         is down makes no error here: requests fail with the reason until it is back."""
+        if progress is not None:
+            progress("loading the tokenizer (files only, no weights)")
         completer = cls(load_remote_models(config.model), config)
         if check:
+            if progress is not None:
+                progress(f"asking the completion engine at {completer.generator.endpoint.display}")
             completer.generator.check()
             completer.models.engine = completer.generator.describe()
         return completer
@@ -58,7 +70,7 @@ class RemoteCompleter(Completer):
     def update_config(self, config: QuickdraftConfig) -> None:
         self.config = config  # model settings (URL, key, timeouts) come with a new Completer
 
-    def calibrate(self, context_tokens: int = 512, cache: bool = True) -> None:
+    def calibrate(self, *args: Any, **kwargs: Any) -> None:
         return None  # the engine's step costs are its own business
 
     def refresh_documents(self, current: CompletionRequest | None = None) -> None:

@@ -42,6 +42,15 @@ class RemoteModels:
     engine: dict[str, Any] = field(default_factory=dict)
     """The engine as configured and as last seen (RemoteGenerator.describe)."""
 
+    def summary(self) -> str:
+        """One line for logs and status items, as LoadedModels.summary."""
+        engine = self.engine
+        model = f"model {engine.get('model')} at " if engine.get("model") else ""
+        return (
+            f"{model}{engine.get('url', 'a serving engine')} ({self.family} prompts, "
+            f"tokenizer {self.tokenizer_source})"
+        )
+
     def describe(self) -> dict[str, Any]:
         return {
             "backend": "openai",
