@@ -46,6 +46,47 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="skip measuring step costs at load (the adaptive draft length then uses estimates)",
     )
+    add_remote_arguments(parser)
+
+
+REMOTE_MODEL_KEYS = (
+    "backend",
+    "url",
+    "api_key_env",
+    "remote_model",
+    "family",
+    "tokenizer",
+    "connect_timeout_s",
+    "read_timeout_s",
+)
+"""The `model` settings of a serving engine (`--backend openai`), named as the flags' dests."""
+
+
+def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
+    """A serving engine in place of local models (`quickdraft.remote`)."""
+    group = parser.add_argument_group("remote engine (--backend openai)")
+    group.add_argument(
+        "--backend",
+        choices=["local", "openai"],
+        help="local models (default), or an OpenAI-compatible /v1/completions (vLLM, llama.cpp)",
+    )
+    group.add_argument("--url", help="the engine's base URL, e.g. http://gpu-box:8000/v1")
+    group.add_argument(
+        "--api-key-env",
+        metavar="NAME",
+        help="the environment variable holding the engine's API key (never the key itself)",
+    )
+    group.add_argument("--remote-model", help="the model name the engine serves (default: ask it)")
+    group.add_argument("--family", help="FIM family, when no preset says it")
+    group.add_argument(
+        "--tokenizer", help="tokenizer files (directory or .gguf) when no preset has them"
+    )
+    group.add_argument(
+        "--connect-timeout", type=float, dest="connect_timeout_s", help="seconds (default 3)"
+    )
+    group.add_argument(
+        "--read-timeout", type=float, dest="read_timeout_s", help="seconds (default 30)"
+    )
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
@@ -85,7 +126,17 @@ def config_dict_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The settings given on the command line, as a dict for `load_config`."""
     model = {
         key: getattr(args, key, None)
-        for key in ("preset", "target", "draft", "device", "runtime", "dtype", "threads", "compile")
+        for key in (
+            "preset",
+            "target",
+            "draft",
+            "device",
+            "runtime",
+            "dtype",
+            "threads",
+            "compile",
+            *REMOTE_MODEL_KEYS,
+        )
         if getattr(args, key, None) is not None
     }
     if getattr(args, "no_calibrate", False):

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,6 +29,9 @@ from quickdraft.context.snippets import uri_to_path
 from quickdraft.decoding import CostModel, Engine, GenerationRequest, GenerationStats
 from quickdraft.errors import InputError
 from quickdraft.models.loading import LoadedModels, Progress
+
+if TYPE_CHECKING:
+    from quickdraft.remote.models import RemoteModels
 from quickdraft.models.store import quickdraft_home
 from quickdraft.postprocess import StopRule, decide_mode, finalize
 
@@ -76,14 +79,21 @@ class PreparedCompletion:
     max_new_tokens: int
     tokenizer: Any
 
+    def text_stop_rule(self) -> StopRule:
+        """A fresh stop rule for one generation: text so far -> complete now?"""
+        return StopRule(self.prompt.prefix, self.prompt.suffix, self.request.language_id, self.mode)
+
     def stop_rule(self) -> Callable[[list[int]], bool]:
         """A fresh stop callback for one generation: new tokens so far -> complete now?"""
-        rule = StopRule(self.prompt.prefix, self.prompt.suffix, self.request.language_id, self.mode)
+        rule = self.text_stop_rule()
         return lambda tokens: rule(self.tokenizer.decode(tokens, skip_special_tokens=True))
 
     def finish(self, tokens: list[int]) -> tuple[str, str]:
         """(raw decoded text, the text to insert after post-processing)."""
-        raw = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        return self.finish_text(self.tokenizer.decode(tokens, skip_special_tokens=True))
+
+    def finish_text(self, raw: str) -> tuple[str, str]:
+        """(raw text, the text to insert after post-processing)."""
         return raw, finalize(
             raw, self.prompt.prefix, self.prompt.suffix, self.request.language_id, self.mode
         )
@@ -122,15 +132,26 @@ def model_fingerprint(model: Any) -> str:
 
 
 class Completer:
-    def __init__(self, models: LoadedModels, config: QuickdraftConfig | None = None) -> None:
+    def __init__(
+        self, models: LoadedModels | RemoteModels, config: QuickdraftConfig | None = None
+    ) -> None:
         self.models = models
         self.config = config or QuickdraftConfig()
         self.tokenizer = models.tokenizer
         self.template = get_fim_template(models.family)
+        self.engine = self._create_engine()
+        self.documents: dict[str, OpenDocument] = {}
+        # uri -> (text, cursor offset or None) as last indexed for n-gram drafting
+        self._indexed: dict[str, tuple[str, int | None]] = {}
+        self._lock = threading.Lock()
+
+    def _create_engine(self) -> Engine | None:
+        """The local decoding engine over `self.models` (`remote.RemoteCompleter`: None)."""
+        models = self.models
         compiled = self.config.model.compile == "on" or (
             self.config.model.compile == "auto" and str(models.device).startswith("cuda")
         )
-        self.engine = Engine(
+        return Engine(
             models.target,
             models.draft,
             stop_token_ids=models.stop_token_ids,
@@ -138,15 +159,16 @@ class Completer:
             static_cache_tokens=self.config.model.static_cache_tokens if compiled else None,
             compile_steps=compiled,
         )
-        self.documents: dict[str, OpenDocument] = {}
-        # uri -> (text, cursor offset or None) as last indexed for n-gram drafting
-        self._indexed: dict[str, tuple[str, int | None]] = {}
-        self._lock = threading.Lock()
 
     @classmethod
     def load(cls, config: QuickdraftConfig, *, progress: Progress | None = None) -> Completer:
         """Load the configured models, then measure step costs (cached per machine) when the
-        strategy can draft; every step is told to `progress`."""
+        strategy can draft; every step is told to `progress`. With `model.backend: openai`, a
+        serving engine generates instead (`quickdraft.remote`: tokenizer files only)."""
+        if config.model.backend == "openai":
+            from quickdraft.remote import RemoteCompleter
+
+            return RemoteCompleter.from_config(config, progress=progress)
         from quickdraft.models import load_models
 
         loaded = load_models(config.model, progress=progress)
@@ -171,6 +193,16 @@ class Completer:
     def describe(self) -> str:
         """One line for logs and status items: the models and how they run."""
         return self.models.summary()
+
+    def close(self) -> None:
+        """Release what the models hold outside Python's memory (llama.cpp's contexts and
+        weights); the Completer is not used afterwards."""
+        if self.engine is not None:
+            self.engine.close()  # contexts first: they point into the models' weights
+        for model in (self.models.target, self.models.draft):
+            close = getattr(model, "close", None)  # LlamaCppModel; torch modules have none
+            if callable(close):
+                close()
 
     # --- configuration and calibration ---------------------------------------------------
 
@@ -398,7 +430,21 @@ class Completer:
         self.refresh_documents(current=request)
         decoding = self.config.decoding
         deadline = time.monotonic() + decoding.deadline_ms / 1000 if decoding.deadline_ms else None
-        language = request.language_id
+        completion = self._generate(prepared, cancel=cancel, strategy=strategy, deadline=deadline)
+        completion.latency_ms = (time.perf_counter() - started) * 1000
+        return completion
+
+    def _generate(
+        self,
+        prepared: PreparedCompletion,
+        *,
+        cancel: threading.Event | None,
+        strategy: str | None,
+        deadline: float | None,
+    ) -> Completion:
+        """Generate for a prepared request and post-process (the remote Completer's differs)."""
+        decoding = self.config.decoding
+        language = prepared.request.language_id
         result = self.engine.generate(
             GenerationRequest(
                 prompt_ids=prepared.prompt_ids,
@@ -426,5 +472,4 @@ class Completer:
             stop_reason=result.stop_reason,
             stats=result.stats,
             prompt_tokens=len(prepared.prompt_ids),
-            latency_ms=(time.perf_counter() - started) * 1000,
         )

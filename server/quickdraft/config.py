@@ -286,4 +286,51 @@ def load_config(
             f"decoding.ngram_min ({decoding.ngram_min}) is larger than "
             f"decoding.ngram_max ({decoding.ngram_max})"
         )
+    check_remote_backend(config.model)
     return config
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_remote_backend(model: ModelConfig) -> None:
+    """`backend: openai` needs an http(s) URL without credentials, a variable *name* for the
+    key, and a way to know the model family (a preset, or tokenizer files)."""
+    if model.backend != "openai":
+        return
+    from urllib.parse import urlsplit
+
+    from quickdraft.models.presets import FAMILIES
+
+    if not model.url:
+        raise ConfigError(
+            "model.url: backend openai needs the engine's address, e.g. http://gpu-box:8000/v1"
+        )
+    try:
+        parts = urlsplit(model.url)
+        host = parts.hostname
+    except ValueError:
+        parts, host = None, None
+    if parts is None or parts.scheme not in ("http", "https") or not host:
+        raise ConfigError(f"model.url: {model.url!r} is not an http:// or https:// URL")
+    if parts.username is not None or parts.password is not None:
+        # Never echo the URL here: it holds a secret.
+        raise ConfigError(
+            "model.url: credentials do not belong in the URL; put the API key in an "
+            "environment variable and name it in model.api_key_env"
+        )
+    if parts.query or parts.fragment:
+        raise ConfigError(f"model.url: {model.url!r}: no query or fragment, only the base URL")
+    if model.api_key_env is not None and not _ENV_NAME.fullmatch(model.api_key_env):
+        # Not echoed: a key pasted here by mistake must not reach a message or a log.
+        raise ConfigError(
+            "model.api_key_env: expected the name of an environment variable (letters, digits, "
+            "underscores), never the key itself"
+        )
+    if model.family is not None and model.family not in FAMILIES:
+        raise ConfigError(f"model.family: {model.family!r} is not one of {', '.join(FAMILIES)}")
+    if model.preset is None and model.tokenizer is None:
+        raise ConfigError(
+            "model.backend openai: name the engine's model family: a preset (model.preset, "
+            "e.g. qwen2.5-coder-7b) or tokenizer files (model.tokenizer) to count prompt tokens"
+        )

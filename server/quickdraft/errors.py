@@ -45,3 +45,76 @@ class PositionError(DocumentError):
 
 class InputError(QuickdraftError):
     """A request's input is unusable: binary content, too large, malformed."""
+
+
+class RemoteEngineError(QuickdraftError):
+    """A serving engine (`model.backend: openai`) failed a completion request.
+
+    `kind` names the failure class, so the language server can tell one failure state from
+    another (one `showMessage` per state). `engine_down` is False for a failure that belongs to
+    one request (the engine refused that prompt) rather than to the engine.
+    """
+
+    kind = "engine"
+    engine_down = True
+
+
+class EngineUnreachableError(RemoteEngineError):
+    """Nothing answers at the engine's address (connection refused, unknown host)."""
+
+    kind = "unreachable"
+
+
+class EngineTLSError(RemoteEngineError):
+    """The TLS handshake with the engine failed (certificate, protocol)."""
+
+    kind = "tls"
+
+
+class EngineAuthError(RemoteEngineError):
+    """The engine refused the API key (HTTP 401 or 403)."""
+
+    kind = "auth"
+
+
+class UnknownModelError(RemoteEngineError):
+    """The engine does not serve the configured `model.remote_model`."""
+
+    kind = "unknown-model"
+
+
+class EngineRateLimitedError(RemoteEngineError):
+    """The engine answered HTTP 429 for longer than a keystroke may wait."""
+
+    kind = "rate-limited"
+
+
+class EngineServerError(RemoteEngineError):
+    """The engine answered with an HTTP 5xx status."""
+
+    kind = "server-error"
+
+
+class EngineTimeoutError(RemoteEngineError):
+    """The engine did not connect, or did not send the next part of its answer, in time."""
+
+    kind = "timeout"
+
+
+class MalformedStreamError(RemoteEngineError):
+    """The engine's answer is not the server-sent event stream of an OpenAI completion."""
+
+    kind = "malformed-stream"
+
+
+class TruncatedStreamError(RemoteEngineError):
+    """The engine's stream ended before its end marker."""
+
+    kind = "truncated-stream"
+
+
+class EngineRejectedRequestError(RemoteEngineError):
+    """The engine refused one request (HTTP 400/413/422: a prompt too long for its context)."""
+
+    kind = "rejected"
+    engine_down = False

@@ -80,7 +80,7 @@ async def lsp_session(
 
     `pull_configuration`: when given, the client answers `workspace/configuration` with it.
     Stats notifications are collected in `client.stats`, status notifications in
-    `client.statuses`, work-done progress in `client.progress_reports`.
+    `client.statuses` (as plain dicts), work-done progress in `client.progress_reports`.
     """
     client = make_test_lsp_client()
     client.stats = []
@@ -92,7 +92,7 @@ async def lsp_session(
 
     @client.feature(STATUS)
     def _status(params):
-        client.statuses.append(params)
+        client.statuses.append(plain(params))
 
     if pull_configuration is not None:
         client.set_configuration(pull_configuration)
@@ -219,3 +219,35 @@ def shown(client, level=types.MessageType.Error) -> list[str]:
 @pytest.fixture
 def session():
     return lsp_session
+
+
+# --- a real serving engine (the remote backend's tests) -------------------------------------
+
+ENGINE_KEY_ENV = "QUICKDRAFT_TEST_ENGINE_KEY"
+"""The variable `quickdraft serve --api-key-env` reads the engine's key from in these tests."""
+
+
+@pytest.fixture(scope="session")
+def engine_key() -> str:
+    """A fresh API key, in the environment the tests and their `quickdraft serve` run in."""
+    import secrets
+
+    key = f"qd-secret-{secrets.token_hex(12)}"
+    os.environ[ENGINE_KEY_ENV] = key
+    yield key
+    os.environ.pop(ENGINE_KEY_ENV, None)
+
+
+@pytest.fixture(scope="session")
+def llama_engine(tmp_path_factory, engine_key):
+    """llama.cpp's OpenAI-compatible server on the 0.5B GGUF, wanting `engine_key`, on a free
+    loopback port for the whole session (see llamacpp_engine.py)."""
+    from llamacpp_engine import LlamaEngine, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    log = tmp_path_factory.mktemp("engine") / "engine.log"
+    engine = LlamaEngine(log, api_key=engine_key).start()
+    yield engine
+    engine.stop()

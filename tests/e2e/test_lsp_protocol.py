@@ -87,6 +87,9 @@ class FakeCompleter:
     def describe(self):
         return f"fake models ({self.config.model.target or 'default'})"
 
+    def close(self):
+        self.documents.clear()
+
     def close_document(self, uri):
         self.documents.pop(uri, None)
 

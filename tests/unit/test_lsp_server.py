@@ -57,6 +57,9 @@ def test_model_host_keeps_the_old_completer_when_a_reload_fails():
         def describe(self):
             return f"fake {self.name}"
 
+        def close(self):
+            self.closed = True
+
     def loader(config, progress=None):
         if config.model.target == "bad":
             raise OSError("disk on fire\nmore detail")

@@ -3,6 +3,11 @@
 quickdraft bench --repo . --preset qwen2.5-coder-1.5b --holes 24 --out bench-out
 quickdraft bench --repo . --target t/ --draft d/ --quick          # 3-hole smoke run
 quickdraft bench --repo . --preset P --sweep-draft-length 1,2,4,6,8,12
+quickdraft bench --repo . --preset P --strategies ar,remote --remote-url http://gpu-box:8000/v1
+
+Local strategies run on local models (`ar`, the baseline, always); `remote` runs the same holes
+through the same Completer pipeline with a serving engine generating (quickdraft.remote).
+`--backend openai --url URL` is the same as adding `remote` with `--remote-url URL`.
 """
 
 from __future__ import annotations
@@ -56,6 +61,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"comma-separated, from {','.join(ALL_STRATEGIES)} (default: all; ar is always run)",
     )
     group.add_argument("--seed", type=int, default=0, help="hole sampling seed (default 0)")
+    group.add_argument(
+        "--remote-url",
+        metavar="URL",
+        help="the serving engine the `remote` strategy times (default: --url)",
+    )
     group.add_argument("--out", type=Path, help="output directory (default bench-out/<time>)")
     group.add_argument(
         "--quick", action="store_true", help=f"{QUICK_HOLES}-hole smoke run, short completions"
@@ -76,7 +86,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from quickdraft.bench.holes import resolve_languages, sample_holes
-    from quickdraft.bench.runner import Bench, BenchOptions, parse_lengths, parse_strategies
+    from quickdraft.bench.runner import (
+        REMOTE,
+        Bench,
+        BenchOptions,
+        parse_lengths,
+        parse_strategies,
+    )
     from quickdraft.config import load_config
 
     repo = Path(args.repo).expanduser()
@@ -87,12 +103,16 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--holes: must be at least 1, got {holes_wanted}")
     max_new = args.max_new_tokens or (QUICK_MAX_TOKENS if args.quick else 64)
     strategies = parse_strategies(args.strategies)
+    remote_url = args.remote_url or args.url
+    if (args.backend == "openai" or args.remote_url) and REMOTE not in strategies:
+        strategies.append(REMOTE)
     sweep = parse_lengths(args.sweep_draft_length)
     languages = resolve_languages(args.languages) if args.languages else None
     out = args.out or Path("bench-out") / datetime.now().strftime("%Y%m%d-%H%M%S")
 
     base = config_file_from_args(args)  # e.g. the draft_length.json a sweep wrote
     data = config_dict_from_args(args)
+    remote_settings = remote_model_settings(data, remote_url)  # the rest is for local models
     data.setdefault("decoding", {})
     data["decoding"].update(max_new_tokens=max_new, temperature=0.0)
     data["decoding"].pop("seed", None)
@@ -122,6 +142,9 @@ def run(args: argparse.Namespace) -> int:
     if config.model.calibrate and config.decoding.strategy == "ar":
         completer.calibrate(progress=progress)
     loaded = completer.models
+    remote = None
+    if REMOTE in strategies and remote_settings is not None:
+        remote = Completer.load(load_config({"model": remote_settings}, config), progress=progress)
     options = BenchOptions(
         repo=repo.resolve(),
         out=Path(out),
@@ -138,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     from quickdraft.bench.runner import make_peers
 
     peers = make_peers(completer, strategies, gguf_source(loaded))
-    bench = Bench(completer, holes, options, peers=peers)
+    bench = Bench(completer, holes, options, peers=peers, remote=remote)
     cost_model = getattr(completer.engine, "cost_model", None)
     bench.env["calibrated"] = bool(config.model.calibrate)
     to_dict = getattr(cost_model, "to_dict", None)
@@ -158,6 +181,18 @@ def run(args: argparse.Namespace) -> int:
             f"draft lengths to use (null: adaptive did as well): {Path(out) / 'draft_length.json'}"
         )
     return 0
+
+
+def remote_model_settings(data: dict, url: str | None) -> dict | None:
+    """Take the serving engine's settings out of `data["model"]` (the local models keep the
+    rest): the `model` settings of the `remote` strategy, or None without a URL."""
+    from quickdraft.cli_args import REMOTE_MODEL_KEYS
+
+    model = data.get("model", {})
+    remote = {key: model.pop(key) for key in REMOTE_MODEL_KEYS if key in model}
+    if url is None:
+        return None
+    return {**remote, "backend": "openai", "url": url}
 
 
 def gguf_source(loaded) -> str | None:

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 PEER_NAMES = ("hf-assisted", "hf-prompt-lookup", "llama-cpp", "llama-cpp-lookup")
+FIRST_TOKEN_TIMED = (*PEER_NAMES, "remote")
+"""Strategies whose "prefill" is the time to their first token (which it therefore includes)."""
 
 GROUPS = ("by_language", "copy_heavy", "model_copies")
 """Keys of results.json's summary that hold groups of holes rather than one strategy."""
@@ -121,7 +123,7 @@ def details(holes: list[dict[str, Any]], strategy: str) -> dict[str, Any]:
     decode_runs = [run for _, run in runs if run.get("decode_ms")]
     # The engine's prefill emits no token (its first decode forward does); a peer's "prefill"
     # is its time to the first token, so that token is not part of its decode rate.
-    first = 1 if strategy in PEER_NAMES else 0
+    first = 1 if strategy in FIRST_TOKEN_TIMED else 0
     decode_ms = sum(run["decode_ms"] for run in decode_runs)
     drafted: dict[str, int] = {}
     accepted: dict[str, int] = {}
@@ -280,7 +282,10 @@ def render_markdown(
         " forwards; for peers every target forward, the first of which gives their first token)."
         " Prefill: the engine's prompt prefill; for peers, the time to their first token. Exact"
         " match: the inserted text is the hidden truth (trailing whitespace aside); prefix match:"
-        " the truth starts with the (non-empty) suggestion.",
+        " the truth starts with the (non-empty) suggestion. `remote`: the same `Completer`"
+        " pipeline with a serving engine generating (`--remote-url`), timed from request to"
+        " post-processed text, network included; its prefill is the time to the first streamed"
+        " text, and its tokens are its text re-encoded with the local tokenizer.",
         "",
     ]
     lines += ["## Per language", ""]

@@ -29,7 +29,9 @@ from quickdraft.bench.session import Outcome, Session
 from quickdraft.config import STRATEGIES
 from quickdraft.errors import ConfigError, QuickdraftError
 
-ALL_STRATEGIES: tuple[str, ...] = (*STRATEGIES, *PEERS)
+REMOTE = "remote"
+"""A serving engine (`--remote-url`) through the same `Completer` pipeline (quickdraft.remote)."""
+ALL_STRATEGIES: tuple[str, ...] = (*STRATEGIES, *PEERS, REMOTE)
 DRAFTING = ("ngram", "draft", "hybrid")
 REPLAY_TYPED = (1, 3)
 RUN_KEYS = (
@@ -204,8 +206,11 @@ class Bench:
         *,
         peers: dict[str, Peer] | None = None,
         env: dict[str, Any] | None = None,
+        remote: Any | None = None,
     ) -> None:
         self.session = Session(completer)
+        self.remote = Session(remote) if remote is not None else None
+        """The `remote` strategy's Completer (a `quickdraft.remote.RemoteCompleter`)."""
         self.completer = completer
         self.holes = holes
         self.options = options
@@ -232,6 +237,12 @@ class Bench:
             if name == "draft" and not has_draft:
                 self._skip(name, "no draft model is loaded")
                 continue
+            if name == REMOTE:
+                reason, described = self._remote_state()
+                if reason:
+                    self._skip(name, reason)
+                    continue
+                self.env["peers"][name] = described
             if name in PEERS:
                 peer = self.peers.get(name)
                 reason = "not set up" if peer is None else peer.unavailable()
@@ -241,6 +252,25 @@ class Bench:
                 self.env["peers"][name] = peer.describe()
             usable.append(name)
         return usable
+
+    def _remote_state(self) -> tuple[str | None, dict[str, Any]]:
+        """(why the remote strategy cannot run or None, what the engine is)."""
+        if self.remote is None:
+            return "no serving engine given (--remote-url URL)", {}
+        generator = self.remote.completer.generator
+        if generator.status.unavailable:
+            return generator.status.message, {}
+        return None, generator.describe()
+
+    def _open(self, hole: Hole) -> None:
+        self.session.open(hole)
+        if self.remote is not None:
+            self.remote.open(hole)
+
+    def _close(self) -> None:
+        self.session.close()
+        if self.remote is not None:
+            self.remote.close()
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -286,7 +316,7 @@ class Bench:
             interrupted = True
             self.env["interrupted"] = True
         finally:
-            self.session.close()
+            self._close()
             if bar is not None:
                 bar.close()
             results = self._write(final=True)
@@ -297,13 +327,15 @@ class Bench:
     def _warmup(self, hole: Hole) -> None:
         """One short untimed run per strategy: kernels, allocator and caches settle first."""
         budget = min(8, self.options.max_new_tokens)
-        self.session.open(hole)
+        self._open(hole)
         try:
             plan = None
             for name in self.strategies:
                 self.session.reset_cache()
                 if name in STRATEGIES:
                     self.session.complete(hole, name, max_new_tokens=budget)
+                elif name == REMOTE:
+                    self.remote.complete(hole, name, max_new_tokens=budget)
                 else:
                     plan = plan or self.session.plan(hole, max_new_tokens=budget)
                     self.peers[name].run(
@@ -311,10 +343,10 @@ class Bench:
                     )
         finally:
             self.session.reset_cache()
-            self.session.close()
+            self._close()
 
     def _run_hole(self, index: int, hole: Hole, bar) -> dict[str, Any] | None:
-        self.session.open(hole)
+        self._open(hole)
         runs: dict[str, dict[str, Any]] = {}
         plan = None
         prompt_tokens = None
@@ -327,6 +359,8 @@ class Bench:
                     if name in STRATEGIES:
                         outcome = self.session.complete(hole, name)
                         prompt_tokens = prompt_tokens or outcome.prompt_tokens
+                    elif name == REMOTE:
+                        outcome = self.remote.complete(hole, name)
                     else:
                         plan = plan or self.session.plan(hole)
                         outcome = self._run_peer(name, plan)
@@ -352,7 +386,7 @@ class Bench:
             if self.options.sweep:
                 self._sweep(index, hole, bar)
         finally:
-            self.session.close()
+            self._close()
         ar_tokens = runs["ar"]["tokens"]
         for run in runs.values():
             run["identical_to_ar"] = run["tokens"] == ar_tokens

@@ -154,6 +154,14 @@ class Engine:
         self.lengths = LengthTracker()
         self._lock = threading.Lock()
 
+    def close(self) -> None:
+        """Free what the runners hold outside Python (llama.cpp contexts)."""
+        runners = [self.target] + ([self.drafter.runner] if self.drafter is not None else [])
+        for runner in runners:
+            close = getattr(runner, "close", None)  # LlamaCppRunner; torch runners have none
+            if callable(close):
+                close()
+
     def reset_cache(self) -> None:
         """Drop both KV caches (benchmarks use it to measure cold requests)."""
         with self._lock:

@@ -85,6 +85,9 @@ def configure_logging(level: str = "warning", filename: str | None = None) -> No
     # pygls logs every message it sends at INFO; that is noise below debug.
     if level != "debug":
         logging.getLogger("pygls").setLevel(logging.WARNING)
+    # httpx logs every request to a remote engine at INFO, httpcore every step at DEBUG.
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def serve(server, address: tuple[str, int] | None = None) -> int:

@@ -38,6 +38,7 @@ from quickdraft.lsp.worker import CompleterLoader, ModelHost, ModelWorker, load_
 
 logger = logging.getLogger(__name__)
 
+
 _LOG_LEVELS = {
     "error": types.MessageType.Error,
     "warning": types.MessageType.Warning,
@@ -273,6 +274,7 @@ class QuickdraftServer(LanguageServer):
             summary = future.result()
             self.log(f"models ready: {summary}")
             progress.finish(True, f"ready: {summary}")
+            self._watch_engine(self.host.completer)
             return
         running = self.host.config
         if generation == self.models_generation and running is not None:
@@ -284,6 +286,33 @@ class QuickdraftServer(LanguageServer):
         else:
             progress.finish(False, f"no completions: {exc}")
         self.show(f"quickdraft: {exc}", "error")
+
+    # --- a remote engine's state -------------------------------------------------------
+
+    def _watch_engine(self, completer: Any) -> None:
+        """Tell the client the remote engine's state now and at every change (not per request:
+        one `showMessage` per failure state; each failed request is logged by the service)."""
+        import asyncio
+
+        status = getattr(completer, "engine_status", None)
+        if status is None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def changed(state: str, message: str) -> None:  # any thread
+            loop.call_soon_threadsafe(self._engine_state, completer, state, message)
+
+        state, message = status.subscribe(changed)
+        self._engine_state(completer, state, message)
+
+    def _engine_state(self, completer: Any, state: str, message: str) -> None:
+        if completer is not self.host.completer:
+            return  # replaced by a reload meanwhile
+        self.status.set(state, message)
+        if state == "unavailable":
+            self.show(f"quickdraft: {message}; completions resume when it answers", "warning")
+        else:
+            self.log(f"quickdraft: {message}")
 
     def stop(self) -> None:
         self.worker.stop()

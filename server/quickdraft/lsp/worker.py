@@ -123,10 +123,12 @@ class ModelHost:
                 completer.set_document(uri, text, language_id)
             except Exception:  # a document the new models cannot index is no reason to fail
                 logger.exception("set_document failed for %s after reload", uri)
-        self.completer = completer
+        previous, self.completer = self.completer, completer
         self.config = config
         self.load_error = None
         self.loaded_at = time.monotonic()
+        if previous is not None:
+            previous.close()  # a remote engine's client: its connections and probe thread
         return self.describe()
 
     def describe(self) -> str:
