@@ -45,3 +45,8 @@ class PositionError(DocumentError):
 
 class InputError(QuickdraftError):
     """A request's input is unusable: binary content, too large, malformed."""
+
+
+class LanguageServerError(QuickdraftError):
+    """A language server driven as a client (`quickdraft bench --typing`) exited, reported that
+    it cannot serve, or did not answer in time."""
