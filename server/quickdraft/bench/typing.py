@@ -479,7 +479,7 @@ class TypingServer:
         reason = self.fatal()
         if reason:
             raise LanguageServerError(
-                self.client.describe_failure(f"the server cannot serve: {reason}")
+                f"the server cannot serve: {reason} (log: {self.client.log_path})"
             )
         return time.perf_counter() - started
 
