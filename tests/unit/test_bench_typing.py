@@ -11,7 +11,7 @@ import pytest
 
 from quickdraft.bench import typing_report
 from quickdraft.bench.lsp_client import StdioLspClient
-from quickdraft.bench.typing import (
+from quickdraft.bench.typing_replay import (
     EditorDocument,
     auto_indent,
     guess_indent_unit,

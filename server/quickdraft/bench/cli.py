@@ -72,7 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument("--no-replay", action="store_true", help="skip the keystroke replay")
     group.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up runs")
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
-    from quickdraft.bench.typing import add_typing_arguments
+    from quickdraft.bench.typing_replay import add_typing_arguments
 
     add_typing_arguments(parser)
     parser.set_defaults(func=run)
@@ -80,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.typing:
-        from quickdraft.bench.typing import run_typing
+        from quickdraft.bench.typing_replay import run_typing
 
         return run_typing(args)
     from quickdraft.bench.holes import resolve_languages, sample_holes

@@ -2,7 +2,7 @@
 the terminal table. Pure functions of the recorded requests, so a report can be rebuilt from
 results.json.
 
-Request kinds (typing.py): `cold`; the keystrokes `char`, `enter`, `indent`; `accept-wait`,
+Request kinds (typing_replay.py): `cold`; the keystrokes `char`, `enter`, `indent`; `accept-wait`,
 `accept-now`; `other-file`, `back-same`, `back-enter`. Outcomes: `shown`, `empty`,
 `superseded` (the next keystroke came first; `$/cancelRequest` was sent), `error`,
 `unanswered`, `late` (answered after the bench stopped looking).

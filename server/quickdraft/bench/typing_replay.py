@@ -732,8 +732,11 @@ class TypingBench:
         previous: _Live | None = None
         ticker = self.options.progress and sys.stderr.isatty()
         for number, key in enumerate(keys):
-            if previous is not None and not previous.request.future.done():
-                client.cancel(previous.request)  # superseded by this keystroke
+            if previous is not None and not previous.taken:
+                if previous.request.future.done():
+                    self._take(previous)  # came in as this keystroke was due: still shown
+                else:
+                    client.cancel(previous.request)  # superseded by this keystroke
             client.notify(
                 "textDocument/didChange", doc.edit(cursor - key.delete, cursor, key.insert)
             )
