@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from test_bench_cli import bench_args
 
 from quickdraft.cli import main
 
@@ -29,17 +30,11 @@ def repo(tmp_path: Path) -> Path:
 
 
 def typing_args(tiny_models: Path, repo: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "bench",
+    return bench_args(
+        tiny_models,
+        repo,
+        out,
         "--typing",
-        "--repo",
-        str(repo),
-        "--target",
-        str(tiny_models / "target"),
-        "--draft",
-        str(tiny_models / "draft"),
-        "--device",
-        "cpu",
         "--threads",
         "1",
         "--no-calibrate",
@@ -47,10 +42,8 @@ def typing_args(tiny_models: Path, repo: Path, out: Path, *extra: str) -> list[s
         "8",
         "--languages",
         "py",
-        "--out",
-        str(out),
         *extra,
-    ]
+    )
 
 
 def test_typing_bench_answers_every_request_and_reports_each_variant(

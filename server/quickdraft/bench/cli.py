@@ -3,6 +3,7 @@
 quickdraft bench --repo . --preset qwen2.5-coder-1.5b --holes 24 --out bench-out
 quickdraft bench --repo . --target t/ --draft d/ --quick          # 3-hole smoke run
 quickdraft bench --repo . --preset P --sweep-draft-length 1,2,4,6,8,12
+quickdraft bench --repo . --preset P --typing --typing-layouts classic --strategies hybrid
 """
 
 from __future__ import annotations

@@ -644,6 +644,7 @@ class TypingBench:
             self._finish_requests(record)
         finally:
             record["server"].setdefault("log", str(log_path))
+            record["server"]["errors"] = list(server.errors)  # what the user was shown
             await server.close()
             record["server"]["exit_status"] = server.client.returncode
             self.server = None
@@ -1006,6 +1007,10 @@ def run_typing(args: argparse.Namespace) -> int:
     )
     if wanted < 1:
         raise ConfigError(f"--holes: must be at least 1, got {wanted}")
+    if args.sweep_draft_length:
+        raise ConfigError(
+            "--sweep-draft-length: not with --typing (it times strategies in-process)"
+        )
     if args.typing_pace_ms < 0:
         raise ConfigError(f"--typing-pace-ms: must not be negative, got {args.typing_pace_ms}")
     if args.typing_lines < 1:

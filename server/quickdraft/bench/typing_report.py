@@ -30,7 +30,7 @@ def _share(part: int, whole: int) -> float | None:
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
-    return _rounded(a / b) if a is not None and b else None
+    return _rounded(a / b, 6) if a is not None and b else None
 
 
 def _of(requests: list[dict[str, Any]], *kinds: str) -> list[dict[str, Any]]:
@@ -67,7 +67,7 @@ def _step(requests: list[dict[str, Any]], kind: str, cold_by_hole: dict[int, flo
     return {
         "count": len(done),
         "p50_ms": _p(_latencies(done), 50),
-        "to_cold": _rounded(statistics.median(ratios)) if ratios else None,
+        "to_cold": _rounded(statistics.median(ratios), 6) if ratios else None,
         "prefill_p50": _p(_tokens(with_stats), 50),
         "cached_share": _share(sum(1 for r in with_stats if r.get("cached")), len(with_stats)),
         "sources": sorted({str(r.get("source")) for r in with_stats}),
@@ -178,7 +178,17 @@ def _tok(value: Any) -> str:
 
 
 def _x(value: Any) -> str:
-    return _fmt(value, ".2f", "×")
+    """A ratio to the cold latency, as a percentage with the digits that matter."""
+    if value is None:
+        return "–"
+    percent = value * 100
+    return (
+        f"{percent:.0f}%"
+        if percent >= 10
+        else f"{percent:.1f}%"
+        if percent >= 1
+        else f"{percent:.2f}%"
+    )
 
 
 def render_markdown(results: dict[str, Any], plots: list[str] | None = None) -> str:
@@ -225,10 +235,10 @@ def render_markdown(results: dict[str, Any], plots: list[str] | None = None) -> 
             "from cache",
             "p50",
             "p90",
-            "p50 ÷ cold",
+            "p50 / cold",
             "model p50",
             "model p90",
-            "model ÷ cold",
+            "model / cold",
             "prefill p50",
             "prefill p90",
             "Enter prefill p50",
@@ -312,6 +322,14 @@ def render_markdown(results: dict[str, Any], plots: list[str] | None = None) -> 
             for name, s in summary.items()
         ),
     )
+    shown = [
+        (name, message)
+        for name, variant in variants.items()
+        for message in variant.get("server", {}).get("errors", [])
+    ]
+    if shown:
+        lines += ["", "Errors the server showed the user (`window/showMessage`):", ""]
+        lines += [f"- {name}: {message}" for name, message in shown]
     stopped = [(name, s["error"]) for name, s in summary.items() if s.get("error")]
     if stopped:
         lines += ["", "## Stopped variants", ""]
@@ -345,7 +363,7 @@ def _steps_table(summary: dict[str, Any], steps: tuple[str, ...]) -> list[str]:
     header = ["variant"]
     for step in steps:
         label = step.replace("_", "-")
-        header += [f"{label} p50", "÷ cold", "prefill p50", "from cache"]
+        header += [f"{label} p50", "/ cold", "prefill p50", "from cache"]
     rows = []
     for name, s in summary.items():
         row = [name]
@@ -423,7 +441,7 @@ def summary_table(results: dict[str, Any]) -> str:
             "keys p50",
             "p90",
             "model p50",
-            "÷ cold",
+            "/ cold",
             "prefill p50",
             "Enter",
             "cached",
