@@ -82,7 +82,7 @@ def summarize_variant(variant: dict[str, Any]) -> dict[str, Any]:
     answered = _answered(keys)
     model = _model(keys)
     typed_model = [r for r in model if r["kind"] != "enter"]
-    enters = [r for r in _answered(_of(keys, "enter")) if r.get("stats")]
+    enters = _model(_of(keys, "enter"))
     with_stats = [r for r in answered if r.get("stats")]
     comparable = [r for r in answered if r.get("matched") is not None]
     cold_p50 = _p(_latencies(cold), 50)
@@ -270,7 +270,7 @@ def render_markdown(results: dict[str, Any], plots: list[str] | None = None) -> 
         "before the next one came; *model* ones were not answered from a cache (the server's "
         "`$/quickdraft/stats` says `cached: false`). Prefill: tokens the server computed for "
         "the keystroke (`prefillTokens`), typed characters and indentation fixes not answered "
-        "from cache; Enter separately. Match: the suggestion is the start of the hidden text "
+        "from cache; Enter (not from cache) separately. Match: the suggestion is the start of the hidden text "
         "still to type, or the rest of its line starts the suggestion.",
         "",
         "## Cold requests",
