@@ -81,6 +81,10 @@ def test_typing_bench_answers_every_request_and_reports_each_variant(
         kinds = [r["kind"] for r in requests]
         assert kinds[0] == "cold" and kinds.count("cold") == 1
         assert {"char", "enter", "other-file", "back-same", "back-enter"} <= set(kinds)
+        # Tab then a request, wherever there was a suggestion to accept; else the hole says so.
+        skipped = variant["holes"][0].get("accept_skipped", [])
+        for kind in ("accept-wait", "accept-now"):
+            assert (kind in kinds) != (kind in skipped), kind
 
         # Every request was answered: with a result, or as cancelled after $/cancelRequest.
         assert all(r["response"] in ("result", "cancelled") for r in requests), name

@@ -16,11 +16,11 @@ Each hole (sample_holes: the rest of a line, or the first lines of a block) is r
    inserts (and fixing it in one more keystroke when the file's own differs), then Enter once more
    after the last line;
 3. accept the suggestion shown after that Enter (a didChange inserting it, as Tab does), wait one
-   cold-request time, ask again (`accept-wait`); accept that answer and ask at once
-   (`accept-now`);
+   cold-request time, ask again (`accept-wait`);
 4. ask once in another open file (`other-file`), come back and ask at the same spot
    (`back-same`), then press Enter and ask (`back-enter`);
-5. close everything.
+5. accept that suggestion and ask at once (`accept-now`);
+6. close everything.
 
 Every request is recorded with when it was answered or superseded, the `$/quickdraft/stats`
 the server sent for it (matched by `requestId`), and whether its suggestion agreed with the
@@ -695,18 +695,14 @@ class TypingBench:
             keys = plan_keystrokes(truth, doc.text[line_start:cursor], guess_indent_unit(doc.text))
             cursor, last = await self._type(doc, cursor, keys, hole.truth)
 
-            # Accept then continue: Tab, wait one cold-request time, ask; Tab again, ask at once.
-            accepted = last
-            for kind, pause in (("accept-wait", cold_ms / 1000.0), ("accept-now", 0.0)):
-                if accepted is None or accepted.item is None or not item_text(accepted.item):
-                    hole_record.setdefault("accept_skipped", f"no suggestion to accept for {kind}")
-                    break
-                cursor = self._accept(doc, accepted)
-                if pause:
-                    await asyncio.sleep(pause)
-                accepted = await self._ask_and_wait(doc, cursor, kind)
+            # Accept then continue: Tab on the suggestion after the last Enter, wait one
+            # cold-request time, ask.
+            cursor = await self._accept_and_ask(
+                doc, cursor, last, "accept-wait", cold_ms, hole_record
+            )
 
             # Another file, then back: the same spot, then Enter.
+            latest = None
             if others:
                 other = others[0]
                 await self._ask_and_wait(other, other_file_spot(other.text), "other-file")
@@ -715,7 +711,10 @@ class TypingBench:
                 enter = "\n" + auto_indent(doc.text[line_start:cursor], guess_indent_unit(doc.text))
                 client.notify("textDocument/didChange", doc.edit(cursor, cursor, enter))
                 cursor += len(enter)
-                await self._ask_and_wait(doc, cursor, "back-enter")
+                latest = await self._ask_and_wait(doc, cursor, "back-enter")
+
+            # Tab on that suggestion, and ask at once.
+            await self._accept_and_ask(doc, cursor, latest, "accept-now", 0.0, hole_record)
         finally:
             if not client.exited:
                 for opened in [*others, doc]:
@@ -763,6 +762,26 @@ class TypingBench:
         if ticker:
             print("\r", end="", file=sys.stderr)
         return cursor, previous
+
+    async def _accept_and_ask(
+        self,
+        doc: EditorDocument,
+        cursor: int,
+        shown: _Live | None,
+        kind: str,
+        pause_ms: float,
+        hole_record: dict[str, Any],
+    ) -> int:
+        """Tab on `shown`'s suggestion, wait `pause_ms`, ask; the cursor after. Without a
+        suggestion to accept, nothing happens and the hole says so."""
+        if shown is None or shown.item is None or not item_text(shown.item):
+            hole_record.setdefault("accept_skipped", []).append(kind)
+            return cursor
+        cursor = self._accept(doc, shown)
+        if pause_ms:
+            await asyncio.sleep(pause_ms / 1000.0)
+        await self._ask_and_wait(doc, cursor, kind)
+        return cursor
 
     def _accept(self, doc: EditorDocument, live: _Live) -> int:
         """Tab: the suggestion's range replaced by its text; the cursor after it."""

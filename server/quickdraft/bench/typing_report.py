@@ -295,7 +295,8 @@ def render_markdown(results: dict[str, Any], plots: list[str] | None = None) -> 
         "## Accept, then the next suggestion",
         "",
         "Tab (a didChange inserting the suggestion), then a request: after waiting one "
-        "cold-request time (`accept-wait`), and at once (`accept-now`).",
+        "cold-request time (`accept-wait`, on the suggestion after the last Enter), and at once "
+        "(`accept-now`, on the suggestion after `back-enter`).",
         "",
     ]
     lines += _steps_table(summary, ("accept_wait", "accept_now"))
