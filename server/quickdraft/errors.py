@@ -118,3 +118,8 @@ class EngineRejectedRequestError(RemoteEngineError):
 
     kind = "rejected"
     engine_down = False
+
+
+class LanguageServerError(QuickdraftError):
+    """A language server driven as a client (`quickdraft bench --typing`) exited, reported that
+    it cannot serve, or did not answer in time."""

@@ -90,6 +90,8 @@ class FakeCompleter:
     def close(self):
         self.documents.clear()
 
+    compute = {"runtime": "fake", "dtype": None, "kernel": None, "reason": "a test double"}
+
     def close_document(self, uri):
         self.documents.pop(uri, None)
 

@@ -3,11 +3,15 @@
 quickdraft bench --repo . --preset qwen2.5-coder-1.5b --holes 24 --out bench-out
 quickdraft bench --repo . --target t/ --draft d/ --quick          # 3-hole smoke run
 quickdraft bench --repo . --preset P --sweep-draft-length 1,2,4,6,8,12
+<<<<<<< HEAD
 quickdraft bench --repo . --preset P --strategies ar,remote --remote-url http://gpu-box:8000/v1
 
 Local strategies run on local models (`ar`, the baseline, always); `remote` runs the same holes
 through the same Completer pipeline with a serving engine generating (quickdraft.remote).
 `--backend openai --url URL` is the same as adding `remote` with `--remote-url URL`.
+=======
+quickdraft bench --repo . --preset P --typing --typing-layouts classic --strategies hybrid
+>>>>>>> typing
 """
 
 from __future__ import annotations
@@ -81,10 +85,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument("--no-replay", action="store_true", help="skip the keystroke replay")
     group.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up runs")
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
+    from quickdraft.bench.typing_replay import add_typing_arguments
+
+    add_typing_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.typing:
+        from quickdraft.bench.typing_replay import run_typing
+
+        return run_typing(args)
     from quickdraft.bench.holes import resolve_languages, sample_holes
     from quickdraft.bench.runner import (
         REMOTE,

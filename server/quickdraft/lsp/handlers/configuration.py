@@ -44,7 +44,10 @@ async def pull_configuration(ls: QuickdraftServer) -> None:
         return
     params = types.ConfigurationParams(items=[types.ConfigurationItem(section=SECTION)])
     try:
-        result = await asyncio.wait_for(ls.workspace_configuration_async(params), PULL_TIMEOUT_S)
+        # Shielded: an answer arriving after the timeout must find its future still pending
+        # (pygls raises on a cancelled one), and is then simply dropped.
+        pending = asyncio.ensure_future(ls.workspace_configuration_async(params))
+        result = await asyncio.wait_for(asyncio.shield(pending), PULL_TIMEOUT_S)
     except Exception as exc:  # a client that fails or never answers keeps what we have
         ls.log(f"workspace/configuration failed: {exc!r}", "warning")
         return
