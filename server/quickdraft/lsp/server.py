@@ -273,7 +273,8 @@ class QuickdraftServer(LanguageServer):
             self.completions.typed_ahead.clear()
             summary = future.result()
             self.log(f"models ready: {summary}")
-            progress.finish(True, f"ready: {summary}")
+            remote = getattr(self.host.completer, "engine_status", None) is not None
+            progress.finish(True, f"ready: {summary}", status=not remote)
             self._watch_engine(self.host.completer)
             return
         running = self.host.config

@@ -136,9 +136,12 @@ class LoadProgress:
                 self.token, types.WorkDoneProgressReport(message=message)
             )
 
-    def finish(self, ok: bool, message: str) -> None:
+    def finish(self, ok: bool, message: str, *, status: bool = True) -> None:
+        """The load is over: its progress ends, and the status says ready or error (unless
+        `status` is False: a remote engine's watcher says whether it is reachable)."""
         self._finished = True
-        self.server.status.set("ready" if ok else "error", message)
+        if status:
+            self.server.status.set("ready" if ok else "error", message)
         if self._progress:
             self._progress = False
             self.server.work_done_progress.end(
