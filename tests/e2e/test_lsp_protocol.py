@@ -92,6 +92,11 @@ class FakeCompleter:
 
     compute = {"runtime": "fake", "dtype": None, "kernel": None, "reason": "a test double"}
 
+    class models:  # noqa: N801 - the shape of LoadedModels the server reads
+        @staticmethod
+        def describe():
+            return {"runtime": "fake", "dtype": None, "device": "cpu"}
+
     def close_document(self, uri):
         self.documents.pop(uri, None)
 

@@ -371,18 +371,6 @@ def cpu_flags() -> list[str]:
     return []
 
 
-def parse_models_ready(message: str) -> dict[str, Any]:
-    """The server's "models ready: {...}" log line as a dict (its `describe()`)."""
-    import ast
-
-    body = message.partition("models ready:")[2].strip()
-    try:
-        value = ast.literal_eval(body)
-    except (ValueError, SyntaxError):
-        return {"description": body}
-    return value if isinstance(value, dict) else {"description": body}
-
-
 class TypingServer:
     """One `quickdraft serve` for one variant, started and initialized as VS Code does."""
 
@@ -410,10 +398,7 @@ class TypingServer:
             self.stats[params.get("requestId")] = params
         elif method == "window/logMessage":
             message = str(params.get("message", ""))
-            if message.startswith("models ready"):
-                self.models = parse_models_ready(message)
-                self.say(f"  server: {message[:160]}")
-            elif message.startswith("loading models"):
+            if message.startswith(("models ready", "loading models")):
                 self.say(f"  server: {message}")
         elif method == "window/showMessage":
             message = str(params.get("message", ""))
@@ -422,6 +407,8 @@ class TypingServer:
             self.say(f"  server says: {message}")
         elif method == "$/quickdraft/status":
             self.status = params
+            if isinstance(params.get("models"), dict):
+                self.models = params["models"]
             self.say(f"  server status: {params.get('state')}: {params.get('message', '')}")
             if params.get("state") == "error":
                 self.errors.append(str(params.get("message") or "the server reported an error"))

@@ -273,8 +273,10 @@ class QuickdraftServer(LanguageServer):
             self.completions.typed_ahead.clear()
             summary = future.result()
             self.log(f"models ready: {summary}")
-            remote = getattr(self.host.completer, "engine_status", None) is not None
-            progress.finish(True, f"ready: {summary}", status=not remote)
+            completer = self.host.completer
+            remote = getattr(completer, "engine_status", None) is not None
+            models = completer.models.describe() if completer is not None else None
+            progress.finish(True, summary, status=not remote, models=models)
             self._watch_engine(self.host.completer)
             return
         running = self.host.config

@@ -2,7 +2,8 @@
 progress while the models load.
 
     $/quickdraft/status  {"state": "loading" | "ready" | "error" | "unavailable",
-                          "message": one line for a person, "backend": "local" | "openai"}
+                          "message": one line for a person, "backend": "local" | "openai",
+                          "models": what runs (LoadedModels.describe()), once ready}
 
 "loading" lasts from the start until the first completion can be served (models loading,
 converting, measuring); "ready" says completions can be served; "error" that none can be (the
@@ -39,12 +40,15 @@ class StatusReporter:
         self.server = server
         self.state = "loading"
         self.message = "starting"
+        self.models: dict | None = None
         self.client_ready = False
 
-    def set(self, state: str, message: str) -> None:
+    def set(self, state: str, message: str, models: dict | None = None) -> None:
         assert state in STATES, state
-        changed = (state, message) != (self.state, self.message)
+        changed = (state, message) != (self.state, self.message) or models is not None
         self.state, self.message = state, message
+        if models is not None:
+            self.models = models
         if changed and self.client_ready:
             self._send()
 
@@ -55,10 +59,10 @@ class StatusReporter:
     def _send(self) -> None:
         backend = self.server.config.current.model.backend
         try:
-            self.server.protocol.notify(
-                STATUS_NOTIFICATION,
-                {"state": self.state, "message": self.message, "backend": backend},
-            )
+            params = {"state": self.state, "message": self.message, "backend": backend}
+            if self.models is not None and self.state != "loading":
+                params["models"] = self.models
+            self.server.protocol.notify(STATUS_NOTIFICATION, params)
         except Exception:  # no transport (unit tests) or the client went away
             logger.debug("could not send %s", STATUS_NOTIFICATION, exc_info=True)
 
@@ -136,12 +140,16 @@ class LoadProgress:
                 self.token, types.WorkDoneProgressReport(message=message)
             )
 
-    def finish(self, ok: bool, message: str, *, status: bool = True) -> None:
+    def finish(
+        self, ok: bool, message: str, *, status: bool = True, models: dict | None = None
+    ) -> None:
         """The load is over: its progress ends, and the status says ready or error (unless
         `status` is False: a remote engine's watcher says whether it is reachable)."""
         self._finished = True
         if status:
-            self.server.status.set("ready" if ok else "error", message)
+            self.server.status.set("ready" if ok else "error", message, models)
+        elif models is not None:
+            self.server.status.models = models
         if self._progress:
             self._progress = False
             self.server.work_done_progress.end(
