@@ -12,23 +12,30 @@ import json
 from pathlib import Path
 from typing import Any
 
-from quickdraft.config import STRATEGIES, QuickdraftConfig, load_config
+from quickdraft.config import RUNTIMES, STRATEGIES, QuickdraftConfig, load_config
 from quickdraft.errors import ConfigError
 
 
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """The model flags shared by `complete`, `serve` and `bench`."""
+def add_model_arguments(parser: argparse.ArgumentParser, *, runtime_list: bool = False) -> None:
+    """The model flags shared by `complete`, `serve` and `bench` (whose `--runtime` takes a
+    comma-separated list of runtimes to compare: `runtime_list`)."""
     group = parser.add_argument_group("models")
     group.add_argument("--preset", help="model preset (see `quickdraft models list`)")
     group.add_argument("--target", help="target model: preset, Hub id, directory or .gguf file")
     group.add_argument("--draft", help="draft model (same tokenizer); 'none' for n-gram only")
     group.add_argument("--device", help="auto, cpu, cuda or cuda:N (default auto)")
-    group.add_argument(
-        "--runtime",
-        choices=["auto", "torch", "llamacpp"],
-        help="llamacpp runs the GGUF files through llama.cpp (pip install 'quickdraft[llama]'); "
-        "auto (default): llama.cpp on a CPU when installed and measured faster, else torch",
+    runtime_help = (
+        "llamacpp runs the GGUF files through llama.cpp (pip install 'quickdraft[llama]'); "
+        "auto (default): llama.cpp on a CPU when installed and measured faster, else torch"
     )
+    if runtime_list:
+        group.add_argument(
+            "--runtime",
+            metavar="RUNTIME[,RUNTIME]",
+            help=runtime_help + "; several (e.g. torch,llamacpp) are timed side by side",
+        )
+    else:
+        group.add_argument("--runtime", choices=list(RUNTIMES), help=runtime_help)
     group.add_argument(
         "--dtype",
         choices=["auto", "float32", "bfloat16", "float16", "int8"],
@@ -122,8 +129,23 @@ def config_file_from_args(args: argparse.Namespace) -> QuickdraftConfig | None:
     return load_config(data)
 
 
+def parse_runtimes(value: str | None) -> list[str]:
+    """`--runtime torch,llamacpp` -> ["torch", "llamacpp"] (bench); ConfigError names the bad
+    one."""
+    if not value:
+        return []
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in RUNTIMES]
+    if unknown or not names:
+        raise ConfigError(
+            f"--runtime: unknown {', '.join(unknown) or 'empty list'} (known: {', '.join(RUNTIMES)})"
+        )
+    return list(dict.fromkeys(names))
+
+
 def config_dict_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The settings given on the command line, as a dict for `load_config`."""
+    """The settings given on the command line, as a dict for `load_config` (the first runtime
+    of a bench's list)."""
     model = {
         key: getattr(args, key, None)
         for key in (
@@ -139,6 +161,8 @@ def config_dict_from_args(args: argparse.Namespace) -> dict[str, Any]:
         )
         if getattr(args, key, None) is not None
     }
+    if isinstance(model.get("runtime"), str) and "," in model["runtime"]:
+        model["runtime"] = parse_runtimes(model["runtime"])[0]
     if getattr(args, "no_calibrate", False):
         model["calibrate"] = False
     if model.get("draft") == "none":

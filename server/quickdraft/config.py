@@ -22,6 +22,8 @@ from quickdraft.errors import ConfigError
 
 Strategy = Literal["ar", "ngram", "draft", "hybrid"]
 STRATEGIES: tuple[str, ...] = get_args(Strategy)
+Runtime = Literal["auto", "torch", "llamacpp"]
+RUNTIMES: tuple[str, ...] = get_args(Runtime)
 
 
 @dataclass
@@ -36,7 +38,7 @@ class ModelConfig:
     """Draft model, same tokenizer as the target; None means n-gram drafting only."""
     device: str = "auto"
     """`auto` (CUDA if present, else CPU), `cpu`, `cuda`, `cuda:N`."""
-    runtime: Literal["auto", "torch", "llamacpp"] = "auto"
+    runtime: Runtime = "auto"
     """`llamacpp` runs the GGUF files themselves through llama.cpp (`pip install
     'quickdraft[llama]'`); `torch` runs transformers models. `auto`: llama.cpp on a CPU when it
     is installed and measured faster there, else torch (always torch with CUDA)."""

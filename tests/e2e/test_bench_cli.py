@@ -158,3 +158,55 @@ def test_bad_arguments_are_one_line_errors(tiny_models, repo, tmp_path, capsys):
     assert "beam" in capsys.readouterr().err
     assert main(bench_args(tiny_models, repo, tmp_path / "o", "--languages", "cobol")) == 2
     assert "cobol" in capsys.readouterr().err
+
+
+def test_bench_times_two_runtimes_side_by_side(repo, tmp_path, monkeypatch):
+    """`--runtime torch,llamacpp` on the same GGUF pair: every engine strategy runs on both,
+    each compared for identity with `ar` on its own runtime."""
+    from quickdraft.decoding import llamacpp
+
+    monkeypatch.setenv("QUICKDRAFT_HOME", str(tmp_path / "home"))
+    if not llamacpp.available():
+        pytest.skip("llama-cpp-python is not installed (quickdraft[llama])")
+    from quickdraft.testing import write_tiny_gguf
+
+    write_tiny_gguf(tmp_path / "target.gguf", seed=0)
+    write_tiny_gguf(tmp_path / "draft.gguf", seed=1, layers=1)
+    out = tmp_path / "out"
+    args = [
+        "bench",
+        "--repo",
+        str(repo),
+        "--target",
+        str(tmp_path / "target.gguf"),
+        "--draft",
+        str(tmp_path / "draft.gguf"),
+        "--runtime",
+        "torch,llamacpp",
+        "--strategies",
+        "ar,ngram,hybrid",
+        "--threads",
+        "1",
+        "--quick",
+        "--no-progress",
+        "--no-replay",
+        "--out",
+        str(out),
+    ]
+    assert main(args) == 0
+    results = json.loads((out / "results.json").read_text())
+    names = ["ar", "ngram", "hybrid", "ar@llamacpp", "ngram@llamacpp", "hybrid@llamacpp"]
+    assert results["env"]["strategies"] == names
+    assert results["env"]["models"]["runtime"] == "torch"
+    assert results["env"]["runtimes"]["llamacpp"]["runtime"] == "llamacpp"
+    for hole in results["holes"]:
+        assert list(hole["runs"]) == names
+        runs = hole["runs"]
+        for name in ("ngram", "hybrid"):
+            assert runs[name]["identical_to_ar"] == (runs[name]["tokens"] == runs["ar"]["tokens"])
+            on_llama = runs[f"{name}@llamacpp"]
+            assert on_llama["identical_to_ar"] == (
+                on_llama["tokens"] == runs["ar@llamacpp"]["tokens"]
+            )
+    assert set(results["summary"]) >= set(names)
+    assert "hybrid@llamacpp" in (out / "report.md").read_text()

@@ -3,15 +3,15 @@
 quickdraft bench --repo . --preset qwen2.5-coder-1.5b --holes 24 --out bench-out
 quickdraft bench --repo . --target t/ --draft d/ --quick          # 3-hole smoke run
 quickdraft bench --repo . --preset P --sweep-draft-length 1,2,4,6,8,12
-<<<<<<< HEAD
 quickdraft bench --repo . --preset P --strategies ar,remote --remote-url http://gpu-box:8000/v1
+quickdraft bench --repo . --preset P --runtime torch,llamacpp --strategies ar,ngram,hybrid
+quickdraft bench --repo . --preset P --typing --typing-layouts append,classic --strategies ar,hybrid
 
 Local strategies run on local models (`ar`, the baseline, always); `remote` runs the same holes
 through the same Completer pipeline with a serving engine generating (quickdraft.remote).
 `--backend openai --url URL` is the same as adding `remote` with `--remote-url URL`.
-=======
-quickdraft bench --repo . --preset P --typing --typing-layouts classic --strategies hybrid
->>>>>>> typing
+`--runtime torch,llamacpp` loads the models on both runtimes and runs every engine strategy on
+each (`hybrid@llamacpp`), compared for identity with `ar` on the same runtime.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument("--repo", required=True, type=Path, help="repository to sample holes from")
-    add_model_arguments(parser)
+    add_model_arguments(parser, runtime_list=True)
     add_config_argument(parser)
     group = parser.add_argument_group("bench")
     group.add_argument(
@@ -103,7 +103,9 @@ def run(args: argparse.Namespace) -> int:
         BenchOptions,
         parse_lengths,
         parse_strategies,
+        with_runtimes,
     )
+    from quickdraft.cli_args import parse_runtimes
     from quickdraft.config import load_config
 
     repo = Path(args.repo).expanduser()
@@ -114,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--holes: must be at least 1, got {holes_wanted}")
     max_new = args.max_new_tokens or (QUICK_MAX_TOKENS if args.quick else 64)
     strategies = parse_strategies(args.strategies)
+    runtimes = parse_runtimes(args.runtime)
+    strategies = with_runtimes(strategies, runtimes[1:])  # the first is the default runtime
     remote_url = args.remote_url or args.url
     if (args.backend == "openai" or args.remote_url) and REMOTE not in strategies:
         strategies.append(REMOTE)
@@ -153,6 +157,15 @@ def run(args: argparse.Namespace) -> int:
     if config.model.calibrate and config.decoding.strategy == "ar":
         completer.calibrate(progress=progress)
     loaded = completer.models
+    others = {}
+    for runtime in runtimes[1:]:
+        progress(f"loading the models again for the {runtime} runtime")
+        other = Completer.load(
+            load_config({"model": {"runtime": runtime}}, config), progress=progress
+        )
+        if config.model.calibrate and config.decoding.strategy == "ar":
+            other.calibrate(progress=progress)
+        others[runtime] = other
     remote = None
     if REMOTE in strategies and remote_settings is not None:
         remote = Completer.load(load_config({"model": remote_settings}, config), progress=progress)
@@ -172,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     from quickdraft.bench.runner import make_peers
 
     peers = make_peers(completer, strategies, gguf_source(loaded))
-    bench = Bench(completer, holes, options, peers=peers, remote=remote)
+    bench = Bench(completer, holes, options, peers=peers, remote=remote, runtimes=others)
     cost_model = getattr(completer.engine, "cost_model", None)
     bench.env["calibrated"] = bool(config.model.calibrate)
     to_dict = getattr(cost_model, "to_dict", None)

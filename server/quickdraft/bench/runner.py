@@ -31,6 +31,34 @@ from quickdraft.errors import ConfigError, QuickdraftError
 
 REMOTE = "remote"
 """A serving engine (`--remote-url`) through the same `Completer` pipeline (quickdraft.remote)."""
+RUNTIME_MARK = "@"
+"""`hybrid@llamacpp`: a strategy on another runtime than the first (`--runtime torch,llamacpp`);
+it is compared with `ar@llamacpp` for identity, and with the first runtime's `ar` for speed."""
+
+
+def split_runtime(name: str) -> tuple[str, str | None]:
+    """ "hybrid@llamacpp" -> ("hybrid", "llamacpp"); "hybrid" -> ("hybrid", None)."""
+    strategy, mark, runtime = name.partition(RUNTIME_MARK)
+    return strategy, (runtime if mark else None)
+
+
+def baseline_of(name: str) -> str:
+    """The `ar` run a strategy's tokens are compared with: the one on its own runtime."""
+    _, runtime = split_runtime(name)
+    return "ar" if runtime is None else f"ar{RUNTIME_MARK}{runtime}"
+
+
+def with_runtimes(strategies: list[str], runtimes: list[str]) -> list[str]:
+    """The strategy list extended with the engine strategies on each further runtime."""
+    extra = [
+        f"{name}{RUNTIME_MARK}{runtime}"
+        for runtime in runtimes
+        for name in strategies
+        if name in STRATEGIES
+    ]
+    return [*strategies, *extra]
+
+
 ALL_STRATEGIES: tuple[str, ...] = (*STRATEGIES, *PEERS, REMOTE)
 DRAFTING = ("ngram", "draft", "hybrid")
 REPLAY_TYPED = (1, 3)
@@ -207,14 +235,21 @@ class Bench:
         peers: dict[str, Peer] | None = None,
         env: dict[str, Any] | None = None,
         remote: Any | None = None,
+        runtimes: dict[str, Any] | None = None,
     ) -> None:
         self.session = Session(completer)
         self.remote = Session(remote) if remote is not None else None
         """The `remote` strategy's Completer (a `quickdraft.remote.RemoteCompleter`)."""
+        self.runtimes = {name: Session(other) for name, other in (runtimes or {}).items()}
+        """Completers on further runtimes (`hybrid@llamacpp` runs on `runtimes["llamacpp"]`)."""
         self.completer = completer
         self.holes = holes
         self.options = options
         self.env = env if env is not None else describe_environment(completer, options)
+        if self.runtimes:
+            self.env["runtimes"] = {
+                name: session.completer.models.describe() for name, session in self.runtimes.items()
+            }
         self.peers = peers if peers is not None else make_peers(completer, options.strategies, None)
         self.records: list[dict[str, Any]] = []
         self.replay_records: list[dict[str, Any]] = []
@@ -234,7 +269,15 @@ class Bench:
         models = getattr(self.completer, "models", None)
         has_draft = getattr(models, "draft", None) is not None
         for name in self.options.strategies:
-            if name == "draft" and not has_draft:
+            strategy, runtime = split_runtime(name)
+            if runtime is not None:
+                if runtime not in self.runtimes:
+                    self._skip(name, f"the {runtime} runtime is not loaded")
+                    continue
+                if strategy == "draft" and self.runtimes[runtime].completer.models.draft is None:
+                    self._skip(name, f"no draft model is loaded on {runtime}")
+                    continue
+            elif name == "draft" and not has_draft:
                 self._skip(name, "no draft model is loaded")
                 continue
             if name == REMOTE:
@@ -262,15 +305,24 @@ class Bench:
             return generator.status.message, {}
         return None, generator.describe()
 
+    def _sessions(self) -> list[Session]:
+        others = [self.remote] if self.remote is not None else []
+        return [self.session, *self.runtimes.values(), *others]
+
     def _open(self, hole: Hole) -> None:
-        self.session.open(hole)
-        if self.remote is not None:
-            self.remote.open(hole)
+        for session in self._sessions():
+            session.open(hole)
 
     def _close(self) -> None:
-        self.session.close()
-        if self.remote is not None:
-            self.remote.close()
+        for session in self._sessions():
+            session.close()
+
+    def _engine_session(self, name: str) -> tuple[Session, str] | None:
+        """The session and engine strategy that run `name` (None: a peer or the remote)."""
+        strategy, runtime = split_runtime(name)
+        if strategy not in STRATEGIES:
+            return None
+        return (self.session if runtime is None else self.runtimes[runtime]), strategy
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -331,9 +383,10 @@ class Bench:
         try:
             plan = None
             for name in self.strategies:
-                self.session.reset_cache()
-                if name in STRATEGIES:
-                    self.session.complete(hole, name, max_new_tokens=budget)
+                engine = self._engine_session(name)
+                if engine is not None:
+                    engine[0].reset_cache()
+                    engine[0].complete(hole, engine[1], max_new_tokens=budget)
                 elif name == REMOTE:
                     self.remote.complete(hole, name, max_new_tokens=budget)
                 else:
@@ -342,7 +395,8 @@ class Bench:
                         plan.prompt_ids, plan.max_new_tokens, plan.stop_ids, plan.new_stop()
                     )
         finally:
-            self.session.reset_cache()
+            for session in (self.session, *self.runtimes.values()):
+                session.reset_cache()
             self._close()
 
     def _run_hole(self, index: int, hole: Hole, bar) -> dict[str, Any] | None:
@@ -354,10 +408,11 @@ class Bench:
             for name in self._order(index):
                 if name not in self.strategies:
                     continue  # dropped after a failure on an earlier hole
-                self.session.reset_cache()
+                engine = self._engine_session(name)
                 try:
-                    if name in STRATEGIES:
-                        outcome = self.session.complete(hole, name)
+                    if engine is not None:
+                        engine[0].reset_cache()
+                        outcome = engine[0].complete(hole, engine[1])
                         prompt_tokens = prompt_tokens or outcome.prompt_tokens
                     elif name == REMOTE:
                         outcome = self.remote.complete(hole, name)
@@ -369,7 +424,7 @@ class Bench:
                     # A peer that breaks, or one of ours the models cannot do, leaves the run
                     # with a note; `ar` is the baseline and a failure there ends the bench.
                     if name == "ar" or (
-                        name in STRATEGIES and not isinstance(exc, QuickdraftError)
+                        engine is not None and not isinstance(exc, QuickdraftError)
                     ):
                         raise
                     self._skip(
@@ -387,9 +442,11 @@ class Bench:
                 self._sweep(index, hole, bar)
         finally:
             self._close()
-        ar_tokens = runs["ar"]["tokens"]
-        for run in runs.values():
-            run["identical_to_ar"] = run["tokens"] == ar_tokens
+        for name, run in runs.items():
+            baseline = runs.get(baseline_of(name))
+            run["identical_to_ar"] = (
+                None if baseline is None else run["tokens"] == baseline["tokens"]
+            )
         ordered = {name: runs[name] for name in self.options.strategies if name in runs}
         return {
             **hole.to_dict(),
