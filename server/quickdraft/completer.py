@@ -1,9 +1,13 @@
 """The completion pipeline shared by `quickdraft complete`, `quickdraft serve` and the bench:
 
-    document -> should_complete -> build_prompt -> generate (stop rule inside) -> finalize
+    document -> should_complete -> build_prompt -> tokenize (token healing) -> generate
+             (stop rule inside) -> finalize
 
 It owns the engine and the open documents (which feed the n-gram drafter), and knows nothing
 about LSP: positions are 0-based lines and Python string offsets.
+
+Threads: a Completer belongs to one thread (the language server's model worker; the CLI's and
+the bench's main thread). Nothing in it is locked.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import os
 import platform
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -24,9 +29,11 @@ import torch
 from quickdraft.config import QuickdraftConfig
 from quickdraft.context import OpenDocument, Prompt, build_prompt, get_fim_template
 from quickdraft.context.continuation import find_continuation
-from quickdraft.context.prompt import split_lines
+from quickdraft.context.prompt import TokenCounter
 from quickdraft.context.snippets import uri_to_path
 from quickdraft.decoding import CostModel, Engine, GenerationRequest, GenerationStats
+from quickdraft.decoding.healing import TokenBytes
+from quickdraft.document_index import DocumentIndex
 from quickdraft.errors import InputError
 from quickdraft.models.loading import LoadedModels, Progress
 
@@ -34,6 +41,8 @@ if TYPE_CHECKING:
     from quickdraft.remote.models import RemoteModels
 from quickdraft.models.store import quickdraft_home
 from quickdraft.postprocess import StopRule, decide_mode, finalize
+from quickdraft.text import unusable_reason
+from quickdraft.tokens import PromptTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +54,9 @@ class CompletionRequest:
     line: int
     character: int
     language_id: str | None = None
+    offset: int | None = None
+    """The cursor's index into `text`, when the caller knows it (the language server does):
+    then nothing reads the whole text to find it."""
 
 
 @dataclass
@@ -70,27 +82,45 @@ class PreparedCompletion:
     request: CompletionRequest
     prompt: Prompt
     prompt_ids: list[int]
-    cursor: int | None
-    """How many of `prompt_ids` stand before the cursor (see GenerationRequest.cursor)."""
+    before_cursor: list[int]
+    """The prompt's tokens of the text before the cursor (what the new tokens continue)."""
+    after_cursor: list[int]
+    """The prompt's tokens of the text after the cursor."""
     anchored_draft: list[int] | None
     """What followed the text before the cursor in an open document, as tokens."""
     mode: str
     """"line" or "block" (postprocess.decide_mode)."""
     max_new_tokens: int
     tokenizer: Any
+    healed: str = ""
+    """Token healing: characters before the cursor taken off the prompt, which the completion
+    writes first (they are in the document already, so they are not inserted)."""
 
     def text_stop_rule(self) -> StopRule:
         """A fresh stop rule for one generation: text so far -> complete now?"""
         return StopRule(self.prompt.prefix, self.prompt.suffix, self.request.language_id, self.mode)
 
+    def inserted(self, text: str) -> str | None:
+        """What generated `text` inserts at the cursor (the healed characters off its start);
+        None while it has not written them all yet."""
+        if not self.healed:
+            return text
+        return text[len(self.healed) :] if text.startswith(self.healed) else None
+
     def stop_rule(self) -> Callable[[list[int]], bool]:
         """A fresh stop callback for one generation: new tokens so far -> complete now?"""
         rule = self.text_stop_rule()
-        return lambda tokens: rule(self.tokenizer.decode(tokens, skip_special_tokens=True))
+
+        def stop(tokens: list[int]) -> bool:
+            text = self.inserted(self.tokenizer.decode(tokens, skip_special_tokens=True))
+            return text is not None and rule(text)
+
+        return stop
 
     def finish(self, tokens: list[int]) -> tuple[str, str]:
-        """(raw decoded text, the text to insert after post-processing)."""
-        return self.finish_text(self.tokenizer.decode(tokens, skip_special_tokens=True))
+        """(raw text inserted at the cursor, the text to insert after post-processing)."""
+        text = self.inserted(self.tokenizer.decode(tokens, skip_special_tokens=True))
+        return self.finish_text(text or "")
 
     def finish_text(self, raw: str) -> tuple[str, str]:
         """(raw text, the text to insert after post-processing)."""
@@ -101,19 +131,19 @@ class PreparedCompletion:
 
 ANCHORED_DRAFT_TOKENS = 64
 """The most tokens of an open document's text proposed from the cursor on."""
+CONTINUATION_WINDOW = 4096
+"""How much of the text before the cursor the continuation lookup matches on (it needs its
+last few hundred characters)."""
 
 
-def after_cursor_source(uri: str) -> str:
-    """The n-gram source name for the text after the cursor in the document at `uri`."""
-    return f"{uri}#after-cursor"
+def cursor_offset(request: CompletionRequest) -> int:
+    """The request's cursor as an index into its text (reads the text up to the cursor's line
+    when the caller did not say)."""
+    if request.offset is not None:
+        return request.offset
+    from quickdraft.context.prompt import _offset_by_splitting
 
-
-def cursor_offset(text: str, line: int, character: int) -> int:
-    """(line, character) in code points as an index into `text` (position already checked)."""
-    contents, endings = split_lines(text)
-    return sum(len(c) + len(e) for c, e in zip(contents[:line], endings[:line], strict=True)) + (
-        character
-    )
+    return _offset_by_splitting(request.text, request.line, request.character)
 
 
 def model_fingerprint(model: Any) -> str:
@@ -139,11 +169,21 @@ class Completer:
         self.config = config or QuickdraftConfig()
         self.tokenizer = models.tokenizer
         self.template = get_fim_template(models.family)
+        self.prompts = PromptTokenizer(self.tokenizer, self.template)
+        """Prompts into tokens, part by part, each part's tokens remembered."""
+        self.count_tokens = TokenCounter(self.prompts.cache.count)
         self.engine = self._create_engine()
-        self.documents: dict[str, OpenDocument] = {}
+        self.documents: OrderedDict[str, OpenDocument] = OrderedDict()
+        """Open documents, least recently changed first (their order in the prompt)."""
+        self.index = (
+            DocumentIndex(self.engine.ngram, self.prompts.cache.ids)
+            if self.engine is not None
+            else None
+        )
         # uri -> (text, cursor offset or None) as last indexed for n-gram drafting
         self._indexed: dict[str, tuple[str, int | None]] = {}
-        self._lock = threading.Lock()
+        self.root: str | None = None
+        """The workspace folder prompts show paths relative to (the language server sets it)."""
 
     def _create_engine(self) -> Engine | None:
         """The local decoding engine over `self.models` (`remote.RemoteCompleter`: None)."""
@@ -151,7 +191,7 @@ class Completer:
         compiled = self.config.model.compile == "on" or (
             self.config.model.compile == "auto" and str(models.device).startswith("cuda")
         )
-        return Engine(
+        engine = Engine(
             models.target,
             models.draft,
             stop_token_ids=models.stop_token_ids,
@@ -159,6 +199,8 @@ class Completer:
             static_cache_tokens=self.config.model.static_cache_tokens if compiled else None,
             compile_steps=compiled,
         )
+        engine.token_bytes = TokenBytes(self.prompts.token_bytes(), engine.target.vocab_size)
+        return engine
 
     @classmethod
     def load(cls, config: QuickdraftConfig, *, progress: Progress | None = None) -> Completer:
@@ -215,6 +257,7 @@ class Completer:
             from quickdraft.decoding import NgramIndex
 
             self.engine.ngram = NgramIndex(config.decoding.ngram_min, config.decoding.ngram_max)
+            self.index = DocumentIndex(self.engine.ngram, self.prompts.cache.ids)
             self._indexed.clear()
 
     def calibrate(
@@ -278,75 +321,61 @@ class Completer:
     # --- documents -------------------------------------------------------------------------
 
     def set_document(self, uri: str, text: str, language_id: str | None = None) -> None:
-        """Open or change a document. Its tokens reach the n-gram index at the next request."""
-        with self._lock:
-            self.documents[uri] = OpenDocument(
-                path=uri_to_path(uri), text=text, language_id=language_id
-            )
+        """Open or change a document. Its tokens reach the n-gram index at the next request;
+        a changed document moves to the end of the prompt's other files."""
+        known = self.documents.get(uri)
+        if known is not None and known.text == text and known.language_id == language_id:
+            return
+        self.documents[uri] = OpenDocument(
+            path=uri_to_path(uri), text=text, language_id=language_id
+        )
+        self.documents.move_to_end(uri)
 
     def close_document(self, uri: str) -> None:
-        with self._lock:
-            self.documents.pop(uri, None)
-            self._indexed.pop(uri, None)
-        self.engine.ngram.remove_source(uri)
-        self.engine.ngram.remove_source(after_cursor_source(uri))
+        self.documents.pop(uri, None)
+        self._indexed.pop(uri, None)
+        if self.index is not None:
+            self.index.remove(uri)
 
     def refresh_documents(self, current: CompletionRequest | None = None) -> None:
-        """Re-tokenize the documents that changed since the last request (only those).
-
-        The document being completed in (`current`) is indexed as two sources split at the
-        cursor: indexed whole, the text before the cursor would match itself and propose the
-        text after the cursor, shadowing every real match.
-        """
-        wanted: dict[str, tuple[str, int | None]] = {}
-        with self._lock:
-            for uri, doc in self.documents.items():
-                # Unchanged documents first: checking usability encodes the whole text.
-                if self._indexed.get(uri) != (doc.text, None) and self._usable(doc.text) is None:
-                    wanted[uri] = (doc.text, None)
-        if current is not None and self._usable(current.text) is None:
-            wanted[current.uri] = (
-                current.text,
-                cursor_offset(current.text, current.line, current.character),
-            )
-        ngram = self.engine.ngram
-        for uri, (text, cursor) in wanted.items():
-            if self._indexed.get(uri) == (text, cursor):
+        """Index what changed since the last request for n-gram drafting (document_index:
+        only changed chunks, only a window of each document). The document being completed
+        in (`current`) is indexed split at the cursor."""
+        if self.index is None:
+            return
+        max_bytes = self.config.context.max_document_bytes
+        for uri, doc in self.documents.items():
+            if current is not None and uri == current.uri:
                 continue
-            if cursor is None:
-                ngram.set_source(uri, self.tokenizer.encode(text, add_special_tokens=False))
-                ngram.remove_source(after_cursor_source(uri))
+            indexed = self._indexed.get(uri)
+            if indexed is not None and indexed[1] is None and indexed[0] is doc.text:
+                continue
+            if unusable_reason(doc.text, max_bytes) is None:
+                self.index.update(uri, doc.text)
             else:
-                encode = self.tokenizer.encode
-                ngram.set_source(uri, encode(text[:cursor], add_special_tokens=False))
-                ngram.set_source(
-                    after_cursor_source(uri), encode(text[cursor:], add_special_tokens=False)
-                )
-            self._indexed[uri] = (text, cursor)
-
-    def _usable(self, text: str) -> str | None:
-        """Why a document cannot be completed in, or None."""
-        if len(text) > self.config.context.max_document_bytes or (
-            len(text.encode("utf-8", "surrogatepass")) > self.config.context.max_document_bytes
-        ):
-            return f"document larger than {self.config.context.max_document_bytes} bytes"
-        if "\x00" in text:
-            return "binary document (contains NUL bytes)"
-        return None
+                self.index.remove(uri)  # too large or binary: no source of drafts
+            self._indexed[uri] = (doc.text, None)
+        if current is not None and unusable_reason(current.text, max_bytes) is None:
+            offset = cursor_offset(current)
+            if self._indexed.get(current.uri) != (current.text, offset):
+                self.index.update(current.uri, current.text, offset)
+                self._indexed[current.uri] = (current.text, offset)
 
     # --- the pipeline ----------------------------------------------------------------------
-
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer.encode(text, add_special_tokens=False))
 
     def should_complete(self, request: CompletionRequest) -> str | None:
         """None if the request should be answered by the model, else the reason not to."""
         if not self.config.language(request.language_id).enabled:
             return f"completion disabled for {request.language_id}"
-        return self._usable(request.text)
+        return unusable_reason(request.text, self.config.context.max_document_bytes)
 
     def build_prompt(self, request: CompletionRequest) -> Prompt:
-        others = [doc for uri, doc in self.documents.items() if uri != request.uri]
+        max_bytes = self.config.context.max_document_bytes
+        others = [
+            doc
+            for uri, doc in self.documents.items()
+            if uri != request.uri and unusable_reason(doc.text, max_bytes) is None
+        ]
         return build_prompt(
             request.text,
             request.line,
@@ -357,34 +386,30 @@ class Completer:
             self.count_tokens,
             self.config.context,
             path=uri_to_path(request.uri),
+            offset=request.offset,
+            root=self.root,
         )
 
-    def anchored_draft(self, request: CompletionRequest) -> list[int] | None:
+    def anchored_draft(self, request: CompletionRequest, healed: str = "") -> list[int] | None:
         """What followed the text before the cursor elsewhere (context.continuation), as the
-        tokens the model would write for it; None when no open document has it."""
-        offset = cursor_offset(request.text, request.line, request.character)
-        with self._lock:
-            others = [
-                (uri, doc.text, None)
-                for uri, doc in self.documents.items()
-                if uri != request.uri and self._usable(doc.text) is None
-            ]
+        tokens the model would write for it, starting with the `healed` characters the
+        completion must write first; None when there is nothing to propose."""
+        offset = cursor_offset(request)
+        max_bytes = self.config.context.max_document_bytes
+        others = [
+            (uri, doc.text, None)
+            for uri, doc in self.documents.items()
+            if uri != request.uri and unusable_reason(doc.text, max_bytes) is None
+        ]
+        window_start = max(0, offset - CONTINUATION_WINDOW)
         found = find_continuation(
-            request.text[:offset], [(request.uri, request.text, offset), *others]
+            request.text[window_start:offset],
+            [(request.uri, request.text, offset), *others],
         )
-        if found is None:
+        if found is None and not healed:
             return None
-        tokens = self.tokenizer.encode(found.text, add_special_tokens=False)
-        return tokens[:ANCHORED_DRAFT_TOKENS]
-
-    def _cursor_token(self, prompt_text: str, prompt_ids: list[int]) -> int | None:
-        """How many of `prompt_ids` come before the cursor: the prompt up to the FIM suffix
-        marker. None when that part does not tokenize to a prefix of the prompt's tokens."""
-        marker = prompt_text.rfind(self.template.fim_suffix)
-        if marker < 0:
-            return None
-        head = self.tokenizer.encode(prompt_text[:marker], add_special_tokens=False)
-        return len(head) if prompt_ids[: len(head)] == head else None
+        text = healed + (found.text if found is not None else "")
+        return list(self.prompts.cache.ids(text))[:ANCHORED_DRAFT_TOKENS] or None
 
     def prepare(
         self, request: CompletionRequest, *, max_new_tokens: int | None = None
@@ -395,7 +420,8 @@ class Completer:
         Raises PositionError for a position outside the document.
         """
         prompt = self.build_prompt(request)
-        prompt_ids = self.tokenizer.encode(prompt.text, add_special_tokens=False)
+        heal = prompt.layout == "append" and self.engine is not None
+        tokens = self.prompts.tokenize(prompt, heal=heal)
         language = request.language_id
         limit = max_new_tokens or self.config.max_new_tokens_for(language)
         if limit < 1:
@@ -406,12 +432,16 @@ class Completer:
         return PreparedCompletion(
             request=request,
             prompt=prompt,
-            prompt_ids=prompt_ids,
-            cursor=self._cursor_token(prompt.text, prompt_ids),
-            anchored_draft=self.anchored_draft(request),
+            prompt_ids=tokens.ids,
+            before_cursor=tokens.before_cursor,
+            after_cursor=tokens.after_cursor,
+            anchored_draft=self.anchored_draft(request, tokens.healed)
+            if self.engine is not None
+            else None,
             mode=mode,
             max_new_tokens=limit,
             tokenizer=self.tokenizer,
+            healed=tokens.healed,
         )
 
     def complete(
@@ -456,7 +486,9 @@ class Completer:
                 draft_length=self.draft_length_for(language),
                 language=language,
                 kind=prepared.mode,
-                cursor=prepared.cursor,
+                lookup_context=prepared.before_cursor,
+                after_cursor=prepared.after_cursor,
+                required_prefix=prepared.healed.encode("utf-8"),
                 anchored_draft=prepared.anchored_draft,
                 deadline=deadline,
                 cancel=cancel,

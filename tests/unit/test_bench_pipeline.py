@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from quickdraft.bench.holes import sample_holes
 from quickdraft.bench.runner import Bench, BenchOptions, make_peers, parse_strategies
 from quickdraft.bench.session import Session
-from quickdraft.completer import Completer
+from quickdraft.completer import Completer, CompletionRequest
 from quickdraft.config import load_config
 from quickdraft.testing import build_tiny_loaded_models
 
@@ -89,7 +88,7 @@ def test_a_cold_start_forgets_earlier_completions(models, repo):
     assert any(s.startswith("completion:") for s in completer.engine.ngram.sources)
     session.reset_cache()
     assert not any(s.startswith("completion:") for s in completer.engine.ngram.sources)
-    assert set(completer.engine.ngram.sources) >= {hole.uri}
+    assert completer.index.sources_of(hole.uri)  # the documents stay indexed
     session.close()
 
 
@@ -99,18 +98,8 @@ def test_peer_plan_is_the_request_complete_sends(models, repo):
     hole = sample_holes(repo, 1, seed=2)[0]
     session.open(hole)
     plan = session.plan(hole)
-    assert (
-        plan.prompt_ids
-        == completer.prepare(
-            SimpleNamespace(
-                uri=hole.uri,
-                text=hole.text,
-                line=hole.line,
-                character=hole.col,
-                language_id=hole.language,
-            )
-        ).prompt_ids
-    )
+    request = CompletionRequest(hole.uri, hole.text, hole.line, hole.col, hole.language)
+    assert plan.prompt_ids == completer.prepare(request).prompt_ids
     assert plan.max_new_tokens == 10
     assert plan.stop_ids == frozenset(models.stop_token_ids)
     ar = session.complete(hole, "ar")

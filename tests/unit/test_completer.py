@@ -22,8 +22,8 @@ def make(models, **settings):
     return Completer(models, load_config({"decoding": {"max_new_tokens": 12}, **settings}))
 
 
-def request(text=TEXT, line=4, character=4, language="python"):
-    return CompletionRequest(URI, text, line, character, language)
+def request(text=TEXT, line=4, character=4, language="python", uri=URI):
+    return CompletionRequest(uri, text, line, character, language)
 
 
 def test_every_strategy_gives_the_same_tokens(models):
@@ -38,17 +38,26 @@ def test_every_strategy_gives_the_same_tokens(models):
         assert completion.text == results["ar"].text
 
 
+def indexed_text(completer, uri: str) -> str:
+    """The text of `uri` the n-gram index holds, chunks in order ("<"/">": cursor halves)."""
+    return "".join(completer.index.sources_of(uri).values())
+
+
 def test_open_documents_feed_the_ngram_index_and_leave_it_when_closed(models):
     completer = make(models)
     completer.set_document("file:///work/y.py", "print('hello')\n", "python")
     completer.complete(request())
-    assert "file:///work/y.py" in completer.engine.ngram.sources
-    before = ngram_source_tokens(completer.engine.ngram, "file:///work/y.py")
+    assert indexed_text(completer, "file:///work/y.py") == "print('hello')\n"
+    [name] = completer.index.sources_of("file:///work/y.py")
+    assert ngram_source_tokens(completer.engine.ngram, name) == completer.tokenizer.encode(
+        "print('hello')\n"
+    )
     completer.set_document("file:///work/y.py", "print('hello world')\n", "python")
     completer.complete(request())
-    assert ngram_source_tokens(completer.engine.ngram, "file:///work/y.py") != before
+    assert name not in completer.engine.ngram.sources
+    assert indexed_text(completer, "file:///work/y.py") == "print('hello world')\n"
     completer.close_document("file:///work/y.py")
-    assert "file:///work/y.py" not in completer.engine.ngram.sources
+    assert not any(s.startswith("file:///work/y.py") for s in completer.engine.ngram.sources)
 
 
 def test_the_current_document_is_indexed_split_at_the_cursor(models):
@@ -58,21 +67,23 @@ def test_the_current_document_is_indexed_split_at_the_cursor(models):
     text = "def sub(a, b):\n    return a - b\n\nvalue = sub(3, 1)\nother = sub(\n"
     completer.set_document(URI, text, "python")
     completer.set_document("file:///work/z.py", "other = sub(9, 4)\n", "python")
-    completer.refresh_documents(current=request(text, line=4, character=len("other = sub(")))
+    cursor = request(text, line=4, character=len("other = sub("))
+    completer.refresh_documents(current=cursor)
     encode = completer.tokenizer.encode
     ngram = completer.engine.ngram
-    assert ngram_source_tokens(ngram, URI) == encode(text[: text.index("other")] + "other = sub(")
-    assert ngram_source_tokens(ngram, URI + "#after-cursor") == encode("\n")
+    sources = completer.index.sources_of(URI)
+    halves = {name[-1]: chunk for name, chunk in sources.items()}
+    assert halves["<"].endswith("other = sub(") and halves[">"] == "\n"
+    assert "".join(sources.values()) == text
     match = ngram.lookup(encode("other = sub("), 4)
-    assert match is not None and match.source == "file:///work/z.py"
-    prepared = completer.prepare(request(text, line=4, character=len("other = sub(")))
-    marker = prepared.prompt.text.rindex("<|fim_suffix|>")
-    assert prepared.prompt_ids[: prepared.cursor] == encode(prepared.prompt.text[:marker])
+    assert match is not None and match.source.startswith("file:///work/z.py")
+    prepared = completer.prepare(cursor)
+    assert prepared.before_cursor == encode(text[: text.index("other")] + "other = sub(")
+    assert prepared.after_cursor == encode("\n")
     # Once it is no longer the request's document, it is indexed whole again.
-    completer.complete(request(text, line=1, character=4))
-    completer.refresh_documents()
-    assert ngram_source_tokens(ngram, URI) == encode(text)
-    assert URI + "#after-cursor" not in ngram.sources
+    completer.complete(request(text, line=1, character=4, uri="file:///work/other.py"))
+    assert all(not name.endswith(("<", ">")) for name in completer.index.sources_of(URI))
+    assert indexed_text(completer, URI) == text
 
 
 def test_the_continuation_of_the_text_before_the_cursor_in_an_open_file_is_drafted_first(models):
@@ -109,7 +120,7 @@ def test_disabled_language_huge_and_binary_documents_are_skipped(models):
     # A binary open document is not indexed, and does not break completion elsewhere.
     completer.set_document("file:///work/blob.bin", "\x00\x01\x02", None)
     assert completer.complete(request()).skipped is None
-    assert "file:///work/blob.bin" not in completer.engine.ngram.sources
+    assert not completer.index.sources_of("file:///work/blob.bin")
 
 
 def test_positions_outside_the_document_raise_position_error(models):
@@ -202,3 +213,123 @@ def test_preset_draft_lengths_apply_under_the_users_settings(models):
     completer = Completer(with_preset, load_config({"decoding": {"draft_length": 2}}))
     assert completer.draft_length_for("rust") == 2
     assert Completer(models, load_config({})).draft_length_for("python") is None
+
+
+# --- the append layout and token healing -----------------------------------------------------
+
+FILE = "".join(f"def f_{i}(x):\n    return x + {i}\n\n" for i in range(12))
+
+
+def append_completer(models, **context):
+    return make(models, context={"layout": "append", "anchor_lines": 8, **context})
+
+
+def prepared_after_typing(completer, text: str, line: int, typed: str):
+    """Type `typed` at the end of `line`, one character at a time; the prepared request after
+    each keystroke."""
+    lines = text.split("\n")
+    out = []
+    for n in range(1, len(typed) + 1):
+        current = lines[:line] + [lines[line] + typed[:n]] + lines[line + 1 :]
+        body = "\n".join(current)
+        out.append(completer.prepare(request(body, line, len(lines[line]) + n)))
+    return out
+
+
+def test_append_layout_puts_the_anchor_to_cursor_text_after_the_middle_marker(models):
+    completer = append_completer(models)
+    text = FILE + "value = f_3("  # on line 36: the anchor (8 lines a window) is line 32
+    prompt = completer.build_prompt(request(text, 36, len("value = f_3(")))
+    assert prompt.layout == "append" and prompt.anchor_line == 32
+    lines = text.split("\n")
+    assert prompt.middle == "\n".join(lines[32:36]) + "\nvalue = f_3("
+    assert prompt.text.endswith("<|fim_middle|>" + prompt.middle)
+    assert prompt.text.index("<|fim_suffix|>") < prompt.text.index("<|fim_middle|>")
+    assert prompt.prefix.endswith(prompt.middle)  # the text before the cursor, for the rules
+
+
+def test_typing_only_appends_to_the_prompt(models):
+    completer = append_completer(models)
+    text = FILE + "    \n" + FILE
+    steps = prepared_after_typing(completer, text, 36, "total = f_1(2) + f_2(3)")
+    for before, after in zip(steps, steps[1:], strict=False):
+        shared = 0
+        while (
+            shared < len(before.prompt_ids)
+            and before.prompt_ids[shared] == after.prompt_ids[shared]
+        ):
+            shared += 1
+        # Everything but (at most) the healed last token stays: a keystroke costs its own.
+        assert shared >= len(before.prompt_ids) - 1
+        assert len(after.prompt_ids) - shared <= 2
+
+
+def test_enter_only_appends_to_the_prompt(models):
+    completer = append_completer(models)
+    text = FILE + "x = 1\n" + FILE
+    lines = text.split("\n")
+    first = completer.prepare(request(text, 36, 5))
+    pressed = "\n".join(lines[:36] + ["x = 1", ""] + lines[37:])
+    second = completer.prepare(request(pressed, 37, 0))
+    assert second.prompt.anchor_line == first.prompt.anchor_line == 32
+    shared = sum(1 for a, b in zip(first.prompt_ids, second.prompt_ids, strict=False) if a == b)
+    assert shared >= len(first.prompt_ids) - 1
+
+
+def test_token_healing_backs_off_the_last_token_and_writes_it_first(models):
+    completer = append_completer(models)
+    text = FILE + "result = f_1"
+    prepared = completer.prepare(request(text, 36, len("result = f_1")))
+    # The tiny tokenizer spells one byte per token: the last character is healed.
+    assert prepared.healed == "1"
+    assert completer.tokenizer.decode(prepared.prompt_ids).endswith("result = f_")
+    assert prepared.anchored_draft[0] == completer.tokenizer.encode("1")[0]
+    completion = completer.complete(request(text, 36, len("result = f_1")))
+    decoded = completer.tokenizer.decode(completion.tokens)
+    # The constraint made the model write the healed "1" first; it is not inserted again.
+    assert decoded == "1" + completion.raw_text
+
+
+def test_every_strategy_gives_the_same_tokens_with_healing(models):
+    completer = append_completer(models)
+    completer.set_document("file:///work/y.py", FILE, "python")
+    text = FILE + "result = f_1"
+    results = {
+        s: completer.complete(request(text, 36, len("result = f_1")), strategy=s)
+        for s in ("ar", "ngram", "draft", "hybrid")
+    }
+    assert results["ar"].tokens
+    for strategy, completion in results.items():
+        assert completion.tokens == results["ar"].tokens, strategy
+
+
+def test_a_keystroke_in_a_two_megabyte_document_does_bounded_work(models):
+    """Count tokenizer characters and n-gram tokens per keystroke: they do not grow with the
+    document (a 2 MB file costs what a small one does)."""
+    completer = append_completer(models, max_prompt_tokens=512, snippet_share=0.0)
+
+    def work_per_keystroke(text: str) -> tuple[int, int]:
+        line = text.count("\n") // 2
+        lines = text.split("\n")
+        base = "\n".join(lines[:line] + ["y = "] + lines[line + 1 :])
+        completer.set_document(URI, base, "python")
+        completer.refresh_documents(current=request(base, line, 4))
+        completer.prepare(request(base, line, 4))
+        chars, indexed = completer.prompts.cache.encoded_chars, completer.index.indexed_tokens
+        typed = "\n".join(lines[:line] + ["y = f"] + lines[line + 1 :])
+        offset = len("\n".join(lines[:line])) + 1 + 5
+        typed_request = CompletionRequest(URI, typed, line, 5, "python", offset=offset)
+        completer.set_document(URI, typed, "python")
+        completer.refresh_documents(current=typed_request)
+        completer.prepare(typed_request)
+        return (
+            completer.prompts.cache.encoded_chars - chars,
+            completer.index.indexed_tokens - indexed,
+        )
+
+    small = work_per_keystroke(FILE * 20)
+    huge = work_per_keystroke(FILE * 40000)  # ~1.3 MB... then grown past 2 MB
+    huge2 = work_per_keystroke(FILE * 70000)
+    assert len(FILE * 70000) > 2_000_000
+    assert huge[0] <= 4 * max(small[0], 200) and huge2[0] <= 4 * max(small[0], 200)
+    assert huge[1] <= 4 * max(small[1], 200) and huge2[1] <= 4 * max(small[1], 200)

@@ -135,8 +135,8 @@ def test_copying_from_an_ngram_source_needs_few_target_forwards(tokenizer):
 
 
 def test_fim_prompts_look_up_the_text_before_the_cursor_from_the_first_step(tokenizer):
-    """A FIM prompt ends with the suffix, so its tail matches nothing; given the cursor, lookups
-    match on the text before it and the very first forward verifies a copied continuation."""
+    """A FIM prompt ends with the suffix, so its tail matches nothing; given the text before
+    the cursor, lookups match on it and the very first forward verifies a copied continuation."""
     model = build_tiny_model(len(tokenizer), seed=11)
     engine = Engine(model, None, stop_token_ids=[tokenizer.eos_token_id])
     before = tokenizer.encode("<|fim_prefix|>total = compute(alpha, beta)\nscale = ")
@@ -146,7 +146,7 @@ def test_fim_prompts_look_up_the_text_before_the_cursor_from_the_first_step(toke
     engine.ngram.set_source("file:///other.py", before[-6:] + expected)
 
     engine.reset_cache()
-    with_cursor = greedy(engine, prompt, "ngram", 8, max_new_tokens=27, cursor=len(before))
+    with_cursor = greedy(engine, prompt, "ngram", 8, max_new_tokens=27, lookup_context=before)
     assert with_cursor.tokens == expected
     assert with_cursor.stats.target_forwards == 3  # 9 tokens a forward: 8 copied + 1 bonus
 
@@ -154,9 +154,6 @@ def test_fim_prompts_look_up_the_text_before_the_cursor_from_the_first_step(toke
     without = greedy(engine, prompt, "ngram", 8, max_new_tokens=27)
     assert without.tokens == expected
     assert without.stats.target_forwards > 3  # the first tokens had nothing to match on
-
-    with pytest.raises(InputError, match="cursor"):
-        greedy(engine, prompt, "ngram", cursor=len(prompt) + 1)
 
 
 def test_an_anchored_draft_is_proposed_from_the_first_step_while_the_output_agrees(tokenizer):

@@ -2,7 +2,12 @@
 
 Every template lays the prompt out prefix-first (PSM): other files and the text before the
 cursor come first, so consecutive requests in one document share a long token prefix that the
-engine's KV cache can reuse.
+engine's KV cache can reuse. In the append layout (context/prompt.py) the text from an anchor
+line to the cursor follows the middle marker as the middle written so far, so typing only
+appends to the prompt: `{prefix}<suffix marker>{suffix}<middle marker>{middle}`.
+
+`render_parts` gives the prompt as parts: markers, and text by role (context, prefix, suffix,
+middle), so the Completer tokenizes each part once and knows where each section's tokens are.
 
 Formats (from each family's model card / paper):
 
@@ -24,9 +29,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from quickdraft.errors import ConfigError
+
+Role = Literal["marker", "context", "prefix", "suffix", "middle"]
+
+
+@dataclass(frozen=True)
+class PromptPart:
+    """A piece of a rendered prompt: a marker of the format, or text of one role."""
+
+    text: str
+    role: Role
+
 
 _ZWSP = "\u200b"
 
@@ -111,36 +127,74 @@ class FimTemplate:
         repo_name: str | None = None,
         path: str | None = None,
         language_id: str | None = None,
+        middle: str = "",
     ) -> str:
+        """The whole prompt as one string (see `render_parts`)."""
+        parts = self.render_parts(prefix, suffix, snippets, repo_name, path, language_id, middle)
+        return "".join(part.text for part in parts)
+
+    def render_parts(
+        self,
+        prefix: str,
+        suffix: str,
+        snippets: Iterable[Any] = (),
+        repo_name: str | None = None,
+        path: str | None = None,
+        language_id: str | None = None,
+        middle: str = "",
+    ) -> list[PromptPart]:
         """The whole prompt: other files (`snippets`: objects/dicts with path and text, or
-        (path, text) pairs), then the current file's prefix, the hole, and the suffix."""
+        (path, text) pairs), then the current file's prefix, the hole, the suffix, and the
+        middle written so far (empty in the classic layout)."""
         blocks = [self.render_snippet(*_snippet_fields(s), language_id) for s in snippets]
         prefix = self.sanitize(prefix)
         suffix = self.sanitize(suffix)
+        middle = self.sanitize(middle)
         repo = self.sanitize(repo_name) if repo_name else None
         current = self.sanitize(path) if path else "untitled"
-        if self.family == "qwen2.5-coder":
-            if not blocks and repo is None:
-                return f"{self.fim_prefix}{prefix}{self.fim_suffix}{suffix}{self.fim_middle}"
-            head = f"{self.repo_name}{repo}\n" if repo is not None else ""
-            return (
-                f"{head}{''.join(blocks)}{self.file_sep}{current}\n"
-                f"{self.fim_prefix}{prefix}{self.fim_suffix}{suffix}{self.fim_middle}"
-            )
-        if self.family == "starcoder2":
-            if not blocks and repo is None:
-                return f"{self.fim_prefix}{prefix}{self.fim_suffix}{suffix}{self.fim_middle}"
-            head = f"{self.repo_name}{repo}" if repo is not None else ""
-            return (
-                f"{head}{''.join(blocks)}{self.file_sep}"
-                f"{self.fim_prefix}{current}\n{prefix}{self.fim_suffix}{suffix}{self.fim_middle}"
-            )
-        # deepseek-coder, codellama: other files lead the prefix, labelled by comments.
-        context = ""
-        if blocks:
-            marker = comment_prefix(language_id)
-            context = "".join(blocks) + f"{marker} {current}\n"
-        return f"{self.fim_prefix}{context}{prefix}{self.fim_suffix}{suffix}{self.fim_middle}"
+        parts: list[PromptPart] = []
+
+        def marker(text: str | None) -> None:
+            if text:
+                parts.append(PromptPart(text, "marker"))
+
+        def text(value: str, role: Role = "context") -> None:
+            if value:
+                parts.append(PromptPart(value, role))
+
+        def blocks_with_separators() -> None:
+            # Each block starts with the file separator marker (qwen, starcoder2).
+            for block in blocks:
+                marker(self.file_sep)
+                text(block[len(self.file_sep) :] if self.file_sep else block)
+
+        if self.family in ("qwen2.5-coder", "starcoder2"):
+            if blocks or repo is not None:
+                if repo is not None:
+                    marker(self.repo_name)
+                    text(f"{repo}\n" if self.family == "qwen2.5-coder" else repo)
+                blocks_with_separators()
+                marker(self.file_sep)
+                if self.family == "qwen2.5-coder":
+                    text(f"{current}\n")
+                    marker(self.fim_prefix)
+                else:
+                    marker(self.fim_prefix)
+                    text(f"{current}\n")
+            else:
+                marker(self.fim_prefix)
+        else:
+            # deepseek-coder, codellama: other files lead the prefix, labelled by comments.
+            marker(self.fim_prefix)
+            if blocks:
+                marker_comment = comment_prefix(language_id)
+                text("".join(blocks) + f"{marker_comment} {current}\n")
+        text(prefix, "prefix")
+        marker(self.fim_suffix)
+        text(suffix, "suffix")
+        marker(self.fim_middle)
+        text(middle, "middle")
+        return parts
 
 
 _QWEN_STOPS = (

@@ -1,41 +1,70 @@
 """Build the prompt for one completion request: current file around the cursor, plus snippets.
 
+Two layouts (`context.layout`):
+
+    classic   <prefix: text before the cursor> <suffix marker> <suffix> <middle marker>
+    append    <prefix: text before the anchor line> <suffix marker> <suffix> <middle marker>
+              <middle: text from the anchor line to the cursor>
+
+In the append layout, typing on a line, Backspace over what was just typed and Enter only
+change the end of the prompt (the middle), so the engine's KV cache holds everything before it
+and a keystroke costs only its own tokens. The anchor moves in coarse steps: it is the line
+number at or above the cursor's that is a multiple of `context.anchor_lines`, so it stays put
+while the cursor stays in that window of lines, and moves when it leaves it or jumps elsewhere.
+(How the token boundary at the cursor is handled is the Completer's business: token healing.)
+
 Budget (`ContextConfig`): the whole prompt stays within `max_prompt_tokens`. Snippets of other
 documents get up to `snippet_share` of it; the current file gets the rest, split `suffix_share`
 for the text after the cursor and the remainder for the text before it (a part that needs less
-than its share leaves the rest to the other).
+than its share leaves the rest to the other). In the append layout the middle has a fixed
+allowance (MIDDLE_SHARE) taken from the prefix's share, so the prefix does not shrink as the
+middle grows while the user types.
 
 Trimming removes whole lines: the prefix loses lines at the top, the suffix at the bottom. The
-prefix's first line is picked to be *stable*: the engine reuses its KV cache for the longest
-common token prefix of consecutive prompts, and a window that slid down by a line on every
-keystroke would throw that away each time. So the earliest line that fits is rounded up to a
+prefix's first line is picked to be *stable*: the earliest line that fits is rounded up to a
 grid of G lines (G: a power of two worth about half the slack below), and from that grid line
 on the prefix starts at the first top-level statement (tree-sitter; blank-line paragraphs in plain
 text), else the first nested statement, else the grid line itself. The start then moves once
 per G lines of progress instead of every line. At most `1 / SLACK_DIVISOR` of the prefix budget
 is given up for that.
+
+The head of the prompt is stable too: snippets are chosen by the lines above the anchor (not
+the cursor), so they change only when the anchor moves or another document changes, and are
+ordered least recently changed document first, so an edit in one file invalidates only what
+follows its snippet; paths are shown relative to the workspace root when one is known.
+
+Only a window of the document around the cursor is read (enough characters for the budget):
+a keystroke in a 2 MB file does no work proportional to the file.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from quickdraft.config import ContextConfig
 from quickdraft.context import syntax
-from quickdraft.context.fim import FimTemplate
+from quickdraft.context.fim import FimTemplate, PromptPart
 from quickdraft.context.snippets import Snippet, as_open_document, select_snippets, uri_to_path
 from quickdraft.errors import PositionError
+from quickdraft.text import LINE_BREAK, split_lines
 
 SLACK_DIVISOR = 4
 """Up to 1/SLACK_DIVISOR of the prefix budget may go unused to start at a stable boundary."""
 REGION_LOOKBACK = 400
 """Boundaries come from parsing the region of interest, starting up to this many lines above."""
-
-_LINE_BREAK = re.compile(r"(\r\n|\r|\n)")
+MIDDLE_SHARE = 0.15
+"""Append layout: the share of the file budget set aside for the middle (anchor to cursor)."""
+MIDDLE_STEP = 64
+"""A middle larger than its allowance takes tokens from the prefix in steps of this many, so
+the prefix start moves rarely even then."""
+CHARS_PER_TOKEN_BOUND = 16
+"""No token is longer than this many characters in practice: a window of budget x this many
+characters around the cursor holds everything the budget can take."""
 
 
 @dataclass
@@ -45,110 +74,156 @@ class Prompt:
     text: str
     """The rendered prompt."""
     prefix: str
-    """Current document text before the cursor that made it into the prompt."""
+    """Current document text before the cursor that made it into the prompt (in the append
+    layout: the prefix section and the middle)."""
     suffix: str
     """Current document text after the cursor that made it into the prompt."""
     snippets: list[Snippet] = field(default_factory=list)
     prefix_start_line: int = 0
     """0-based document line the prefix starts at (0 = not trimmed at the top)."""
     suffix_end_line: int = 0
-    """0-based document line after the suffix's last line (the line count = not trimmed)."""
+    """0-based document line after the suffix's last line."""
     language: str | None = None
     """The grammar used for boundaries (None: plain text)."""
     prompt_tokens: int = 0
-    """count_tokens(text)."""
+    """The tokens of `parts`, counted part by part (markers and sections tokenize apart)."""
     prefix_truncated: bool = False
     suffix_truncated: bool = False
+    layout: str = "classic"
+    middle: str = ""
+    """Append layout: the text from the anchor line to the cursor (after the middle marker)."""
+    anchor_line: int | None = None
+    """Append layout: the 0-based line the middle starts at."""
+    parts: list[PromptPart] = field(default_factory=list)
+    """`text` as markers and text of each role, in order (joined, they give `text`)."""
 
 
-def split_lines(text: str) -> tuple[list[str], list[str]]:
-    """(line contents, line endings) with LSP's line breaks: \\r\\n, \\r and \\n."""
-    if "\r" not in text:
-        contents = text.split("\n")
-        endings = ["\n"] * (len(contents) - 1) + [""]
-        return contents, endings
-    parts = _LINE_BREAK.split(text)
-    return parts[0::2], parts[1::2] + [""]
+class TokenCounter:
+    """count_tokens with a memo that lasts: the same lines come back request after request.
 
+    Give one to every `build_prompt` call of a Completer (it is cheap to keep: bounded LRU).
+    """
 
-def _display_path(path: str | None, documents: Sequence[Any]) -> tuple[str | None, dict[str, str]]:
-    """Paths as shown in the prompt: relative to the common folder of all open documents."""
-    paths = [as_open_document(d).path for d in documents]
-    current = uri_to_path(path) if path else None
-    every = [p for p in [current, *paths] if p]
-    root = ""
-    absolute = [p for p in every if p.startswith("/") or re.match(r"^[A-Za-z]:[\\/]", p)]
-    if absolute and len(absolute) == len(every):
-        try:
-            root = os.path.commonpath([os.path.dirname(p) for p in absolute])
-        except ValueError:
-            root = ""
-
-    def show(p: str) -> str:
-        if root and p.startswith(root):
-            rest = p[len(root) :].lstrip("/\\")
-            return rest or p
-        return p
-
-    return (show(current) if current else None), {p: show(p) for p in paths if p}
-
-
-class _Counter:
-    """count_tokens with a memo: the same lines come back request after request."""
-
-    def __init__(self, count_tokens: Callable[[str], int]):
+    def __init__(self, count_tokens: Callable[[str], int], size: int = 20000):
         self.count_tokens = count_tokens
-        self.memo: dict[str, int] = {}
+        self.size = size
+        self.memo: OrderedDict[str, int] = OrderedDict()
+        self.calls = 0
+        """How many strings were actually tokenized (tests count work with it)."""
 
     def __call__(self, text: str) -> int:
         if not text:
             return 0
         value = self.memo.get(text)
         if value is None:
-            value = self.memo[text] = self.count_tokens(text)
+            self.calls += 1
+            value = self.count_tokens(text)
+            self.memo[text] = value
+            if len(self.memo) > self.size:
+                self.memo.popitem(last=False)
+        else:
+            self.memo.move_to_end(text)
         return value
 
+    def uncached(self, text: str) -> int:
+        """Count without remembering (binary searches over many one-off substrings)."""
+        self.calls += 1
+        return self.count_tokens(text)
 
-def _keep_tail(text: str, budget: int, count: _Counter) -> str:
+
+def _display_root(path: str | None, documents: Sequence[Any], root: str | None) -> str:
+    """The folder paths are shown relative to: the workspace root when known, else the common
+    folder of all open documents."""
+    if root:
+        return uri_to_path(root).rstrip("/\\")
+    paths = [as_open_document(d).path for d in documents]
+    current = uri_to_path(path) if path else None
+    every = [p for p in [current, *paths] if p]
+    absolute = [p for p in every if p.startswith("/") or re.match(r"^[A-Za-z]:[\\/]", p)]
+    if absolute and len(absolute) == len(every):
+        try:
+            return os.path.commonpath([os.path.dirname(p) for p in absolute])
+        except ValueError:
+            return ""
+    return ""
+
+
+def _show(path: str, root: str) -> str:
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("/", "\\"):
+        return path[len(root) :].lstrip("/\\") or path
+    return path
+
+
+def _keep_tail(text: str, budget: int, count: TokenCounter) -> str:
     """The longest tail of `text` within `budget` tokens (binary search on the start)."""
     if budget <= 0:
         return ""
     low, high = 0, len(text)  # invariant: text[high:] fits
     while low < high:
         mid = (low + high) // 2
-        if count.count_tokens(text[mid:]) <= budget:
+        if count.uncached(text[mid:]) <= budget:
             high = mid
         else:
             low = mid + 1
     return text[high:]
 
 
-def _keep_head(text: str, budget: int, count: _Counter) -> str:
+def _keep_head(text: str, budget: int, count: TokenCounter) -> str:
     """The longest head of `text` within `budget` tokens."""
     if budget <= 0:
         return ""
     low, high = 0, len(text)  # invariant: text[:low] fits
     while low < high:
         mid = (low + high + 1) // 2
-        if count.count_tokens(text[:mid]) <= budget:
+        if count.uncached(text[:mid]) <= budget:
             low = mid
         else:
             high = mid - 1
     return text[:low]
 
 
-class _Document:
-    """The current document split in lines, with its boundaries computed on demand."""
+class _Window:
+    """The lines of the document around the cursor, cut from the text without splitting the
+    whole document. Rows are window-relative: `first_line + row` is the document line."""
 
-    def __init__(self, text: str, grammar: str | None):
-        self.text = text
+    def __init__(
+        self,
+        text: str,
+        line: int,
+        character: int,
+        offset: int | None,
+        grammar: str | None,
+        chars: int,
+    ):
+        if offset is None:
+            offset = _offset_by_splitting(text, line, character)
         self.grammar = grammar
-        self.contents, self.endings = split_lines(text)
+        start = max(0, offset - chars)
+        if start > 0:  # begin at a line start
+            found = LINE_BREAK.search(text, start)
+            start = found.end() if found is not None and found.end() <= offset else start
+            if start > offset - character:
+                start = offset - character
+        end = min(len(text), offset + chars)
+        if end < len(text):  # end after a whole line
+            found = LINE_BREAK.search(text, end)
+            end = found.end() if found is not None else len(text)
+        self.window = text[start:end]
+        self.contents, self.endings = split_lines(self.window)
+        cursor_row = len(LINE_BREAK.findall(text, start, offset - character))
+        self.first_line = line - cursor_row
+        self.cursor_row = cursor_row
+        self.at_start = start == 0
+        self.at_end = end == len(text)
+        if end < len(text) and self.contents and self.contents[-1] == "" and self.endings[-1] == "":
+            # The window ended right after a line break: that empty "line" is not the document's.
+            self.contents.pop()
+            self.endings.pop()
         self.full = [c + e for c, e in zip(self.contents, self.endings, strict=True)]
         self._boundaries: dict[tuple[int, int, int], list[int]] = {}
 
     def statement_lines(self, first: int, last: int, depth: int) -> list[int]:
-        """Lines in [first, last] where a statement of nesting depth <= depth starts."""
+        """Rows in [first, last] where a statement of nesting depth <= depth starts."""
         key = (first, last, depth)
         if key in self._boundaries:
             return self._boundaries[key]
@@ -168,7 +243,7 @@ class _Document:
         return found
 
     def _region_start(self, first: int) -> int:
-        """The nearest line at or above `first` that starts at column 0 with code."""
+        """The nearest row at or above `first` that starts at column 0 with code."""
         for row in range(first, max(first - REGION_LOOKBACK, 0) - 1, -1):
             line = self.contents[row]
             if line and not line[0].isspace() and line[0] not in ")]}":
@@ -185,6 +260,16 @@ class _Document:
         return out
 
 
+def _offset_by_splitting(text: str, line: int, character: int) -> int:
+    """The cursor's offset from (line, character), checking them (reads the whole text: the
+    language server passes the offset it already knows instead)."""
+    contents, endings = split_lines(text)
+    _check(contents, line, character)
+    return sum(len(c) + len(e) for c, e in zip(contents[:line], endings[:line], strict=True)) + (
+        character
+    )
+
+
 def _grid_lines(costs: dict[int, int], slack: int) -> int:
     """Grid spacing in lines: a power of two of about half the slack's worth of lines.
 
@@ -199,16 +284,16 @@ def _grid_lines(costs: dict[int, int], slack: int) -> int:
 
 
 def _choose_prefix_start(
-    doc: _Document, minimum: int, line: int, costs: dict[int, int], budget: int
+    doc: _Window, minimum: int, end: int, costs: dict[int, int], budget: int
 ) -> int:
-    """A stable, syntactic first line >= `minimum` (the earliest line that fits).
+    """A stable, syntactic first row >= `minimum` (the earliest row that fits), before `end`.
 
-    `minimum` is rounded up to a grid of G lines, so the start moves only once per G lines of
-    progress; from there it moves on to the first top-level statement, else the first nested
-    statement (method, statement of a top-level function), else stays on the grid line, as long
-    as no more than the slack is given up.
+    The document line of `minimum` is rounded up to a grid of G lines, so the start moves only
+    once per G lines of progress; from there it moves on to the first top-level statement, else
+    the first nested statement, else stays on the grid line, as long as no more than the slack
+    is given up.
     """
-    if minimum <= 0:
+    if minimum <= 0 and doc.at_start:
         return 0
     slack = budget // SLACK_DIVISOR
 
@@ -216,48 +301,49 @@ def _choose_prefix_start(
         return sum(costs.get(row, 0) for row in range(minimum, start))
 
     size = _grid_lines(costs, slack)
-    grid = -(-minimum // size) * size
-    if grid > line or waste(grid) > slack:
+    absolute = doc.first_line + minimum
+    grid = -(-absolute // size) * size - doc.first_line
+    if grid > end or waste(grid) > slack:
         return minimum
     for depth in (1, 2):
-        rows = doc.statement_lines(grid, line, depth)
+        rows = doc.statement_lines(grid, end, depth)
         if rows and waste(rows[0]) <= slack:
             return rows[0]
     return grid
 
 
 def _choose_suffix_end(
-    doc: _Document, maximum: int, line: int, costs: dict[int, int], budget: int
+    doc: _Window, maximum: int, row: int, costs: dict[int, int], budget: int
 ) -> int:
-    """Exclusive end line <= `maximum` (the furthest that fits), before a top-level statement."""
+    """Exclusive end row <= `maximum` (the furthest that fits), before a top-level statement."""
     if maximum >= len(doc.contents):
         return maximum
     slack = budget // SLACK_DIVISOR
-    top = [row for row in doc.statement_lines(line + 1, maximum, 1) if row <= maximum]
+    top = [r for r in doc.statement_lines(row + 1, maximum, 1) if r <= maximum]
     if top:
         end = top[-1]
-        if sum(costs.get(row, 0) for row in range(end, maximum)) <= slack:
+        if sum(costs.get(r, 0) for r in range(end, maximum)) <= slack:
             return end
     return maximum
 
 
 def _fit_prefix(
-    doc: _Document, line: int, character: int, budget: int, count: _Counter
+    doc: _Window, end: int, tail: str, budget: int, count: TokenCounter
 ) -> tuple[str, int, bool, int]:
-    """(prefix, first line, truncated, tokens used) for the text before the cursor."""
-    current = doc.contents[line][:character]
-    whole_chars = sum(map(len, doc.full[:line])) + len(current)
-    if whole_chars <= budget * 16:
-        whole = "".join(doc.full[:line]) + current
-        used = count.count_tokens(whole)
+    """(text, first row, truncated, tokens used) for the whole rows before row `end` followed
+    by `tail` (the cursor line's start, classic layout; nothing in the append layout)."""
+    whole_chars = sum(map(len, doc.full[:end])) + len(tail)
+    if doc.at_start and whole_chars <= budget * CHARS_PER_TOKEN_BOUND:
+        whole = "".join(doc.full[:end]) + tail
+        used = count(whole)
         if used <= budget:
             return whole, 0, False, used
-    used = count(current)
+    used = count(tail)
     if used > budget:
-        tail = _keep_tail(current, budget, count)
-        return tail, line, True, count.count_tokens(tail)
+        kept = _keep_tail(tail, budget, count)
+        return kept, end, True, count(kept)
     costs: dict[int, int] = {}
-    row = line - 1
+    row = end - 1
     while row >= 0:
         cost = count(doc.full[row])
         if used + cost > budget:
@@ -266,39 +352,40 @@ def _fit_prefix(
         used += cost
         row -= 1
     minimum = row + 1
-    start = _choose_prefix_start(doc, minimum, line, costs, budget)
+    start = _choose_prefix_start(doc, minimum, end, costs, budget)
     used -= sum(costs.get(r, 0) for r in range(minimum, start))
-    return "".join(doc.full[start:line]) + current, start, start > 0, used
+    truncated = start > 0 or not doc.at_start
+    return "".join(doc.full[start:end]) + tail, start, truncated, used
 
 
 def _fit_suffix(
-    doc: _Document, line: int, character: int, budget: int, count: _Counter
+    doc: _Window, row: int, character: int, budget: int, count: TokenCounter
 ) -> tuple[str, int, bool, int]:
-    """(suffix, end line, truncated, tokens used) for the text after the cursor."""
-    rest = doc.contents[line][character:] + doc.endings[line]
-    total_lines = len(doc.contents)
-    tail_chars = len(rest) + sum(map(len, doc.full[line + 1 :]))
-    if tail_chars <= budget * 16:
-        whole = rest + "".join(doc.full[line + 1 :])
-        used = count.count_tokens(whole)
+    """(suffix, end row, truncated, tokens used) for the text after the cursor."""
+    rest = doc.contents[row][character:] + doc.endings[row]
+    total_rows = len(doc.contents)
+    tail_chars = len(rest) + sum(map(len, doc.full[row + 1 :]))
+    if doc.at_end and tail_chars <= budget * CHARS_PER_TOKEN_BOUND:
+        whole = rest + "".join(doc.full[row + 1 :])
+        used = count(whole)
         if used <= budget:
-            return whole, total_lines, False, used
+            return whole, total_rows, False, used
     used = count(rest)
     if used > budget:
         head = _keep_head(rest, budget, count)
-        return head, line + 1, True, count.count_tokens(head)
+        return head, row + 1, True, count(head)
     costs: dict[int, int] = {}
-    row = line + 1
-    while row < total_lines:
-        cost = count(doc.full[row])
+    r = row + 1
+    while r < total_rows:
+        cost = count(doc.full[r])
         if used + cost > budget:
             break
-        costs[row] = cost
+        costs[r] = cost
         used += cost
-        row += 1
-    end = _choose_suffix_end(doc, row, line, costs, budget)
-    used -= sum(costs.get(r, 0) for r in range(end, row))
-    return rest + "".join(doc.full[line + 1 : end]), end, end < total_lines, used
+        r += 1
+    end = _choose_suffix_end(doc, r, row, costs, budget)
+    used -= sum(costs.get(x, 0) for x in range(end, r))
+    return rest + "".join(doc.full[row + 1 : end]), end, end < total_rows or not doc.at_end, used
 
 
 def check_position(text: str, line: int, character: int) -> None:
@@ -320,6 +407,12 @@ def _check(contents: list[str], line: int, character: int) -> None:
         )
 
 
+def anchor_line(line: int, anchor_lines: int) -> int:
+    """The append layout's anchor for a cursor on `line`: the line at or above it whose number
+    is a multiple of `anchor_lines`."""
+    return line - line % max(anchor_lines, 1)
+
+
 def build_prompt(
     text: str,
     line: int,
@@ -327,39 +420,59 @@ def build_prompt(
     language_id: str | None,
     open_documents: Sequence[Any],
     template: FimTemplate,
-    count_tokens: Callable[[str], int],
+    count_tokens: Callable[[str], int] | TokenCounter,
     config: ContextConfig | None = None,
     path: str | None = None,
     repo_name: str | None = None,
+    *,
+    offset: int | None = None,
+    root: str | None = None,
 ) -> Prompt:
     """The prompt for a completion at (`line`, `character`) of `text` (0-based; character in
     code points). `open_documents`: objects or dicts with `path` or `uri`, `text`,
-    `language_id`; the current document (same path, or same text) is never used as a snippet.
+    `language_id`, least recently changed first (that is their order in the prompt); the current
+    document (same path, or same text) is never used as a snippet. `offset`: the cursor's index
+    into `text` when the caller knows it (then the position is not re-checked and only a window
+    of the text is read). `root`: the workspace folder paths are shown relative to.
 
     Raises PositionError when the position is outside the document.
     """
     config = config or ContextConfig()
+    count = count_tokens if isinstance(count_tokens, TokenCounter) else TokenCounter(count_tokens)
     grammar = syntax.resolve_language(language_id, path)
-    doc = _Document(text, grammar)
-    _check(doc.contents, line, character)
-    count = _Counter(count_tokens)
     total = config.max_prompt_tokens
+    doc = _Window(text, line, character, offset, grammar, total * CHARS_PER_TOKEN_BOUND)
+    row = doc.cursor_row
+    if not 0 <= character <= len(doc.contents[row]):
+        raise PositionError(
+            f"character {character} is outside line {line}, which has "
+            f"{len(doc.contents[row])} characters"
+        )
+    append = config.layout == "append"
     documents = list(open_documents or ())
-    shown_path, shown = _display_path(path, documents)
+    root_dir = _display_root(path, documents, root)
+    shown_path = _show(uri_to_path(path), root_dir) if path else None
 
-    def render(prefix: str, suffix: str, snippets: Sequence[Snippet]) -> str:
-        return template.render(prefix, suffix, snippets, repo_name, shown_path, language_id)
+    def parts_of(prefix: str, suffix: str, snippets: Sequence[Snippet], middle: str):
+        return template.render_parts(
+            prefix, suffix, snippets, repo_name, shown_path, language_id, middle
+        )
+
+    def render(prefix: str, suffix: str, snippets: Sequence[Snippet], middle: str = "") -> str:
+        return "".join(part.text for part in parts_of(prefix, suffix, snippets, middle))
 
     # -- snippets --------------------------------------------------------------------------
+    # Chosen by the lines above the anchor (append) or the cursor's line (classic): typing on
+    # the line, or Enter inside the anchor's window, leaves them (the start of the prompt) be.
+    first_middle_row = max(row - (line - anchor_line(line, config.anchor_lines)), 0)
+    query_end = first_middle_row if append else row
     snippets: list[Snippet] = []
-    bare = count.count_tokens(render("", "", []))
+    bare = count(render("", "", []))
     snippet_budget = int(total * config.snippet_share)
     if snippet_budget > 0 and config.max_snippets > 0 and documents:
-        # The complete lines above the cursor: typing on the cursor's line then leaves the
-        # snippets (the very start of the prompt) alone.
-        query = "".join(doc.full[max(0, line - config.snippet_lines) : line])
+        query = "".join(doc.full[max(0, query_end - config.snippet_lines) : query_end])
         if not query.strip():
-            query = doc.contents[line][:character]
+            query = doc.contents[row][:character]
         snippets = select_snippets(
             query,
             documents,
@@ -368,56 +481,88 @@ def build_prompt(
             max_snippets=config.max_snippets,
             snippet_lines=config.snippet_lines,
             token_budget=snippet_budget,
-            cost=lambda s: count.count_tokens(
-                template.render_snippet(shown.get(s.path, s.path), s.text, language_id)
+            cost=lambda s: count(
+                template.render_snippet(_show(s.path, root_dir), s.text, language_id)
             ),
             max_document_bytes=config.max_document_bytes,
         )
         snippets = [
             Snippet(
-                shown.get(s.path, s.path), s.text, s.start_line, s.end_line, s.score, s.language_id
+                _show(s.path, root_dir), s.text, s.start_line, s.end_line, s.score, s.language_id
             )
             for s in snippets
         ]
         # The repository header costs a little too; drop the weakest until everything fits.
-        while snippets and count.count_tokens(render("", "", snippets)) - bare > snippet_budget:
+        while snippets and count(render("", "", snippets)) - bare > snippet_budget:
             snippets.remove(min(snippets, key=lambda s: s.score))
-    overhead = count.count_tokens(render("", "", snippets))
+    overhead = count(render("", "", snippets))
 
     # -- current document ------------------------------------------------------------------
     file_budget = max(total - overhead, 0)
     suffix_budget = int(file_budget * config.suffix_share)
-    suffix, end, suffix_cut, suffix_used = _fit_suffix(doc, line, character, suffix_budget, count)
-    prefix_budget = file_budget - (suffix_used if not suffix_cut else suffix_budget)
-    prefix, start, prefix_cut, prefix_used = _fit_prefix(doc, line, character, prefix_budget, count)
-    if suffix_cut and not prefix_cut and prefix_used < prefix_budget:
-        suffix, end, suffix_cut, suffix_used = _fit_suffix(
-            doc, line, character, file_budget - prefix_used, count
+    suffix, end, suffix_cut, suffix_used = _fit_suffix(doc, row, character, suffix_budget, count)
+    middle = ""
+    if append:
+        middle = "".join(doc.full[first_middle_row:row]) + doc.contents[row][:character]
+        allowance = int(file_budget * MIDDLE_SHARE)
+        excess = max(0, count.uncached(middle) - allowance)
+        excess = -(-excess // MIDDLE_STEP) * MIDDLE_STEP
+        prefix_budget = file_budget - suffix_used - allowance - excess
+        prefix_section, start, prefix_cut, _ = _fit_prefix(
+            doc, first_middle_row, "", max(prefix_budget, 0), count
         )
+        if not doc.at_start and prefix_section == "" and first_middle_row == 0:
+            prefix_cut = True
+        rendered_parts = parts_of(prefix_section, suffix, snippets, middle)
+        prefix = prefix_section + middle
+    else:
+        prefix_budget = file_budget - (suffix_used if not suffix_cut else suffix_budget)
+        prefix, start, prefix_cut, prefix_used = _fit_prefix(
+            doc, row, doc.contents[row][:character], prefix_budget, count
+        )
+        if suffix_cut and not prefix_cut and prefix_used < prefix_budget:
+            suffix, end, suffix_cut, suffix_used = _fit_suffix(
+                doc, row, character, file_budget - prefix_used, count
+            )
+        rendered_parts = parts_of(prefix, suffix, snippets, "")
+        prefix_section = prefix
 
-    rendered = render(prefix, suffix, snippets)
-    tokens = count.count_tokens(rendered)
-    # Token counts of pieces don't add up exactly (merges across piece boundaries); shave the
-    # prefix until the whole prompt fits.
+    rendered = "".join(part.text for part in rendered_parts)
+    tokens = sum(count(part.text) for part in rendered_parts)
+    # Token counts of lines don't add up exactly to a section's (merges across line
+    # boundaries); shave the prefix until the whole prompt fits.
     for _ in range(4):
-        if tokens <= total or not prefix:
+        if tokens <= total or not prefix_section:
             break
         prefix_budget = max(prefix_budget - (tokens - total) - 1, 0)
-        prefix, start, prefix_cut, prefix_used = _fit_prefix(
-            doc, line, character, prefix_budget, count
-        )
-        rendered = render(prefix, suffix, snippets)
-        tokens = count.count_tokens(rendered)
+        if append:
+            prefix_section, start, prefix_cut, _ = _fit_prefix(
+                doc, first_middle_row, "", prefix_budget, count
+            )
+            prefix = prefix_section + middle
+            rendered_parts = parts_of(prefix_section, suffix, snippets, middle)
+        else:
+            prefix, start, prefix_cut, _ = _fit_prefix(
+                doc, row, doc.contents[row][:character], prefix_budget, count
+            )
+            prefix_section = prefix
+            rendered_parts = parts_of(prefix, suffix, snippets, "")
+        rendered = "".join(part.text for part in rendered_parts)
+        tokens = sum(count(part.text) for part in rendered_parts)
 
     return Prompt(
         text=rendered,
         prefix=prefix,
         suffix=suffix,
         snippets=snippets,
-        prefix_start_line=start,
-        suffix_end_line=end,
+        prefix_start_line=doc.first_line + start,
+        suffix_end_line=doc.first_line + end,
         language=grammar,
         prompt_tokens=tokens,
         prefix_truncated=prefix_cut,
         suffix_truncated=suffix_cut,
+        layout="append" if append else "classic",
+        middle=middle,
+        anchor_line=doc.first_line + first_middle_row if append else None,
+        parts=rendered_parts,
     )

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from quickdraft.decoding.healing import TokenBytes, constrain
 from quickdraft.decoding.runner import Runner, common_prefix_length, make_runner
 from quickdraft.decoding.verify import warp
 
@@ -60,12 +61,17 @@ class ModelDrafter:
         top_p: float = 1.0,
         generator: torch.Generator | None = None,
         min_confidence: float = 0.0,
+        healing: tuple[TokenBytes, bytes] | None = None,
     ) -> Proposal:
-        """Up to k tokens continuing `sequence` (fewer if confidence drops below the floor)."""
+        """Up to k tokens continuing `sequence` (fewer if confidence drops below the floor).
+        `healing`: (token bytes, bytes owed): propose only tokens the constraint allows."""
         tokens: list[int] = []
         probs: list[torch.Tensor] = []
         logits = self._to_target_vocab(self.runner.logits_after(sequence))  # (V,)
+        table, owed = healing if healing is not None else (None, b"")
         while len(tokens) < k:
+            if owed:
+                logits = constrain(logits[None], table, owed, ())[0]
             if temperature > 0:
                 q = warp(logits[None], temperature, top_p)[0].cpu()
                 token = int(torch.multinomial(q, 1, generator=generator))
@@ -79,6 +85,8 @@ class ModelDrafter:
                     probs.pop()
                 break
             tokens.append(token)
+            if owed:
+                owed = table.advance(owed, token)
             if len(tokens) < k:
                 logits = self._to_target_vocab(self.runner.forward([token])[-1])
         stacked = torch.stack(probs) if (temperature > 0 and probs) else None

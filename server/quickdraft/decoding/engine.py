@@ -31,6 +31,7 @@ from quickdraft.decoding.costmodel import (
     LengthTracker,
 )
 from quickdraft.decoding.drafters import ModelDrafter, Proposal
+from quickdraft.decoding.healing import TokenBytes, constrain
 from quickdraft.decoding.ngram import LIVE, LIVE_AFTER, NgramIndex, NgramMatch
 from quickdraft.decoding.runner import Runner, make_runner
 from quickdraft.decoding.verify import accept_greedy, accept_sampling, warp
@@ -53,10 +54,14 @@ class GenerationRequest:
     kind: str | None = None
     """What sort of completion this is ("line", "block"): with `language`, the key under which
     typical lengths are learned."""
-    cursor: int | None = None
-    """How many prompt tokens stand before the cursor, when the prompt continues past it (a FIM
-    prompt ends with the suffix). The generated tokens continue `prompt_ids[:cursor]`, so n-gram
-    lookups match on that plus the new tokens, not on the suffix that ends the prompt."""
+    lookup_context: Sequence[int] | None = None
+    """The tokens of the text before the cursor, as n-gram lookups should see it: the new tokens
+    continue this text, not the end of the prompt (a FIM prompt places the suffix, or the suffix
+    and markers, in between). None: the whole prompt."""
+    after_cursor: Sequence[int] | None = None
+    """The tokens of the text after the cursor (the FIM suffix section), an n-gram source."""
+    required_prefix: bytes = b""
+    """Token healing: the first new tokens must spell these bytes (decoding.healing)."""
     anchored_draft: Sequence[int] | None = None
     """Tokens expected right at the cursor (what followed the same text in an open file);
     n-gram strategies propose them first, as long as the output agrees with them."""
@@ -130,6 +135,7 @@ class Engine:
         cost_model: CostModel | None = None,
         static_cache_tokens: int | None = None,
         compile_steps: bool = False,
+        token_bytes: TokenBytes | None = None,
     ) -> None:
         """`target`, `draft`: torch causal LMs, or `decoding.llamacpp.LlamaCppModel`s.
 
@@ -152,6 +158,8 @@ class Engine:
         self.cost_model = cost_model or CostModel.estimate(has_draft=draft is not None)
         self.acceptance = AcceptanceTracker()
         self.lengths = LengthTracker()
+        self.token_bytes = token_bytes
+        """What each token spells, for requests with a `required_prefix` (token healing)."""
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -187,10 +195,8 @@ class Engine:
             )
         if request.strategy == "draft" and self.drafter is None:
             raise ConfigError("strategy 'draft' needs a draft model, and none is loaded")
-        if request.cursor is not None and not 0 <= request.cursor <= len(request.prompt_ids):
-            raise InputError(
-                f"cursor {request.cursor} is outside the prompt (0..{len(request.prompt_ids)})"
-            )
+        if request.required_prefix and self.token_bytes is None:
+            raise ConfigError("a required prefix (token healing) needs the engine's token bytes")
         if request.temperature < 0:
             raise InputError(f"temperature must be >= 0, got {request.temperature}")
 
@@ -226,13 +232,15 @@ class Engine:
         new: list[int] = []
         reason = self._stopped(request) if len(self.target.tokens) < len(prompt) - 1 else None
 
-        # N-gram lookups continue the text before the cursor: with a FIM prompt that is
-        # prompt[:cursor] + new tokens, and the suffix section is a source of its own.
-        cursor = request.cursor if request.cursor is not None else len(prompt)
-        lookup_context = prompt[:cursor]
+        # N-gram lookups continue the text before the cursor (the new tokens follow it), and
+        # the text after the cursor is a source of its own.
+        lookup_context = list(
+            request.lookup_context if request.lookup_context is not None else prompt
+        )
         if uses_ngram:
             self.ngram.set_source(LIVE, lookup_context)
-            self.ngram.set_source(LIVE_AFTER, prompt[cursor:])
+            self.ngram.set_source(LIVE_AFTER, list(request.after_cursor or ()))
+        owed = request.required_prefix  # token healing: bytes the new tokens must spell first
         sequence = prompt
         while reason is None:
             reason = self._stopped(request)
@@ -241,11 +249,17 @@ class Engine:
             # Drafts past the token budget could never be emitted: the last slot is the
             # target's own token.
             budget = request.max_new_tokens - len(new) - 1
-            proposal = self._propose(sequence, lookup_context, new, request, budget, generator)
+            proposal = self._propose(
+                sequence, lookup_context, new, request, budget, generator, owed
+            )
             drafts = proposal.tokens if proposal is not None else []
 
-            # 2. Verify: one target forward over [pending, d1..dk] -> logits (k+1, V).
+            # 2. Verify: one target forward over [pending, d1..dk] -> logits (k+1, V); while
+            #    healing, row i allows only tokens consistent with the bytes still owed after
+            #    the first i drafts.
             logits = self.target.forward([sequence[-1], *drafts])
+            if owed:
+                logits = constrain(logits, self.token_bytes, owed, drafts)
             stats.target_forwards += 1
             if sampling:
                 target_probs = warp(logits, request.temperature, request.top_p).cpu()
@@ -271,6 +285,8 @@ class Engine:
                 if token in self.stop_token_ids:
                     reason = "eos"
                     break
+                if owed:
+                    owed = self.token_bytes.advance(owed, token)
                 new.append(token)
                 sequence.append(token)
                 appended += 1
@@ -305,6 +321,7 @@ class Engine:
         request: GenerationRequest,
         budget: int,
         generator: torch.Generator,
+        owed: bytes = b"",
     ) -> Proposal | None:
         """Pick this step's drafter and draft length; None means a plain decoding step.
 
@@ -337,7 +354,7 @@ class Engine:
             ):
                 return Proposal("ngram", match.tokens[:max_k], tracker_key=ngram_key)
             if use_draft_model and (request.strategy == "draft" or match is None or short):
-                return self._draft(sequence, max_k, request, generator)
+                return self._draft(sequence, max_k, request, generator, owed)
             return None
 
         # Adaptive: the option with the highest expected tokens per millisecond, where plain
@@ -368,7 +385,7 @@ class Engine:
         if source == "ngram":
             assert match is not None
             return Proposal("ngram", match.tokens[:k], tracker_key=ngram_key)
-        return self._draft(sequence, k, request, generator)
+        return self._draft(sequence, k, request, generator, owed)
 
     def _remaining_tokens(self, request: GenerationRequest, produced: int, budget: int) -> int:
         """How many more tokens this request will likely produce: the budget, or fewer when
@@ -379,7 +396,12 @@ class Engine:
         return max(1, min(budget, round(typical) - produced))
 
     def _draft(
-        self, sequence: list[int], k: int, request: GenerationRequest, generator: torch.Generator
+        self,
+        sequence: list[int],
+        k: int,
+        request: GenerationRequest,
+        generator: torch.Generator,
+        owed: bytes = b"",
     ) -> Proposal:
         assert self.drafter is not None
         return self.drafter.propose(
@@ -389,6 +411,7 @@ class Engine:
             top_p=request.top_p,
             generator=generator,
             min_confidence=self.config.draft_min_confidence,
+            healing=(self.token_bytes, owed) if owed else None,
         )
 
     # --- calibration ---------------------------------------------------------------------

@@ -1,0 +1,45 @@
+"""Text rules every layer shares: what a line break is, and which documents can be completed.
+
+Lines end at `\\r\\n`, `\\r` or `\\n`, as the LSP specification says. A document is unusable
+for completion when it is larger than `context.max_document_bytes` (in UTF-8) or holds a NUL
+(binary content); the language server, the Completer and snippet selection all ask
+`unusable_reason`, so they always agree.
+"""
+
+from __future__ import annotations
+
+import re
+
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
+"""One line break (LSP: CRLF, CR or LF)."""
+LINE_SPLIT = re.compile(r"(\r\n|\r|\n)")
+"""`LINE_SPLIT.split(text)` alternates line contents and their breaks."""
+
+
+def split_lines(text: str) -> tuple[list[str], list[str]]:
+    """(line contents, line endings) with LSP's line breaks: \\r\\n, \\r and \\n."""
+    if "\r" not in text:
+        contents = text.split("\n")
+        endings = ["\n"] * (len(contents) - 1) + [""]
+        return contents, endings
+    parts = LINE_SPLIT.split(text)
+    return parts[0::2], parts[1::2] + [""]
+
+
+def too_large(text: str, max_bytes: int) -> bool:
+    """Whether `text` takes more than `max_bytes` in UTF-8 (without encoding it when the code
+    point count alone decides: UTF-8 takes 1 to 4 bytes a code point)."""
+    if len(text) > max_bytes:
+        return True
+    if len(text) * 4 <= max_bytes:
+        return False
+    return len(text.encode("utf-8", "surrogatepass")) > max_bytes
+
+
+def unusable_reason(text: str, max_bytes: int) -> str | None:
+    """Why a document cannot be completed in or used as context, or None."""
+    if too_large(text, max_bytes):
+        return f"document is larger than context.max_document_bytes ({max_bytes} bytes)"
+    if "\x00" in text:
+        return "document contains NUL bytes (binary content)"
+    return None
