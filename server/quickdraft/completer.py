@@ -198,6 +198,7 @@ class Completer:
             config=self.config.decoding,
             static_cache_tokens=self.config.model.static_cache_tokens if compiled else None,
             compile_steps=compiled,
+            cache_bytes=self.config.cache.memory_mb << 20,
         )
         engine.token_bytes = TokenBytes(self.prompts.token_bytes(), engine.target.vocab_size)
         return engine
@@ -361,6 +362,25 @@ class Completer:
                 self.index.update(current.uri, current.text, offset)
                 self._indexed[current.uri] = (current.text, offset)
 
+    # --- work ahead of the user ---------------------------------------------------------
+
+    def warm(self, request: CompletionRequest, cancel: threading.Event | None = None) -> int:
+        """Extend the document's KV caches toward the prompt a request at this cursor would
+        send (the draft model's too when the policy would draft with it), before that request
+        arrives. Returns the target tokens computed; stops when `cancel` is set."""
+        if self.engine is None or self.should_complete(request) is not None:
+            return 0
+        self.refresh_documents(current=request)
+        prepared = self.prepare(request)
+        strategy = self.config.decoding.strategy
+        computed, _ = self.engine.warm(
+            prepared.prompt_ids,
+            slot=request.uri,
+            draft=self.engine.drafts_with_model(request.language_id, strategy),
+            cancel=cancel,
+        )
+        return computed
+
     # --- the pipeline ----------------------------------------------------------------------
 
     def should_complete(self, request: CompletionRequest) -> str | None:
@@ -493,6 +513,7 @@ class Completer:
                 deadline=deadline,
                 cancel=cancel,
                 stop=prepared.stop_rule(),
+                slot=prepared.request.uri,
             )
         )
         raw, text = prepared.finish(result.tokens)

@@ -140,3 +140,27 @@ def test_store_open_change_close():
         store.change("file:///missing", [("x", None)])
     assert store.close("file:///a").text == "whole"
     assert store.get("file:///a") is None
+
+
+def test_the_line_index_follows_edits_without_being_rebuilt():
+    """Random edits over CR, LF and CRLF text: the updated line starts equal a full rescan."""
+    import random
+
+    from quickdraft.text import LINE_BREAK
+
+    rng = random.Random(7)
+    pieces = ["a", "bc", "\n", "\r", "\r\n", "x y", "\n\n", "é", "😀"]
+    for _ in range(400):
+        doc = Document("file:///t", "".join(rng.choice(pieces) for _ in range(rng.randint(0, 30))))
+        assert doc.line_starts  # built once
+        for _ in range(6):
+            lines = doc.line_count
+            first = rng.randrange(lines)
+            last = rng.randrange(first, lines)
+            start, end = rng.randint(0, 6), rng.randint(0, 6)
+            if first == last and end < start:
+                start, end = end, start
+            inserted = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 4)))
+            doc.apply_change(inserted, (first, start, last, end))
+            assert doc._line_starts is not None  # updated, not dropped
+            assert doc.line_starts == [0] + [m.end() for m in LINE_BREAK.finditer(doc.text)]

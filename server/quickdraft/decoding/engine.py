@@ -70,11 +70,15 @@ class GenerationRequest:
     cancel: threading.Event | None = None
     stop: Callable[[list[int]], bool] | None = None
     """Called with all new tokens after each one is emitted; True ends generation there."""
+    slot: str | None = None
+    """Whose KV caches to use (a document): each slot keeps its own, see runner.py."""
 
 
 @dataclass
 class GenerationStats:
     strategy: str = "ar"
+    slot: str | None = None
+    """The KV cache slot that served the request."""
     prompt_tokens: int = 0
     prefill_tokens: int = 0
     reused_tokens: int = 0
@@ -121,8 +125,8 @@ def _synchronize(device: torch.device) -> None:
 class Engine:
     """A target model, an optional draft model, an n-gram index, and the loop that joins them.
 
-    One generation runs at a time (a lock guards the KV caches); the language server gives the
-    engine to a single worker thread.
+    An engine belongs to one thread (the language server's model worker): one generation runs
+    at a time, and nothing is locked.
     """
 
     def __init__(
@@ -136,20 +140,23 @@ class Engine:
         static_cache_tokens: int | None = None,
         compile_steps: bool = False,
         token_bytes: TokenBytes | None = None,
+        cache_bytes: int = 1 << 30,
     ) -> None:
         """`target`, `draft`: torch causal LMs, or `decoding.llamacpp.LlamaCppModel`s.
 
         `static_cache_tokens`: run torch models on preallocated KV caches of that many
         positions, with decode/verify steps compiled when `compile_steps` (accelerators);
-        None keeps growing caches (CPU)."""
+        None keeps growing caches (CPU). `cache_bytes`: what the KV caches of documents not in
+        use may keep (two thirds for the target's, one third for the draft's)."""
         self.config = config or DecodingConfig()
+        share = {"target": cache_bytes * 2 // 3, "draft": cache_bytes // 3}
 
-        def runner(model: Any) -> Runner:
-            return make_runner(model, static_cache_tokens, compile_steps)
+        def runner(model: Any, role: str) -> Runner:
+            return make_runner(model, static_cache_tokens, compile_steps, share[role])
 
-        self.target = runner(target)
+        self.target = runner(target, "target")
         self.drafter = (
-            ModelDrafter(draft, self.target.vocab_size, runner(draft))
+            ModelDrafter(draft, self.target.vocab_size, runner(draft, "draft"))
             if draft is not None
             else None
         )
@@ -160,7 +167,6 @@ class Engine:
         self.lengths = LengthTracker()
         self.token_bytes = token_bytes
         """What each token spells, for requests with a `required_prefix` (token healing)."""
-        self._lock = threading.Lock()
 
     def close(self) -> None:
         """Free what the runners hold outside Python (llama.cpp contexts)."""
@@ -171,18 +177,52 @@ class Engine:
                 close()
 
     def reset_cache(self) -> None:
-        """Drop both KV caches (benchmarks use it to measure cold requests)."""
-        with self._lock:
-            self.target.reset()
-            if self.drafter is not None:
-                self.drafter.reset()
+        """Drop every KV cache of both models (benchmarks use it to measure cold requests)."""
+        self.target.reset_all()
+        if self.drafter is not None:
+            self.drafter.runner.reset_all()
+
+    def select_slot(self, slot: str | None) -> None:
+        """Use `slot`'s KV caches (each document keeps its own)."""
+        self.target.select(slot)
+        if self.drafter is not None:
+            self.drafter.runner.select(slot)
+
+    def warm(
+        self,
+        prompt_ids: Sequence[int],
+        *,
+        slot: str | None = None,
+        draft: bool = False,
+        cancel: threading.Event | None = None,
+    ) -> tuple[int, int]:
+        """Extend `slot`'s caches toward a prompt a request will likely send (the idle warm-up):
+        the target's, and the draft model's when `draft`. Stops between chunks (llama.cpp:
+        inside a forward) when `cancel` is set. Returns the tokens computed (target, draft)."""
+        self.select_slot(slot)
+        prompt = [int(t) for t in prompt_ids]
+        _, computed, _ = self.target.extend(prompt[:-1], cancel=cancel)
+        drafted = 0
+        if draft and self.drafter is not None and not (cancel is not None and cancel.is_set()):
+            _, drafted, _ = self.drafter.runner.extend(prompt[:-1], cancel=cancel)
+        return computed, drafted
+
+    def drafts_with_model(self, language: str | None, strategy: str) -> bool:
+        """Whether the policy would draft with the draft model now (so warming its cache pays):
+        a fixed-length strategy that uses it, or the cost model finding it worth a step."""
+        if self.drafter is None or strategy not in ("draft", "hybrid"):
+            return False
+        k, _ = self.cost_model.best_k(
+            "draft", self.acceptance.rate(language, "draft"), self.config.max_draft_length
+        )
+        return k > 0
 
     # --- the loop ------------------------------------------------------------------------
 
     def generate(self, request: GenerationRequest) -> GenerationResult:
         self._check(request)
-        with self._lock:
-            return self._generate(request)
+        self.select_slot(request.slot)
+        return self._generate(request)
 
     def _check(self, request: GenerationRequest) -> None:
         if len(request.prompt_ids) == 0:
@@ -210,7 +250,9 @@ class Engine:
     def _generate(self, request: GenerationRequest) -> GenerationResult:
         started = time.perf_counter()
         prompt = [int(t) for t in request.prompt_ids]
-        stats = GenerationStats(strategy=request.strategy, prompt_tokens=len(prompt))
+        stats = GenerationStats(
+            strategy=request.strategy, slot=request.slot, prompt_tokens=len(prompt)
+        )
         sampling = request.temperature > 0
         generator = torch.Generator()
         if sampling:
@@ -430,7 +472,8 @@ class Engine:
         """
         from quickdraft.models.cpu_kernels import OtherLoad
 
-        with self._lock, OtherLoad() as load:
+        self.select_slot("quickdraft:calibration")
+        with OtherLoad() as load:
             deadline = time.monotonic() + budget_s
             generator = torch.Generator().manual_seed(0)
             high = max(2, min(self.target.vocab_size, 30000))

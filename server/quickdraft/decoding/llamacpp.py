@@ -7,6 +7,8 @@
     extend(tokens)     longest-prefix reuse: keep the cached prefix, compute the rest in chunks
     forward([t0..tk])  one llama_decode of k+1 tokens, logits of every position -> (k+1, V)
     keep(n)            crop the KV cache to its first n tokens (llama_memory_seq_rm)
+    select(slot)       one sequence per document in one unified KV cache, least recently used
+                       dropped when it is full
     cancel             checked between chunks and, through llama.cpp's abort callback,
                        between the graph's nodes inside a forward
 
@@ -35,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,6 +53,10 @@ log = logging.getLogger(__name__)
 
 PREFILL_CHUNK = 128
 """Tokens per llama_decode while prefilling: a superseding request waits at most one chunk."""
+MAX_SLOTS = 8
+"""Sequences (documents' caches) one context holds."""
+MIN_CONTEXT = 4096
+"""A context holds at least this many tokens, whatever the memory budget."""
 
 
 def available() -> bool:
@@ -129,6 +136,8 @@ class LlamaCppModel:
     parameters: int = 0
     size_bytes: int = 0
     description: str = ""
+    n_ctx_train: int = 0
+    kv_bytes_per_token: int = 0
 
     def __post_init__(self) -> None:
         lib = _lib()
@@ -146,6 +155,11 @@ class LlamaCppModel:
         self.hidden_size = int(lib.llama_model_n_embd(handle))
         self.parameters = int(lib.llama_model_n_params(handle))
         self.size_bytes = int(lib.llama_model_size(handle))
+        self.n_ctx_train = int(lib.llama_model_n_ctx_train(handle))
+        heads = max(int(lib.llama_model_n_head(handle)), 1)
+        kv_heads = int(lib.llama_model_n_head_kv(handle)) or heads
+        # f16 keys and values, every layer
+        self.kv_bytes_per_token = 2 * self.layers * kv_heads * (self.hidden_size // heads) * 2
         buffer = ctypes.create_string_buffer(256)
         lib.llama_model_desc(handle, buffer, ctypes.sizeof(buffer))
         self.description = buffer.value.decode("utf-8", "replace")
@@ -178,11 +192,16 @@ class LlamaCppModel:
 
 
 class LlamaCppRunner:
-    """One llama.cpp context (a KV cache) over a `LlamaCppModel`, with the exact tokens it
-    holds; the engine's `ModelRunner` contract (see the module docstring)."""
+    """One llama.cpp context over a `LlamaCppModel`: a sequence (a KV cache) per slot, with the
+    exact tokens each holds; the engine's `ModelRunner` contract (see the module docstring)."""
 
     def __init__(
-        self, model: LlamaCppModel, *, n_ctx: int | None = None, prefill_chunk: int = PREFILL_CHUNK
+        self,
+        model: LlamaCppModel,
+        *,
+        n_ctx: int | None = None,
+        prefill_chunk: int = PREFILL_CHUNK,
+        slot_bytes: int | None = None,
     ) -> None:
         lib = _lib()
         self.lib = lib
@@ -190,12 +209,16 @@ class LlamaCppRunner:
         self.device = torch.device("cpu")
         self.vocab_size = model.vocab_size
         self.prefill_chunk = prefill_chunk
-        self.n_ctx = n_ctx or model.n_ctx
+        if n_ctx is None:
+            extra = (slot_bytes or 0) // max(model.kv_bytes_per_token, 1)
+            n_ctx = min(max(model.n_ctx + extra, MIN_CONTEXT), max(model.n_ctx_train, MIN_CONTEXT))
+        self.n_ctx = n_ctx
         params = lib.llama_context_default_params()
         params.n_ctx = self.n_ctx
         params.n_batch = max(prefill_chunk, 64)
         params.n_ubatch = params.n_batch
-        params.n_seq_max = 1
+        params.n_seq_max = MAX_SLOTS
+        params.kv_unified = True  # the slots share the context's cells
         params.n_threads = model.threads
         params.n_threads_batch = model.threads
         # Every position of a verify forward needs its logits (the default allows one).
@@ -221,24 +244,71 @@ class LlamaCppRunner:
 
         self._abort_callback = should_abort  # referenced: llama.cpp keeps the pointer
         lib.llama_set_abort_callback(self._ctx, should_abort, None)
-        self.tokens: list[int] = []
+        self.slot: str | None = None
+        self._seq = 0
+        self._slots: OrderedDict[str | None, tuple[int, list[int]]] = OrderedDict()
+        """slot -> (sequence id, tokens), least recently used first (the one in use last)."""
+        self._slots[None] = (0, [])
+        self.tokens: list[int] = self._slots[None][1]
 
-    # --- the cache ------------------------------------------------------------------------
+    # --- the caches ------------------------------------------------------------------------
+
+    def select(self, slot: str | None) -> None:
+        """Use the sequence of `slot` (a free one, or the least recently used one emptied,
+        the first time)."""
+        if slot == self.slot:
+            return
+        found = self._slots.pop(slot, None)
+        if found is None:
+            used = {seq for seq, _ in self._slots.values()}
+            free = [seq for seq in range(MAX_SLOTS) if seq not in used]
+            if free:
+                seq = free[0]
+            else:
+                oldest = next(iter(self._slots))
+                seq, _ = self._slots.pop(oldest)
+                self.lib.llama_memory_seq_rm(self._memory, seq, 0, -1)
+            found = (seq, [])
+        self._slots[slot] = found
+        self.slot = slot
+        self._seq, self.tokens = found
+
+    @property
+    def slots(self) -> list[str | None]:
+        """The slots with a sequence, least recently used first, the one in use last."""
+        return [slot for slot in self._slots if slot != self.slot] + [self.slot]
+
+    def _drop_oldest_other(self) -> bool:
+        """Free the cells of the least recently used slot that is not in use."""
+        for slot in self._slots:
+            if slot != self.slot:
+                seq, _ = self._slots.pop(slot)
+                self.lib.llama_memory_seq_rm(self._memory, seq, 0, -1)
+                return True
+        return False
 
     def reset(self) -> None:
-        self.lib.llama_memory_seq_rm(self._memory, 0, 0, -1)
-        self.tokens = []
+        self.lib.llama_memory_seq_rm(self._memory, self._seq, 0, -1)
+        del self.tokens[:]
+
+    def reset_all(self) -> None:
+        self.lib.llama_memory_clear(self._memory, True)
+        self._slots.clear()
+        self.slot = None
+        self._seq = 0
+        self._slots[None] = (0, [])
+        self.tokens = self._slots[None][1]
 
     def keep(self, n: int) -> None:
         if len(self.tokens) > n:
-            self.lib.llama_memory_seq_rm(self._memory, 0, n, -1)
+            self.lib.llama_memory_seq_rm(self._memory, self._seq, n, -1)
             del self.tokens[n:]
 
     def _resync(self) -> None:
         """After an aborted or failed decode: trust llama.cpp's memory for what it holds."""
-        held = int(self.lib.llama_memory_seq_pos_max(self._memory, 0)) + 1
+        held = int(self.lib.llama_memory_seq_pos_max(self._memory, self._seq)) + 1
         held = max(0, min(held, len(self.tokens)))
-        self.lib.llama_memory_seq_rm(self._memory, 0, held, -1)
+        self.lib.llama_memory_seq_rm(self._memory, self._seq, held, -1)
         del self.tokens[held:]
 
     # --- forwards -------------------------------------------------------------------------
@@ -268,12 +338,16 @@ class LlamaCppRunner:
             batch.token[i] = int(token)
             batch.pos[i] = start + i
             batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
+            batch.seq_id[i][0] = self._seq
             batch.logits[i] = 1 if (not last_only or i == n - 1) else 0
-        try:
-            status = self.lib.llama_decode(self._ctx, batch)
-        finally:
-            _ABORTING.clear()
+        while True:
+            try:
+                status = self.lib.llama_decode(self._ctx, batch)
+            finally:
+                _ABORTING.clear()
+            # 1: no room in the KV cache for the batch; other documents' caches make room.
+            if status != 1 or not self._drop_oldest_other():
+                break
         if status != 0:
             self.tokens.extend(int(t) for t in new_tokens)
             self._resync()

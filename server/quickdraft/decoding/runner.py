@@ -1,9 +1,13 @@
-"""One causal LM and its KV cache, and the exact tokens whose keys and values the cache holds.
+"""One causal LM and its KV caches, and the exact tokens whose keys and values a cache holds.
 
 Knowing those tokens is what lets a new request reuse the cache: the longest common prefix of
 the cached tokens and the new sequence is kept, everything after it is cropped, and only the
 rest is computed. Every forward appends to `tokens`; every `keep(n)` truncates both together, so
 the two never disagree.
+
+Slots: a runner keeps one cache per document (`select(slot)`), so switching to another file
+and back finds each file's cache as it was. Caches not in use are kept least recently used
+first within a memory budget (`slot_bytes`); beyond it the oldest are dropped.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import inspect
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -38,8 +43,14 @@ class Runner(Protocol):
     prefill_chunk: int
     tokens: list[int]
     """The tokens whose keys and values the cache holds, in order."""
+    slot: str | None
+    """The cache in use (a document), None for the default one."""
+
+    def select(self, slot: str | None) -> None: ...
 
     def reset(self) -> None: ...
+
+    def reset_all(self) -> None: ...
 
     def keep(self, n: int) -> None: ...
 
@@ -61,17 +72,26 @@ PREFILL_CHUNK = 128
 superseding request waits for at most one chunk. Accelerators take larger chunks."""
 
 
-def make_runner(model: Any, static_cache_tokens: int | None = None, compile_steps: bool = False):
+DEFAULT_SLOT_BYTES = 256 << 20
+
+
+def make_runner(
+    model: Any,
+    static_cache_tokens: int | None = None,
+    compile_steps: bool = False,
+    slot_bytes: int = DEFAULT_SLOT_BYTES,
+):
     """The runner for `model`: llama.cpp's for a `LlamaCppModel`, else a torch runner (on a
-    preallocated static cache when `static_cache_tokens` is set)."""
+    preallocated static cache when `static_cache_tokens` is set). `slot_bytes`: the memory the
+    caches of documents not in use may keep."""
     from quickdraft.decoding.llamacpp import LlamaCppModel, LlamaCppRunner
 
     if isinstance(model, LlamaCppModel):
-        return LlamaCppRunner(model)
+        return LlamaCppRunner(model, slot_bytes=slot_bytes)
     device = next(model.parameters()).device
     chunk = PREFILL_CHUNK if device.type == "cpu" else 512
     if static_cache_tokens is None:
-        return ModelRunner(model, prefill_chunk=chunk)
+        return ModelRunner(model, prefill_chunk=chunk, slot_bytes=slot_bytes)
     return StaticModelRunner(
         model, capacity=static_cache_tokens, compile_steps=compile_steps, prefill_chunk=chunk
     )
@@ -83,10 +103,24 @@ def _new_cache():
     return DynamicCache()
 
 
-class ModelRunner:
-    """Runs `model` over new tokens on top of a persistent KV cache."""
+def kv_bytes_per_token(config: Any, element_bytes: int) -> int:
+    """Keys and values one token takes in every layer's cache."""
+    heads = int(config.num_attention_heads)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    return 2 * int(config.num_hidden_layers) * kv_heads * head_dim * element_bytes
 
-    def __init__(self, model: torch.nn.Module, *, prefill_chunk: int = PREFILL_CHUNK) -> None:
+
+class ModelRunner:
+    """Runs `model` over new tokens on top of persistent KV caches, one per slot."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        prefill_chunk: int = PREFILL_CHUNK,
+        slot_bytes: int = DEFAULT_SLOT_BYTES,
+    ) -> None:
         self.model = model
         self.device = next(model.parameters()).device
         self.vocab_size: int = model.get_output_embeddings().weight.shape[0]
@@ -97,11 +131,43 @@ class ModelRunner:
         self._has_logits_to_keep = "logits_to_keep" in params
         self.cache = self._make_cache()
         self.tokens: list[int] = []
+        self.slot: str | None = None
+        self.slot_bytes = slot_bytes
+        self._parked: OrderedDict[str | None, tuple[Any, list[int]]] = OrderedDict()
+        """Caches of the slots not in use, least recently used first."""
+        kv_dtype = getattr(model.config, "dtype", None)  # the activations' dtype
+        kv_dtype = kv_dtype if isinstance(kv_dtype, torch.dtype) else torch.float32
+        self._token_bytes = kv_bytes_per_token(model.config, torch.finfo(kv_dtype).bits // 8)
+
+    def select(self, slot: str | None) -> None:
+        """Use the cache of `slot` (a new, empty one the first time); the one in use is kept,
+        within the memory budget, for when its slot comes back."""
+        if slot == self.slot:
+            return
+        self._parked[self.slot] = (self.cache, self.tokens)
+        self._parked.move_to_end(self.slot)
+        found = self._parked.pop(slot, None)
+        self.cache, self.tokens = found if found is not None else (self._make_cache(), [])
+        self.slot = slot
+        while self._parked and sum(len(t) for _, t in self._parked.values()) * (
+            self._token_bytes
+        ) > self.slot_bytes:
+            self._parked.popitem(last=False)
+
+    @property
+    def slots(self) -> list[str | None]:
+        """The slots with a cache, least recently used first, the one in use last."""
+        return [*self._parked, self.slot]
 
     def reset(self) -> None:
-        """Forget everything: the next request prefills from scratch."""
+        """Forget the cache in use: the next request prefills from scratch."""
         self.cache = self._make_cache()
         self.tokens = []
+
+    def reset_all(self) -> None:
+        """Forget every slot's cache."""
+        self._parked.clear()
+        self.reset()
 
     def _make_cache(self):
         return _new_cache()
@@ -204,6 +270,16 @@ class StaticModelRunner(ModelRunner):
             self._step = torch.compile(
                 model.forward, backend=compile_backend, mode=mode, fullgraph=True, dynamic=False
             )
+
+    def select(self, slot: str | None) -> None:
+        """One preallocated cache (a compiled step is bound to its tensors): another slot
+        starts it over."""
+        if slot != self.slot:
+            self.reset()
+            self.slot = slot
+
+    def reset_all(self) -> None:
+        self.reset()
 
     def _make_cache(self):
         from transformers import StaticCache

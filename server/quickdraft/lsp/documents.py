@@ -11,17 +11,15 @@ Lines end at `\\n`, `\\r\\n` or `\\r`, as the LSP specification says.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from quickdraft.errors import PositionError
+from quickdraft.text import LINE_BREAK, unusable_reason
 
 UTF8 = "utf-8"
 UTF16 = "utf-16"
 UTF32 = "utf-32"
 ENCODINGS = (UTF8, UTF16, UTF32)
-
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 def units(text: str, encoding: str = UTF16) -> int:
@@ -94,9 +92,9 @@ class Document:
 
     @property
     def line_starts(self) -> list[int]:
-        """Offset (code points) where each line begins."""
+        """Offset (code points) where each line begins (kept up to date edit by edit)."""
         if self._line_starts is None:
-            self._line_starts = [0] + [m.end() for m in _LINE_BREAK.finditer(self.text)]
+            self._line_starts = [0] + [m.end() for m in LINE_BREAK.finditer(self.text)]
         return self._line_starts
 
     @property
@@ -163,30 +161,55 @@ class Document:
 
     def apply_change(self, text: str, range_: tuple[int, int, int, int] | None = None) -> None:
         """Replace `range_` (start line, start character, end line, end character, in LSP
-        units) with `text`; no range replaces the whole document."""
+        units) with `text`; no range replaces the whole document.
+
+        The line index is updated around the edit, not rebuilt: a keystroke in a large file
+        re-reads a line or two (plus shifting the later line starts by the length change).
+        """
         if range_ is None:
             self.text = text
-        else:
-            start = self.offset_at(range_[0], range_[1], strict=False)
-            end = self.offset_at(range_[2], range_[3], strict=False)
-            if end < start:
-                start, end = end, start
-            self.text = self.text[:start] + text + self.text[end:]
-        self._line_starts = None
+            self._line_starts = None
+            return
+        start = self.offset_at(range_[0], range_[1], strict=False)
+        end = self.offset_at(range_[2], range_[3], strict=False)
+        if end < start:
+            start, end = end, start
+        old = self.text
+        self.text = old[:start] + text + old[end:]
+        self._update_line_starts(start, end, len(text), old)
+
+    def _update_line_starts(self, start: int, end: int, inserted: int, old: str) -> None:
+        starts = self.line_starts if self._line_starts is not None else None
+        if starts is None:
+            return
+        import bisect
+
+        # Lines from the one holding `start` (one more back: a "\r" before it may now pair
+        # with an inserted "\n") to the one holding `end` are re-read.
+        first = max(bisect.bisect_right(starts, start) - 2, 0)
+        last = bisect.bisect_right(starts, end)  # first line start after the edit
+        if last < len(starts) and starts[last] <= end + 1:
+            last += 1  # an "\r\n" split by the edit
+        region_start = starts[first]
+        delta = inserted - (end - start)
+        region_end_old = starts[last] if last < len(starts) else len(old)
+        region_end_new = region_end_old + delta
+        found = [
+            m.end() + region_start
+            for m in LINE_BREAK.finditer(self.text[region_start:region_end_new])
+        ]
+        # A break ending exactly at the region's end is the next line's start, kept below.
+        found = [pos for pos in found if pos < region_end_new or last >= len(starts)]
+        tail = [pos + delta for pos in starts[last:]]
+        self._line_starts = starts[: first + 1] + found + tail
+        if tail and found and found[-1] == tail[0]:
+            self._line_starts = starts[: first + 1] + found[:-1] + tail
 
     # --- usability ---------------------------------------------------------------------
 
     def unusable_reason(self, max_bytes: int) -> str | None:
         """Why this document cannot be completed (too large, binary), or None."""
-        text = self.text
-        # Cheap bounds first: UTF-8 takes 1 to 4 bytes a code point.
-        if len(text) > max_bytes or (
-            len(text) * 4 > max_bytes and len(text.encode("utf-8", "surrogatepass")) > max_bytes
-        ):
-            return f"document is larger than context.max_document_bytes ({max_bytes} bytes)"
-        if "\x00" in text:
-            return "document contains NUL bytes (binary content)"
-        return None
+        return unusable_reason(self.text, max_bytes)
 
 
 class DocumentStore:
