@@ -19,7 +19,6 @@ indentation rules with no string or comment syntax.
 from __future__ import annotations
 
 import re
-import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
@@ -633,54 +632,80 @@ class _Suggestion:
     prefix: str
     suffix: str | None
     text: str
+    source: str
+
+
+@dataclass(frozen=True)
+class TypedAhead:
+    """An answer from work done before the request: what to insert, and where it came from
+    ("typed-ahead": the rest of the suggestion being typed; "prefetch": computed ahead for the
+    text that accepting a suggestion leads to)."""
+
+    text: str
+    source: str
 
 
 class TypedAheadCache:
-    """The last suggestion per document, served again while the user types what it says.
+    """Suggestions per document, served again while the user types what one says.
 
-    `remember(uri, prefix, text, suffix)` after a completion; `lookup(uri, new_prefix, suffix)`
-    returns the rest of the suggestion if the user only typed its beginning since (the new
-    prefix is the old one plus the typed text, and the suffix is unchanged), else forgets the
-    suggestion and returns None.
+    `remember(uri, prefix, text, suffix)` after a completion (and, with source "prefetch", for
+    the text a suggestion's acceptance would give); `lookup(uri, new_prefix, suffix)` returns
+    the rest of the suggestion whose prefix the new prefix extends with the start of its text
+    (the longest such prefix wins: a prefetched answer beats the rest of an older suggestion),
+    and forgets the entries the document has moved away from. The suffix must be unchanged.
+
+    It lives on the language server's event loop (no lock).
     """
 
-    def __init__(self, max_documents: int = 64):
+    def __init__(self, max_documents: int = 64, per_document: int = 4):
         self.max_documents = max_documents
-        self._entries: OrderedDict[str, _Suggestion] = OrderedDict()
-        self._lock = threading.Lock()
+        self.per_document = per_document
+        self._entries: OrderedDict[str, list[_Suggestion]] = OrderedDict()
 
-    def remember(self, uri: str, prefix: str, text: str, suffix: str | None = None) -> None:
-        with self._lock:
-            if not text:
-                self._entries.pop(uri, None)
-                return
-            self._entries[uri] = _Suggestion(prefix, suffix, text)
-            self._entries.move_to_end(uri)
-            while len(self._entries) > self.max_documents:
-                self._entries.popitem(last=False)
+    def remember(
+        self,
+        uri: str,
+        prefix: str,
+        text: str,
+        suffix: str | None = None,
+        source: str = "typed-ahead",
+    ) -> None:
+        entries = [e for e in self._entries.get(uri, []) if e.prefix != prefix]
+        if text:
+            entries.append(_Suggestion(prefix, suffix, text, source))
+        self._entries[uri] = entries[-self.per_document :]
+        self._entries.move_to_end(uri)
+        while len(self._entries) > self.max_documents:
+            self._entries.popitem(last=False)
 
-    def lookup(self, uri: str, new_prefix: str, suffix: str | None = None) -> str | None:
-        with self._lock:
-            entry = self._entries.get(uri)
-            if entry is None:
-                return None
+    def lookup(self, uri: str, new_prefix: str, suffix: str | None = None) -> TypedAhead | None:
+        entries = self._entries.get(uri)
+        if not entries:
+            return None
+        kept: list[_Suggestion] = []
+        best: tuple[int, TypedAhead] | None = None
+        for entry in entries:
+            same_suffix = entry.suffix is None or suffix is None or suffix == entry.suffix
+            if same_suffix and entry.prefix.startswith(new_prefix) and entry.prefix != new_prefix:
+                kept.append(entry)  # ahead of the cursor (prefetched): may fit later
+                continue
             typed = new_prefix[len(entry.prefix) :]
-            fits = (
-                new_prefix.startswith(entry.prefix)
-                and entry.text.startswith(typed)
-                and len(typed) < len(entry.text)
-                and (entry.suffix is None or suffix is None or suffix == entry.suffix)
-            )
-            remaining = entry.text[len(typed) :] if fits else ""
+            if not (same_suffix and new_prefix.startswith(entry.prefix)):
+                continue
+            if not entry.text.startswith(typed) or len(typed) >= len(entry.text):
+                continue
+            remaining = entry.text[len(typed) :]
             if not remaining.strip():
-                del self._entries[uri]
-                return None
-            return remaining
+                continue
+            kept.append(entry)
+            if best is None or len(entry.prefix) > best[0]:
+                source = entry.source if not typed else "typed-ahead"
+                best = (len(entry.prefix), TypedAhead(remaining, source))
+        self._entries[uri] = kept
+        return best[1] if best is not None else None
 
     def invalidate(self, uri: str) -> None:
-        with self._lock:
-            self._entries.pop(uri, None)
+        self._entries.pop(uri, None)
 
     def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
+        self._entries.clear()

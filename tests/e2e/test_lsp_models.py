@@ -284,3 +284,71 @@ async def test_a_model_that_cannot_load_is_reported_and_the_server_answers(tmp_p
         uri = "file:///work/a.py"
         open_doc(client, uri, "x = 1")
         assert items_of(await inline(client, uri, 0, 5)) == []
+
+
+# --- work ahead of the user (issue 12) ----------------------------------------------------------
+
+APPEND = {"context": {"layout": "append"}}
+
+
+def logged(client, needle: str) -> list[str]:
+    return [m.message for m in client.log_messages if needle in m.message]
+
+
+async def test_accepting_a_suggestion_is_answered_from_prefetched_work(endless_models):
+    """The model's answer is prefetched for the text accepting it gives: Tab, then the next
+    request costs no model time."""
+    async with lsp_session(serve_command(endless_models), init_options=APPEND) as client:
+        await wait_for(lambda: any("models ready" in m.message for m in client.log_messages), 120)
+        uri = "file:///work/accept.py"
+        open_doc(client, uri, "total = ")
+        [item] = items_of(await inline(client, uri, 0, 8))
+        suggestion = item.insert_text
+        assert suggestion and "\n" not in suggestion
+        await wait_for(lambda: logged(client, "prefetch:"), 60)
+        edit(client, uri, 2, (0, 8), (0, 8), suggestion)  # Tab
+        before = len(client.stats)
+        [after] = items_of(await inline(client, uri, 0, 8 + len(suggestion)))
+        await wait_for(lambda: len(client.stats) > before)
+        stats = plain(client.stats[-1])
+        assert stats["source"] == "prefetch" and stats["cached"] is True
+        assert stats["prefillTokens"] == 0 and after.insert_text
+
+
+async def test_switching_files_and_back_prefills_few_tokens(endless_models):
+    no_prefetch = {"context": {"layout": "append"}, "cache": {"prefetch": False}}
+    async with lsp_session(serve_command(endless_models), init_options=no_prefetch) as client:
+        await wait_for(lambda: any("models ready" in m.message for m in client.log_messages), 120)
+        here, there = "file:///work/here.py", "file:///work/there.py"
+        body = "".join(f"def f_{i}(x):\n    return x + {i}\n\n" for i in range(20))
+        open_doc(client, here, body + "value = ")
+        open_doc(client, there, body.replace("f_", "g_") + "other = ")
+        line = body.count("\n")
+        [first] = items_of(await inline(client, here, line, 8))
+        await inline(client, there, line, 8)
+        # Back in the first file, the user types a character the suggestion does not start
+        # with: a model request, on the first file's own cache.
+        typed = next(c for c in "qzQZ" if not first.insert_text.startswith(c))
+        edit(client, here, 2, (line, 8), (line, 8), typed)
+        before = len(client.stats)
+        await inline(client, here, line, 9)
+        await wait_for(lambda: len(client.stats) > before)
+        stats = plain(client.stats[-1])
+        assert stats["source"] == "model" and stats["engine"]["slot"] == here
+        assert stats["prefillTokens"] <= 32, stats
+
+
+async def test_an_edit_warms_the_cache_before_the_request(endless_models):
+    async with lsp_session(serve_command(endless_models), init_options=APPEND) as client:
+        await wait_for(lambda: any("models ready" in m.message for m in client.log_messages), 120)
+        uri = "file:///work/warm.py"
+        body = "".join(f"def f_{i}(x):\n    return x + {i}\n\n" for i in range(20))
+        open_doc(client, uri, body + "value")
+        line = body.count("\n")
+        edit(client, uri, 2, (line, 5), (line, 5), " = ")  # no request yet: the worker is idle
+        await wait_for(lambda: logged(client, f"tokens of {uri} computed ahead"), 60)
+        before = len(client.stats)
+        await inline(client, uri, line, 8)
+        await wait_for(lambda: len(client.stats) > before)
+        stats = plain(client.stats[-1])
+        assert stats["source"] == "model" and stats["prefillTokens"] <= 2, stats

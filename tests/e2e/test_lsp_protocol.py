@@ -67,6 +67,7 @@ class FakeCompletion:
     stats: FakeStats | None = None
     mode: str = "line"
     skipped: str | None = None
+    stop_reason: str = "stop"
 
     def __post_init__(self):
         self.tokens = list(range(len(self.text)))
@@ -89,6 +90,9 @@ class FakeCompleter:
 
     def close(self):
         self.documents.clear()
+
+    def warm(self, request, cancel=None):
+        return 0  # no caches to warm
 
     compute = {"runtime": "fake", "dtype": None, "kernel": None, "reason": "a test double"}
 
@@ -167,6 +171,7 @@ class CompletionRequest:
     line: int
     character: int
     language_id: str | None = None
+    offset: int | None = None
 
 
 def run_fake_server(argv: list[str]) -> None:
@@ -366,8 +371,12 @@ async def test_completion_fallback_for_clients_without_inline(session):
         assert item.text_edit.new_text == "first\nsecond"
 
 
+NO_WORK_AHEAD = {"cache": {"prefetch": False, "warmup": False}}
+"""For tests that count the fake's model calls: nothing computed ahead adds to them."""
+
+
 async def test_inline_and_completion_for_one_position_share_a_generation(session):
-    async with session(fake_command(), inline=True) as client:
+    async with session(fake_command(), inline=True, init_options=NO_WORK_AHEAD) as client:
         open_doc(client, URI, "WAIT ab\nCOUNT")
         first, second = await asyncio.gather(inline(client, URI, 0, 7), complete(client, URI, 0, 7))
         assert items_of(first)[0].insert_text == "<ab>"
@@ -379,7 +388,7 @@ async def test_inline_and_completion_for_one_position_share_a_generation(session
 
 
 async def test_typed_ahead_answers_without_the_model(session):
-    async with session(fake_command()) as client:
+    async with session(fake_command(), init_options=NO_WORK_AHEAD) as client:
         open_doc(client, URI, "GREET \nCOUNT")
         [item] = items_of(await inline(client, URI, 0, 6))
         assert item.insert_text == "hello_world()"
@@ -607,7 +616,7 @@ async def test_model_load_failure_is_reported_and_the_server_keeps_serving(sessi
 
 
 async def test_failed_reload_keeps_the_running_models(session):
-    async with session(fake_command()) as client:
+    async with session(fake_command(), init_options=NO_WORK_AHEAD) as client:
         open_doc(client, URI, "COUNT")
         assert (await inline_text(client, URI, 0, 5)).startswith("1 calls 1 loads")
         client.workspace_did_change_configuration(

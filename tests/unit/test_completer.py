@@ -333,3 +333,57 @@ def test_a_keystroke_in_a_two_megabyte_document_does_bounded_work(models):
     assert len(FILE * 70000) > 2_000_000
     assert huge[0] <= 4 * max(small[0], 200) and huge2[0] <= 4 * max(small[0], 200)
     assert huge[1] <= 4 * max(small[1], 200) and huge2[1] <= 4 * max(small[1], 200)
+
+
+# --- work ahead: caches per document, warm-up, preemption --------------------------------------
+
+OTHER = "def mul(a, b):\n    return a * b\n\n" * 6 + "def square(x):\n    return "
+
+
+def test_switching_files_and_back_reuses_each_files_cache(models):
+    completer = make(models, decoding={"max_new_tokens": 4})
+    here = request(FILE + "value = f_", 36, len("value = f_"))
+    there = CompletionRequest("file:///work/other.py", OTHER, 13, 11, "python")
+    first = completer.complete(here)
+    completer.complete(there)
+    back = completer.complete(here)
+    assert first.stats.slot == back.stats.slot == URI
+    assert back.stats.prefill_tokens <= 4  # the last prompt token and what was generated
+    assert back.stats.reused_tokens >= first.stats.prompt_tokens - 2
+    assert sorted(s for s in completer.engine.target.slots if s) == sorted(
+        [URI, "file:///work/other.py"]
+    )
+
+
+def test_idle_warm_up_leaves_the_request_only_its_last_tokens(models):
+    completer = make(models, context={"layout": "append"}, decoding={"max_new_tokens": 4})
+    text = FILE + "value = f_"
+    computed = completer.warm(request(text, 36, len("value = f_")))
+    assert computed > 100
+    completion = completer.complete(request(text, 36, len("value = f_")))
+    assert completion.stats.prefill_tokens <= 2
+
+
+def test_a_warm_up_stops_within_one_forward_when_a_request_comes(models):
+    """Preemption: the background job's cancel event is set while it prefills; it stops
+    before the next forward, whose chunks are at most 128 tokens."""
+    import threading
+
+    completer = make(models)
+    runner = completer.engine.target
+    original = runner.forward
+    cancel = threading.Event()
+    sizes: list[int] = []
+
+    def counting(tokens, **kwargs):
+        sizes.append(len(tokens))
+        if len(sizes) == 2:
+            cancel.set()  # a request arrives during the second forward
+        return original(tokens, **kwargs)
+
+    runner.forward = counting
+    text = FILE * 6 + "value = f_"
+    line = text.count("\n")
+    computed = completer.warm(request(text, line, len("value = f_")), cancel)
+    assert sizes == [128, 128] and computed == 256
+    assert max(sizes) <= 128

@@ -177,3 +177,47 @@ def test_worker_stop_is_prompt():
     started = time.monotonic()
     worker.stop()
     assert time.monotonic() - started < 1
+
+
+def test_background_jobs_run_when_idle_and_yield_to_a_request():
+    worker = ModelWorker()
+    order: list[str] = []
+    release = threading.Event()
+    started = threading.Event()
+
+    def background(name, cancel):
+        order.append(f"{name} start")
+        started.set()
+        # A stand-in for a prefill: one "forward" per 10 ms, checking cancel between them.
+        for _ in range(500):
+            if cancel.is_set():
+                order.append(f"{name} stopped")
+                return "stopped"
+            release.wait(0.01)
+        order.append(f"{name} done")
+        return "done"
+
+    first = worker.submit_background(background, "warm")
+    assert started.wait(5)
+    request = worker.submit(lambda: order.append("request") or "answered", preempt=True)
+    assert request.result(5) == "answered" and first.result(5) == "stopped"
+    assert order == ["warm start", "warm stopped", "request"]
+    assert worker.preemptions == 1
+    # A plain (not preempting) job, e.g. a document sync, waits for the background job.
+    started.clear()
+    second = worker.submit_background(background, "prefetch")
+    assert started.wait(5)
+    sync = worker.submit(lambda: order.append("sync"))
+    release.set()
+    assert second.result(10) == "done" and sync.result(5) is None
+    assert order[-2:] == ["prefetch done", "sync"] and worker.preemptions == 1
+    # Foreground jobs go first whatever was queued earlier in the background.
+    gate = threading.Event()
+    worker.submit(gate.wait, 5)
+    later = worker.submit_background(lambda cancel: order.append("late background"))
+    early = worker.submit(lambda: order.append("foreground"))
+    gate.set()
+    early.result(5)
+    later.result(5)
+    assert order[-2:] == ["foreground", "late background"]
+    worker.stop()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from quickdraft.postprocess import StopRule, TypedAheadCache, decide_mode, finalize
+from quickdraft.postprocess import StopRule, TypedAhead, TypedAheadCache, decide_mode, finalize
 
 
 def stops_after(prefix, suffix, language, mode, generated, step=1):
@@ -312,9 +312,9 @@ def test_finalize_multibyte_text():
 def test_typed_ahead_serves_the_rest_of_the_suggestion():
     cache = TypedAheadCache()
     cache.remember("file:///a.py", "x = ", "compute(a, b)", "\n")
-    assert cache.lookup("file:///a.py", "x = ", "\n") == "compute(a, b)"
-    assert cache.lookup("file:///a.py", "x = comp", "\n") == "ute(a, b)"
-    assert cache.lookup("file:///a.py", "x = compute(a", "\n") == ", b)"
+    assert cache.lookup("file:///a.py", "x = ", "\n").text == "compute(a, b)"
+    assert cache.lookup("file:///a.py", "x = comp", "\n").text == "ute(a, b)"
+    assert cache.lookup("file:///a.py", "x = compute(a", "\n") == TypedAhead(", b)", "typed-ahead")
 
 
 def test_typed_ahead_invalidates_on_a_mismatch():
@@ -344,4 +344,20 @@ def test_typed_ahead_keeps_a_bounded_number_of_documents():
     for name in ("a", "b", "c"):
         cache.remember(f"file:///{name}.py", "", "text")
     assert cache.lookup("file:///a.py", "t") is None
-    assert cache.lookup("file:///c.py", "t") == "ext"
+    assert cache.lookup("file:///c.py", "t").text == "ext"
+
+
+def test_a_prefetched_answer_waits_for_its_text_and_wins_there():
+    cache = TypedAheadCache()
+    cache.remember("file:///a.py", "x = ", "f(1)\ny = ", "\n")
+    # Computed ahead: what follows once the suggestion is accepted.
+    cache.remember("file:///a.py", "x = f(1)\ny = ", "g(2)", "\n", source="prefetch")
+    cache.remember("file:///a.py", "x = f(1)", "  # one", "\n", source="prefetch")
+    assert cache.lookup("file:///a.py", "x = f", "\n").text == "(1)\ny = "  # still typing
+    first_line = cache.lookup("file:///a.py", "x = f(1)", "\n")
+    assert first_line == TypedAhead("  # one", "prefetch")  # the longer prefix wins
+    accepted = cache.lookup("file:///a.py", "x = f(1)\ny = ", "\n")
+    assert accepted == TypedAhead("g(2)", "prefetch")
+    assert cache.lookup("file:///a.py", "x = f(1)\ny = g", "\n").text == "(2)"
+    assert cache.lookup("file:///a.py", "z", "\n") is None  # moved away: all forgotten
+    assert cache.lookup("file:///a.py", "x = f(1)\ny = ", "\n") is None

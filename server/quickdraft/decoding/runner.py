@@ -149,9 +149,11 @@ class ModelRunner:
         found = self._parked.pop(slot, None)
         self.cache, self.tokens = found if found is not None else (self._make_cache(), [])
         self.slot = slot
-        while self._parked and sum(len(t) for _, t in self._parked.values()) * (
-            self._token_bytes
-        ) > self.slot_bytes:
+        while (
+            self._parked
+            and sum(len(t) for _, t in self._parked.values()) * (self._token_bytes)
+            > self.slot_bytes
+        ):
             self._parked.popitem(last=False)
 
     @property

@@ -86,6 +86,8 @@ class Document:
     language_id: str = ""
     version: int = 0
     encoding: str = UTF16
+    edited_at: int | None = None
+    """The offset (code points) just after the last edit: where the cursor likely is."""
     _line_starts: list[int] | None = field(default=None, repr=False, compare=False)
 
     # --- lines -------------------------------------------------------------------------
@@ -143,19 +145,18 @@ class Document:
         """LSP character (in the document's encoding) of code point `column` on `line`."""
         return lsp_column(self.line_text(line), column, self.encoding)
 
+    def line_column(self, offset: int) -> tuple[int, int]:
+        """(line, column in code points) of the code point `offset` into `text`."""
+        import bisect
+
+        offset = max(0, min(offset, len(self.text)))
+        line = bisect.bisect_right(self.line_starts, offset) - 1
+        return line, min(offset - self.line_starts[line], len(self.line_text(line)))
+
     def position_at(self, offset: int) -> tuple[int, int]:
         """LSP (line, character) of the code point `offset` into `text`."""
-        offset = max(0, min(offset, len(self.text)))
-        starts = self.line_starts
-        lo, hi = 0, len(starts) - 1
-        while lo < hi:  # last line start <= offset
-            mid = (lo + hi + 1) // 2
-            if starts[mid] <= offset:
-                lo = mid
-            else:
-                hi = mid - 1
-        column = min(offset - starts[lo], len(self.line_text(lo)))
-        return lo, self.from_codepoint(lo, column)
+        line, column = self.line_column(offset)
+        return line, self.from_codepoint(line, column)
 
     # --- edits -------------------------------------------------------------------------
 
@@ -169,6 +170,7 @@ class Document:
         if range_ is None:
             self.text = text
             self._line_starts = None
+            self.edited_at = None
             return
         start = self.offset_at(range_[0], range_[1], strict=False)
         end = self.offset_at(range_[2], range_[3], strict=False)
@@ -177,6 +179,7 @@ class Document:
         old = self.text
         self.text = old[:start] + text + old[end:]
         self._update_line_starts(start, end, len(text), old)
+        self.edited_at = start + len(text)
 
     def _update_line_starts(self, start: int, end: int, inserted: int, old: str) -> None:
         starts = self.line_starts if self._line_starts is not None else None

@@ -155,7 +155,10 @@ class QuickdraftServer(LanguageServer):
         self.loading: LoadProgress | None = None
         """The model load in progress, if any."""
         self._pending_sync: set[str] = set()
+        self._warm_targets: dict[str, tuple[str, int, int, int, str]] = {}
+        """uri -> (text, offset, line, column, language) of the next warm-up, per document."""
         self._sync_lock = threading.Lock()
+        """Guards `_pending_sync` and `_warm_targets`: the event loop and the worker meet there."""
         self.models_generation = 0
         """Counts model loads submitted; only the latest one's failure reverts the settings."""
 
@@ -202,12 +205,51 @@ class QuickdraftServer(LanguageServer):
 
     def sync_document(self, uri: str) -> None:
         """Tell the Completer (on the worker) about `uri`'s current text, coalescing bursts of
-        changes into one update that reads the latest text when it runs."""
+        changes into one update that reads the latest text when it runs; then, when the worker
+        is idle, warm the document's caches toward a request at the edit."""
         with self._sync_lock:
             if uri in self._pending_sync:
                 return
             self._pending_sync.add(uri)
         self.worker.submit(self._flush_sync, uri)
+        self.schedule_warm(uri)
+
+    def schedule_warm(self, uri: str) -> None:
+        """Idle warm-up (cache.warmup): a background job extends `uri`'s KV caches toward the
+        prompt a request at the last edit would send. Coalesced: one pending job per document,
+        reading the latest edit when it runs."""
+        document = self.documents.get(uri)
+        config = self.config.current
+        if document is None or document.edited_at is None or not config.cache.warmup:
+            return
+        line, column = document.line_column(document.edited_at)
+        target = (document.text, document.edited_at, line, column, document.language_id)
+        with self._sync_lock:
+            fresh = uri not in self._warm_targets
+            self._warm_targets[uri] = target
+        if fresh:
+            import asyncio
+
+            loop = asyncio.get_running_loop()
+            future = self.worker.submit_background(self._warm, uri)
+
+            def warmed(done) -> None:
+                if not done.cancelled() and done.exception() is None and done.result():
+                    message = f"warm-up: {done.result()} tokens of {uri} computed ahead"
+                    loop.call_soon_threadsafe(self.log, message, "log")
+
+            future.add_done_callback(warmed)
+
+    def _warm(self, uri: str, cancel) -> int:  # worker thread, background
+        from quickdraft.completer import CompletionRequest
+
+        with self._sync_lock:
+            target = self._warm_targets.pop(uri, None)
+        if target is None or self.host.completer is None:
+            return 0
+        text, offset, line, column, language_id = target
+        request = CompletionRequest(uri, text, line, column, language_id, offset=offset)
+        return self.host.warm(request, cancel)
 
     def _flush_sync(self, uri: str) -> None:  # worker thread
         with self._sync_lock:
@@ -252,7 +294,7 @@ class QuickdraftServer(LanguageServer):
         self.loading = progress
         self.log(f"loading models: {describe_plan(config.model)}")
         progress.start()
-        future = self.worker.submit(self.host.load, config, progress.step)
+        future = self.worker.submit(self.host.load, config, progress.step, preempt=True)
 
         def done(fut):
             loop.call_soon_threadsafe(self._models_loaded, fut, generation, config, progress)

@@ -101,15 +101,14 @@ class CompletionService:
         )
         started = time.monotonic()
 
-        # Typed ahead: the user typed the start of the current suggestion.
+        # Typed ahead: the user typed the start of the current suggestion, or accepted one
+        # whose continuation was computed ahead (prefetch).
         prefix, suffix = text[:offset], text[offset:]
-        remaining = self.typed_ahead.lookup(uri, prefix, suffix)
-        if remaining is not None:
+        hit = self.typed_ahead.lookup(uri, prefix, suffix)
+        if hit is not None:
             self._cancel_inflight(uri)
-            self._report(
-                request_id, uri, feature, started, None, source="typed-ahead", text=remaining
-            )
-            return Answer(remaining, cursor, cursor, cursor)
+            self._report(request_id, uri, feature, started, None, source=hit.source, text=hit.text)
+            return Answer(hit.text, cursor, cursor, cursor)
 
         # The same request already running (editors ask for inline completion and the completion
         # menu at once) is shared; any other running request for the document is superseded.
@@ -155,17 +154,26 @@ class CompletionService:
         if not suggestion:
             return None
         self.typed_ahead.remember(uri, prefix, suggestion, suffix)
+        if not joined and server.config.current.cache.prefetch:
+            self._prefetch(
+                uri, document.language_id, text, offset, position.line, column, suggestion
+            )
         return Answer(suggestion, cursor, cursor, cursor)
 
     def _submit(self, uri: str, document, text: str, offset: int, line: int, column: int) -> _Job:
         from quickdraft.completer import CompletionRequest
 
         request = CompletionRequest(
-            uri=uri, text=text, line=line, character=column, language_id=document.language_id
+            uri=uri,
+            text=text,
+            line=line,
+            character=column,
+            language_id=document.language_id,
+            offset=offset,
         )
         cancel = threading.Event()
         future = asyncio.wrap_future(
-            self.server.worker.submit(self.server.host.complete, request, cancel)
+            self.server.worker.submit(self.server.host.complete, request, cancel, preempt=True)
         )
         job = _Job(text, offset, future, cancel)
         self._inflight[uri] = job
@@ -178,6 +186,57 @@ class CompletionService:
 
         future.add_done_callback(finished)
         return job
+
+    # --- work ahead: the completion after accepting a suggestion ---------------------------
+
+    def _prefetch(
+        self,
+        uri: str,
+        language_id: str,
+        text: str,
+        offset: int,
+        line: int,
+        column: int,
+        suggestion: str,
+    ) -> None:
+        """Compute, in the background, the completion that follows accepting `suggestion`
+        whole (and its first line, when it has several), and keep it in the typed-ahead cache:
+        Tab then the next request costs no model time. A request of the user's stops it."""
+        from quickdraft.completer import CompletionRequest
+
+        accepted = [suggestion]
+        if "\n" in suggestion.strip("\n"):
+            accepted.append(suggestion.split("\n", 1)[0])
+        loop = asyncio.get_running_loop()
+        for inserted in accepted:
+            new_text = text[:offset] + inserted + text[offset:]
+            lines = inserted.split("\n")
+            new_line = line + len(lines) - 1
+            new_column = (column if len(lines) == 1 else 0) + len(lines[-1])
+            new_offset = offset + len(inserted)
+            request = CompletionRequest(
+                uri, new_text, new_line, new_column, language_id, offset=new_offset
+            )
+            future = self.server.worker.submit_background(self.server.host.complete, request)
+
+            def done(fut, prefix=new_text[:new_offset], suffix=new_text[new_offset:]) -> None:
+                if fut.cancelled() or fut.exception() is not None:
+                    return
+                completion = fut.result()
+                if completion is None or completion.stop_reason == "cancelled":
+                    return
+                if completion.text:
+                    loop.call_soon_threadsafe(self._prefetched, uri, prefix, suffix, completion)
+
+            future.add_done_callback(done)
+
+    def _prefetched(self, uri: str, prefix: str, suffix: str, completion: Any) -> None:
+        self.typed_ahead.remember(uri, prefix, completion.text, suffix, "prefetch")
+        self.server.log(
+            f"prefetch: {len(completion.text)} chars ready for {uri} after accepting a "
+            f"suggestion ({completion.stats.prefill_tokens} tokens prefilled)",
+            "log",
+        )
 
     def _cancel_inflight(self, uri: str) -> None:
         previous = self._inflight.pop(uri, None)

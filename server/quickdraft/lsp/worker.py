@@ -4,22 +4,34 @@ The event loop never does model work. It submits jobs (`ModelWorker.submit`) and
 returned future (`asyncio.wrap_future`). Jobs run one at a time in submission order, so a
 document change submitted before a completion is seen by that completion.
 
+Work ahead of the user (idle warm-up, prefetch) is submitted as *background* jobs
+(`submit_background`): they run only when no other job waits, and a job that must run for the
+user (`submit(..., preempt=True)`: a completion request, a model load) stops the background job
+that is running within one forward: its cancel event is set, and the engine checks it between
+prefill chunks and decoding steps (llama.cpp: inside a forward).
+
 `ModelHost` is the state the worker owns: the Completer (which owns the n-gram index) and the
 documents it has been told about, so a model reload can hand them to the new Completer.
+
+Threads: the event loop owns the document store and the typed-ahead cache; the worker owns
+the ModelHost and everything in it. They meet only in the worker's queues (locked here).
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quickdraft.config import QuickdraftConfig
 from quickdraft.errors import ModelError, QuickdraftError
+
+if TYPE_CHECKING:
+    from quickdraft.completer import Completer
 
 logger = logging.getLogger(__name__)
 
@@ -44,12 +56,16 @@ def describe_error(exc: BaseException) -> str:
 
 
 class ModelWorker:
-    """A single thread running submitted callables in order."""
+    """A single thread running submitted callables: foreground jobs in submission order, then
+    background jobs while nothing else waits."""
 
     def __init__(self, name: str = "quickdraft-model"):
-        self._queue: queue.SimpleQueue[tuple[Future, Callable, tuple, dict] | None] = (
-            queue.SimpleQueue()
-        )
+        self._foreground: deque[tuple[Future, Callable, tuple, dict]] = deque()
+        self._background: deque[tuple[Future, Callable, tuple, dict, threading.Event]] = deque()
+        self._ready = threading.Condition()
+        self._running_background: threading.Event | None = None
+        self.preemptions = 0
+        """Background jobs stopped for a job that had to run (tests count them)."""
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._stopped = False
         self._thread.start()
@@ -58,28 +74,69 @@ class ModelWorker:
     def thread(self) -> threading.Thread:
         return self._thread
 
-    def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Future:
-        """Run `fn(*args, **kwargs)` on the worker. Cancelling the future before the job
+    def submit(self, fn: Callable, /, *args: Any, preempt: bool = False, **kwargs: Any) -> Future:
+        """Run `fn(*args, **kwargs)` on the worker, after the foreground jobs before it.
+        `preempt`: stop a running background job for it. Cancelling the future before the job
         starts skips it; a running job is stopped through its own cancel event."""
         future: Future = Future()
         if self._stopped:
             future.set_exception(RuntimeError("the model worker has stopped"))
             return future
-        self._queue.put((future, fn, args, kwargs))
+        with self._ready:
+            self._foreground.append((future, fn, args, kwargs))
+            if preempt and self._running_background is not None:
+                if not self._running_background.is_set():
+                    self.preemptions += 1
+                self._running_background.set()
+            self._ready.notify()
+        return future
+
+    def submit_background(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Future:
+        """Run `fn(*args, cancel=event, **kwargs)` when the worker has nothing else to do; the
+        event is set when a preempting job arrives (or the future is cancelled)."""
+        future: Future = Future()
+        if self._stopped:
+            future.set_exception(RuntimeError("the model worker has stopped"))
+            return future
+        cancel = threading.Event()
+        future.add_done_callback(lambda done: cancel.set() if done.cancelled() else None)
+        with self._ready:
+            self._background.append((future, fn, args, kwargs, cancel))
+            self._ready.notify()
         return future
 
     def stop(self, timeout: float | None = 5.0) -> None:
         self._stopped = True
-        self._queue.put(None)
+        with self._ready:
+            if self._running_background is not None:
+                self._running_background.set()
+            self._ready.notify()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
+    def _next(self) -> tuple[Future, Callable, tuple, dict, threading.Event | None] | None:
+        with self._ready:
+            while not self._stopped and not self._foreground and not self._background:
+                self._ready.wait()
+            if self._foreground:  # also after stop: what was submitted before it still runs
+                future, fn, args, kwargs = self._foreground.popleft()
+                self._running_background = None
+                return future, fn, args, kwargs, None
+            if self._stopped:
+                for future, *_ in self._background:
+                    future.cancel()
+                self._background.clear()
+                return None
+            future, fn, args, kwargs, cancel = self._background.popleft()
+            self._running_background = cancel
+            return future, fn, args, dict(kwargs, cancel=cancel), cancel
+
     def _run(self) -> None:
         while True:
-            job = self._queue.get()
+            job = self._next()
             if job is None:
                 return
-            future, fn, args, kwargs = job
+            future, fn, args, kwargs, cancel = job
             if not future.set_running_or_notify_cancel():
                 continue
             try:
@@ -88,6 +145,10 @@ class ModelWorker:
                 future.set_exception(exc)
             else:
                 future.set_result(result)
+            finally:
+                if cancel is not None:
+                    with self._ready:
+                        self._running_background = None
 
 
 class ModelHost:
@@ -95,10 +156,12 @@ class ModelHost:
 
     def __init__(self, loader: CompleterLoader):
         self._loader = loader
-        self.completer: Any = None
+        self.completer: Completer | None = None
         self.config: QuickdraftConfig | None = None
         self.load_error: str | None = None
         self.loaded_at: float | None = None
+        self.root: str | None = None
+        """The workspace folder (prompts show paths relative to it)."""
         """time.monotonic() when the current models became ready."""
         self._documents: dict[str, tuple[str, str]] = {}
 
@@ -118,6 +181,7 @@ class ModelHost:
                 self.load_error = message
             logger.exception("loading models failed")
             raise ModelError(f"could not load models: {message}") from exc
+        completer.root = self.root
         for uri, (text, language_id) in self._documents.items():
             try:
                 completer.set_document(uri, text, language_id)
@@ -136,6 +200,11 @@ class ModelHost:
         if self.completer is None:
             return "no models"
         return self.completer.describe()
+
+    def set_root(self, root: str) -> None:
+        self.root = root
+        if self.completer is not None:
+            self.completer.root = root
 
     def update_config(self, config: QuickdraftConfig) -> None:
         self.config = config
@@ -161,6 +230,13 @@ class ModelHost:
             self.completer.close_document(uri)
 
     # --- completion ------------------------------------------------------------------
+
+    def warm(self, request: Any, cancel: threading.Event) -> int:
+        """Extend the document's caches toward a request there (idle warm-up); stops when
+        `cancel` is set. Returns the target tokens computed."""
+        if self.completer is None or cancel.is_set():
+            return 0
+        return self.completer.warm(request, cancel)
 
     def complete(self, request: Any, cancel: threading.Event, strategy: str | None = None) -> Any:
         """Run one completion (typed-ahead answers never get here: the service answers them

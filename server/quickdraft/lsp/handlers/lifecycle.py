@@ -15,6 +15,10 @@ if TYPE_CHECKING:
 
 def initialize(ls: QuickdraftServer, params: types.InitializeParams) -> None:
     ls.choose_encoding(params.capabilities)
+    folders = params.workspace_folders or []
+    root = folders[0].uri if folders else (params.root_uri or params.root_path)
+    if root:
+        ls.worker.submit(ls.host.set_root, root)  # prompts show paths relative to it
     try:
         ls.config.apply_initialization_options(params.initialization_options)
     except ConfigError as exc:
