@@ -40,7 +40,7 @@ from quickdraft.models.loading import LoadedModels, Progress
 if TYPE_CHECKING:
     from quickdraft.remote.models import RemoteModels
 from quickdraft.models.store import quickdraft_home
-from quickdraft.postprocess import StopRule, decide_mode, finalize
+from quickdraft.postprocess import CursorContext, StopRule, decide_mode, finalize
 from quickdraft.text import unusable_reason
 from quickdraft.tokens import PromptTokenizer
 
@@ -92,13 +92,15 @@ class PreparedCompletion:
     """"line" or "block" (postprocess.decide_mode)."""
     max_new_tokens: int
     tokenizer: Any
+    context: CursorContext
+    """The text around the cursor as the post-processing rules read it (read once)."""
     healed: str = ""
     """Token healing: characters before the cursor taken off the prompt, which the completion
     writes first (they are in the document already, so they are not inserted)."""
 
     def text_stop_rule(self) -> StopRule:
         """A fresh stop rule for one generation: text so far -> complete now?"""
-        return StopRule(self.prompt.prefix, self.prompt.suffix, self.request.language_id, self.mode)
+        return StopRule(self.context, self.mode)
 
     def inserted(self, text: str) -> str | None:
         """What generated `text` inserts at the cursor (the healed characters off its start);
@@ -124,9 +126,7 @@ class PreparedCompletion:
 
     def finish_text(self, raw: str) -> tuple[str, str]:
         """(raw text, the text to insert after post-processing)."""
-        return raw, finalize(
-            raw, self.prompt.prefix, self.prompt.suffix, self.request.language_id, self.mode
-        )
+        return raw, finalize(raw, self.context, self.mode)
 
 
 ANCHORED_DRAFT_TOKENS = 64
@@ -446,9 +446,8 @@ class Completer:
         limit = max_new_tokens or self.config.max_new_tokens_for(language)
         if limit < 1:
             raise InputError(f"max new tokens must be at least 1, got {limit}")
-        mode = decide_mode(
-            prompt.prefix, prompt.suffix, language, self.config.language(language).multiline
-        )
+        context = CursorContext.parse(prompt.prefix, prompt.suffix, language)
+        mode = decide_mode(context, self.config.language(language).multiline)
         return PreparedCompletion(
             request=request,
             prompt=prompt,
@@ -461,6 +460,7 @@ class Completer:
             mode=mode,
             max_new_tokens=limit,
             tokenizer=self.tokenizer,
+            context=context,
             healed=tokens.healed,
         )
 

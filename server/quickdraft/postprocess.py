@@ -1,5 +1,8 @@
 """What the completion should be: one line or a block, when to stop generating, final trimming.
 
+* `CursorContext.parse(prefix, suffix, language_id)` reads the cursor's surroundings once (its
+  line, the brackets open before it, the lexer's state there, what the suffix closes, the
+  lines around it); every step below takes that one value.
 * `decide_mode` looks at the cursor: text after it on the same line, or text before it that
   doesn't open anything, asks for the rest of the line; an opened block (`:`/`{`/an opening
   bracket at the end of the line), an empty body, or a blank line at the end of a block asks
@@ -280,20 +283,66 @@ def _is_identifier_char(char: str) -> bool:
     return char.isalnum() or char == "_"
 
 
+# --- the cursor's context ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CursorContext:
+    """What the rules need to know of the text around the cursor, read once per request."""
+
+    prefix: str
+    suffix: str
+    language_id: str | None
+    grammar: str | None
+    spec: _Spec
+    line_before: str
+    """The cursor's line up to the cursor."""
+    rest_of_line: str
+    """The cursor's line after the cursor."""
+    open_brackets: tuple[str, ...]
+    """Brackets open at the cursor, innermost last."""
+    start_state: _LexState
+    """The lexer's state at the cursor (in code, a string or a comment)."""
+    closable: int
+    """How many of the open brackets the suffix leaves for the completion to close."""
+    next_line: str | None
+    """The first non-blank line of the suffix after the cursor's line."""
+
+    @classmethod
+    def parse(cls, prefix: str, suffix: str, language_id: str | None) -> CursorContext:
+        grammar, spec = _spec_for(language_id)
+        line_before, rest_of_line = _split_cursor_line(prefix, suffix)
+        open_brackets, state = _scan_prefix(spec, prefix)
+        closable = _closable(open_brackets, _suffix_closers(spec, suffix, state))
+        following = _next_lines(suffix, 1)
+        return cls(
+            prefix,
+            suffix,
+            language_id,
+            grammar,
+            spec,
+            line_before,
+            rest_of_line,
+            tuple(open_brackets),
+            state,
+            closable,
+            following[0] if following else None,
+        )
+
+
 # --- mode -----------------------------------------------------------------------------------
 
 
-def decide_mode(
-    prefix: str, suffix: str, language_id: str | None, multiline: MultilineSetting = "auto"
-) -> Mode:
+def decide_mode(context: CursorContext, multiline: MultilineSetting = "auto") -> Mode:
     """ "line" (finish the current line) or "block" (write several lines) for this cursor."""
     if multiline == "always":
         return "block"
     if multiline == "never":
         return "line"
-    grammar, spec = _spec_for(language_id)
-    before, rest = _split_cursor_line(prefix, suffix)
-    open_brackets, state = _scan_prefix(spec, prefix)
+    grammar, spec = context.grammar, context.spec
+    before, rest = context.line_before, context.rest_of_line
+    open_brackets, state = context.open_brackets, context.start_state
+    prefix, suffix = context.prefix, context.suffix
     if state.mode != CODE:
         return "line"  # inside a string or comment: finish it
     head = before.strip()
@@ -319,11 +368,10 @@ def decide_mode(
         before_window, after_window = _parse_windows(prefix, suffix)
         if syntax.in_empty_block(before_window + after_window, len(before_window), grammar):
             return "block"
-    following = _next_lines(suffix, 1)
-    if not following:
+    next_line = context.next_line
+    if next_line is None:
         return "block"  # end of the document
     cursor_indent = _width(before) if before else (_indent(previous) if previous else 0)
-    next_line = following[0]
     if _indent(next_line) < cursor_indent or next_line.lstrip()[:1] in CLOSERS:
         return "block"  # the last line of a block
     return "line"
@@ -378,18 +426,17 @@ class StopRule:
     complete yet; `cut(text, final=True)` treats the end of `text` as the end of generation.
     """
 
-    def __init__(self, prefix: str, suffix: str, language_id: str | None, mode: Mode):
+    def __init__(self, context: CursorContext, mode: Mode):
+        self.context = context
         self.mode = mode
-        self.grammar, self.spec = _spec_for(language_id)
-        self.line_before, self.rest_of_line = _split_cursor_line(prefix, suffix)
-        self.open_brackets, self.start_state = _scan_prefix(self.spec, prefix)
-        self.closable = _closable(
-            self.open_brackets, _suffix_closers(self.spec, suffix, self.start_state)
-        )
-        following = _next_lines(suffix, 1)
+        self.grammar, self.spec = context.grammar, context.spec
+        self.line_before, self.rest_of_line = context.line_before, context.rest_of_line
+        self.open_brackets, self.start_state = list(context.open_brackets), context.start_state
+        self.closable = context.closable
+        following = context.next_line
         self.repeat_target: tuple[int, str] | None = None
-        if following and not set(following[0].strip()) <= _TRIVIAL:
-            self.repeat_target = (_indent(following[0]), following[0].strip())
+        if following is not None and not set(following.strip()) <= _TRIVIAL:
+            self.repeat_target = (_indent(following), following.strip())
         self.header_indent: int | None = None
         if self.line_before.strip():
             self.header_indent = _indent(self.line_before)
@@ -605,10 +652,11 @@ def _drop_broken_tail(text: str, prefix: str, suffix: str, grammar: str | None) 
     return text
 
 
-def finalize(text: str, prefix: str, suffix: str, language_id: str | None, mode: Mode) -> str:
+def finalize(text: str, context: CursorContext, mode: Mode) -> str:
     """The text to insert: cut where the StopRule stops, without what the suffix already has,
     without trailing whitespace; a single line in line mode."""
-    rule = StopRule(prefix, suffix, language_id, mode)
+    prefix, suffix = context.prefix, context.suffix
+    rule = StopRule(context, mode)
     cut = rule.cut(text, final=True)
     if cut is not None:
         text = text[:cut]

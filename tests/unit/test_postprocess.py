@@ -2,7 +2,22 @@
 
 import pytest
 
-from quickdraft.postprocess import StopRule, TypedAhead, TypedAheadCache, decide_mode, finalize
+from quickdraft import postprocess
+from quickdraft.postprocess import CursorContext, TypedAhead, TypedAheadCache
+
+# The rules take the cursor's context, read once per request; these tests give it as text.
+
+
+def decide_mode(prefix, suffix, language, multiline="auto"):
+    return postprocess.decide_mode(CursorContext.parse(prefix, suffix, language), multiline)
+
+
+def StopRule(prefix, suffix, language, mode):  # noqa: N802 - stands for the class
+    return postprocess.StopRule(CursorContext.parse(prefix, suffix, language), mode)
+
+
+def finalize(text, prefix, suffix, language, mode):
+    return postprocess.finalize(text, CursorContext.parse(prefix, suffix, language), mode)
 
 
 def stops_after(prefix, suffix, language, mode, generated, step=1):

@@ -15,15 +15,15 @@ prefix (and the engine's KV cache) the same across keystrokes.
 from __future__ import annotations
 
 import re
-import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from quickdraft.text import LINE_BREAK, too_large
+
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 # Keywords and very common names of the supported languages: they say nothing about topic.
 _STOPWORDS = frozenset(
@@ -119,17 +119,15 @@ _WINDOW_CACHE: OrderedDict[tuple[str, int], list[tuple[int, int, str, frozenset[
     OrderedDict()
 )
 _WINDOW_CACHE_SIZE = 64
-_window_lock = threading.Lock()
 
 
 def _windows(text: str, lines_per_window: int) -> list[tuple[int, int, str, frozenset[str]]]:
     key = (text, lines_per_window)
-    with _window_lock:
-        cached = _WINDOW_CACHE.get(key)
-        if cached is not None:
-            _WINDOW_CACHE.move_to_end(key)
-            return cached
-    lines = _LINE_BREAK.split(text)
+    cached = _WINDOW_CACHE.get(key)
+    if cached is not None:
+        _WINDOW_CACHE.move_to_end(key)
+        return cached
+    lines = LINE_BREAK.split(text)
     stride = max(1, lines_per_window // 2)
     windows = []
     start = 0
@@ -148,24 +146,15 @@ def _windows(text: str, lines_per_window: int) -> list[tuple[int, int, str, froz
         if end == len(lines):
             break
         start += stride
-    with _window_lock:
-        _WINDOW_CACHE[key] = windows
-        if len(_WINDOW_CACHE) > _WINDOW_CACHE_SIZE:
-            _WINDOW_CACHE.popitem(last=False)
+    _WINDOW_CACHE[key] = windows
+    if len(_WINDOW_CACHE) > _WINDOW_CACHE_SIZE:
+        _WINDOW_CACHE.popitem(last=False)
     return windows
 
 
 def _significant_lines(chunk: str) -> set[str]:
     """The window's lines that say something (stripped, at least 4 characters)."""
     return {stripped for line in chunk.split("\n") if len(stripped := line.strip()) >= 4}
-
-
-def _too_large(text: str, max_bytes: int) -> bool:
-    if len(text) > max_bytes:
-        return True
-    if len(text) * 4 <= max_bytes:
-        return False
-    return len(text.encode("utf-8", "surrogatepass")) > max_bytes
 
 
 def select_snippets(
@@ -202,7 +191,7 @@ def select_snippets(
             continue
         if current_text is not None and document.text == current_text:
             continue
-        if not document.text or _too_large(document.text, max_document_bytes):
+        if not document.text or too_large(document.text, max_document_bytes):
             continue
         for start, end, chunk, tokens in _windows(document.text, snippet_lines):
             score = jaccard(wanted, tokens)

@@ -92,33 +92,30 @@ _log_callback = None
 _ABORTING = threading.Event()
 """Set while a forward is being aborted on purpose (its request was cancelled)."""
 _backend_ready = False
-_backend_lock = threading.Lock()
 
 
 def _init_backend() -> None:
     """Initialise llama.cpp once, routing its log (which otherwise floods stderr with
-    info lines that editors show as errors) to Python's logging, warnings and errors only."""
+    info lines that editors show as errors) to Python's logging, warnings and errors only.
+    (Models load on one thread: the language server's worker, or the CLI's.)"""
     global _backend_ready, _log_callback
-    with _backend_lock:
-        if _backend_ready:
-            return
-        lib = _lib()
+    if _backend_ready:
+        return
+    lib = _lib()
 
-        @ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
-        def forward_log(level: int, text: bytes, _data: Any) -> None:
-            if _ABORTING.is_set():
-                return  # a cancelled forward: llama.cpp reports the abort as failures
-            if level in (_LOG_LEVEL_WARN, _LOG_LEVEL_WARN + 1) and text:
-                message = text.decode("utf-8", "replace").rstrip()
-                if message:
-                    log.log(
-                        logging.WARNING if level == 3 else logging.ERROR, "llama.cpp: %s", message
-                    )
+    @ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+    def forward_log(level: int, text: bytes, _data: Any) -> None:
+        if _ABORTING.is_set():
+            return  # a cancelled forward: llama.cpp reports the abort as failures
+        if level in (_LOG_LEVEL_WARN, _LOG_LEVEL_WARN + 1) and text:
+            message = text.decode("utf-8", "replace").rstrip()
+            if message:
+                log.log(logging.WARNING if level == 3 else logging.ERROR, "llama.cpp: %s", message)
 
-        _log_callback = forward_log  # keep a reference: llama.cpp holds the pointer
-        lib.llama_log_set(forward_log, None)
-        lib.llama_backend_init()
-        _backend_ready = True
+    _log_callback = forward_log  # keep a reference: llama.cpp holds the pointer
+    lib.llama_log_set(forward_log, None)
+    lib.llama_backend_init()
+    _backend_ready = True
 
 
 @dataclass

@@ -77,8 +77,7 @@ class RemoteCompleter(Completer):
         return None  # no local n-gram index: the engine drafts for itself
 
     def close_document(self, uri: str) -> None:
-        with self._lock:
-            self.documents.pop(uri, None)
+        self.documents.pop(uri, None)
 
     def anchored_draft(self, request: CompletionRequest) -> list[int] | None:
         return None
