@@ -35,6 +35,7 @@ SUMMARY_KEYS = {
     "tokens_per_forward",
     "speedup_vs_ar",
     "identical_to_ar",
+    "same_text_as_ar",
     "exact_match",
 }
 
@@ -198,7 +199,7 @@ def test_bench_times_two_runtimes_side_by_side(repo, tmp_path, monkeypatch):
     names = ["ar", "ngram", "hybrid", "ar@llamacpp", "ngram@llamacpp", "hybrid@llamacpp"]
     assert results["env"]["strategies"] == names
     assert results["env"]["models"]["runtime"] == "torch"
-    assert results["env"]["runtimes"]["llamacpp"]["runtime"] == "llamacpp"
+    assert results["env"]["variants"]["llamacpp"]["models"]["runtime"] == "llamacpp"
     for hole in results["holes"]:
         assert list(hole["runs"]) == names
         runs = hole["runs"]
@@ -210,3 +211,23 @@ def test_bench_times_two_runtimes_side_by_side(repo, tmp_path, monkeypatch):
             )
     assert set(results["summary"]) >= set(names)
     assert "hybrid@llamacpp" in (out / "report.md").read_text()
+
+
+def test_bench_compares_prompt_layouts_on_the_same_holes(tiny_models, repo, tmp_path):
+    out = tmp_path / "out"
+    args = bench_args(tiny_models, repo, out, "--layouts", "classic,append", "--no-replay")
+    args += ["--strategies", "ar,hybrid"]
+    assert main(args) == 0
+    results = json.loads((out / "results.json").read_text())
+    names = ["ar", "hybrid", "ar@append", "hybrid@append"]
+    assert results["env"]["strategies"] == names
+    assert results["env"]["variants"]["append"]["layout"] == "append"
+    for hole in results["holes"]:
+        runs = hole["runs"]
+        assert runs["hybrid@append"]["identical_to_ar"] == (
+            runs["hybrid@append"]["tokens"] == runs["ar@append"]["tokens"]
+        )
+        assert runs["ar@append"]["same_text_as_ar"] == (
+            runs["ar@append"]["completion"] == runs["ar"]["completion"]
+        )
+    assert results["summary"]["ar@append"]["same_text_as_ar"] is not None

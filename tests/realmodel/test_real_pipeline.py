@@ -63,8 +63,14 @@ def completer():
             )
     from quickdraft.models import load_models
 
+    # Identity is promised on the int8 torch runtime (batch-invariant kernels); the append
+    # layout heals the token at the cursor for every strategy alike.
     config = load_config(
-        {"model": {"preset": "qwen2.5-coder-1.5b"}, "decoding": {"max_new_tokens": 64}}
+        {
+            "model": {"preset": "qwen2.5-coder-1.5b", "runtime": "torch", "dtype": "int8"},
+            "decoding": {"max_new_tokens": 48},
+            "context": {"layout": "append"},
+        }
     )
     return Completer(load_models(config.model), config)
 

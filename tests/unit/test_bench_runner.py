@@ -28,6 +28,7 @@ SUMMARY_KEYS = {
     "tokens_per_forward",
     "speedup_vs_ar",
     "identical_to_ar",
+    "same_text_as_ar",
     "exact_match",
 }
 

@@ -241,10 +241,12 @@ def test_deadline_stops_within_one_step(tokenizer):
         time.sleep(0.02)
         return False
 
+    prompt = tokenizer.encode(CODE[0])
+    engine.generate(GenerationRequest(prompt, max_new_tokens=1, strategy="ar"))  # prefilled
     deadline = time.monotonic() + 0.1
     result = engine.generate(
         GenerationRequest(
-            tokenizer.encode(CODE[0]),
+            prompt,
             max_new_tokens=500,
             strategy="ar",
             deadline=deadline,

@@ -11,7 +11,9 @@ Local strategies run on local models (`ar`, the baseline, always); `remote` runs
 through the same Completer pipeline with a serving engine generating (quickdraft.remote).
 `--backend openai --url URL` is the same as adding `remote` with `--remote-url URL`.
 `--runtime torch,llamacpp` loads the models on both runtimes and runs every engine strategy on
-each (`hybrid@llamacpp`), compared for identity with `ar` on the same runtime.
+each (`hybrid@llamacpp`), compared for identity with `ar` on the same runtime; `--layouts
+classic,append` does the same for the prompt layouts (`hybrid@append`), and says how often each
+inserts the same text as the first layout's `ar`.
 """
 
 from __future__ import annotations
@@ -82,6 +84,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument(
         "--open-files", type=int, default=4, help="other files open per hole (default 4)"
     )
+    group.add_argument(
+        "--layouts",
+        metavar="LAYOUT[,LAYOUT]",
+        help="prompt layouts to compare on the same holes (append, classic); the first is the "
+        "baseline",
+    )
     group.add_argument("--no-replay", action="store_true", help="skip the keystroke replay")
     group.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up runs")
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -103,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         BenchOptions,
         parse_lengths,
         parse_strategies,
-        with_runtimes,
+        with_variants,
     )
     from quickdraft.cli_args import parse_runtimes
     from quickdraft.config import load_config
@@ -117,7 +125,9 @@ def run(args: argparse.Namespace) -> int:
     max_new = args.max_new_tokens or (QUICK_MAX_TOKENS if args.quick else 64)
     strategies = parse_strategies(args.strategies)
     runtimes = parse_runtimes(args.runtime)
-    strategies = with_runtimes(strategies, runtimes[1:])  # the first is the default runtime
+    layouts = parse_layouts(args.layouts)
+    # The first runtime and layout are the default ones; each further one is a variant.
+    strategies = with_variants(strategies, [*runtimes[1:], *layouts[1:]])
     remote_url = args.remote_url or args.url
     if (args.backend == "openai" or args.remote_url) and REMOTE not in strategies:
         strategies.append(REMOTE)
@@ -127,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
 
     base = config_file_from_args(args)  # e.g. the draft_length.json a sweep wrote
     data = config_dict_from_args(args)
+    if layouts:
+        data.setdefault("context", {})["layout"] = layouts[0]
     remote_settings = remote_model_settings(data, remote_url)  # the rest is for local models
     data.setdefault("decoding", {})
     data["decoding"].update(max_new_tokens=max_new, temperature=0.0)
@@ -166,6 +178,11 @@ def run(args: argparse.Namespace) -> int:
         if config.model.calibrate and config.decoding.strategy == "ar":
             other.calibrate(progress=progress)
         others[runtime] = other
+    for layout in layouts[1:]:
+        # The same models, another prompt layout (its own engine and caches).
+        other = Completer(loaded, load_config({"context": {"layout": layout}}, config))
+        other.engine.cost_model = completer.engine.cost_model
+        others[layout] = other
     remote = None
     if REMOTE in strategies and remote_settings is not None:
         remote = Completer.load(load_config({"model": remote_settings}, config), progress=progress)
@@ -185,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     from quickdraft.bench.runner import make_peers
 
     peers = make_peers(completer, strategies, gguf_source(loaded))
-    bench = Bench(completer, holes, options, peers=peers, remote=remote, runtimes=others)
+    bench = Bench(completer, holes, options, peers=peers, remote=remote, variants=others)
     cost_model = getattr(completer.engine, "cost_model", None)
     bench.env["calibrated"] = bool(config.model.calibrate)
     to_dict = getattr(cost_model, "to_dict", None)
@@ -217,6 +234,18 @@ def remote_model_settings(data: dict, url: str | None) -> dict | None:
     if url is None:
         return None
     return {**remote, "backend": "openai", "url": url}
+
+
+def parse_layouts(value: str | None) -> list[str]:
+    if not value:
+        return []
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in ("append", "classic")]
+    if unknown or not names:
+        raise ConfigError(
+            f"--layouts: unknown {', '.join(unknown) or 'empty list'} (known: append, classic)"
+        )
+    return list(dict.fromkeys(names))
 
 
 def gguf_source(loaded) -> str | None:

@@ -26,6 +26,7 @@ SUMMARY_KEYS = (
     "tokens_per_forward",
     "speedup_vs_ar",
     "identical_to_ar",
+    "same_text_as_ar",
     "exact_match",
 )
 
@@ -80,6 +81,7 @@ def summarize_strategy(holes: list[dict[str, Any]], strategy: str) -> dict[str, 
         and hole["runs"][strategy]["latency_ms"] > 0
     ]
     identical = [run["identical_to_ar"] for run in runs if run.get("identical_to_ar") is not None]
+    same_text = [run["same_text_as_ar"] for run in runs if run.get("same_text_as_ar") is not None]
     return {
         "p50_ms": _rounded(percentile(latencies, 50)),
         "p90_ms": _rounded(percentile(latencies, 90)),
@@ -87,6 +89,7 @@ def summarize_strategy(holes: list[dict[str, Any]], strategy: str) -> dict[str, 
         "tokens_per_forward": _rounded(tokens_per_forward),
         "speedup_vs_ar": _rounded(statistics.median(ratios)) if ratios else None,
         "identical_to_ar": _rounded(sum(identical) / len(identical)) if identical else None,
+        "same_text_as_ar": _rounded(sum(same_text) / len(same_text)) if same_text else None,
         "exact_match": _rounded(sum(run["exact_match"] for run in runs) / len(runs))
         if runs
         else None,
@@ -220,6 +223,7 @@ def strategy_rows(holes: list[dict[str, Any]], summary: dict[str, Any]) -> list[
                 acceptance_text(d["drafted"], d["accepted"]),
                 _fmt(s["speedup_vs_ar"], ".2f", "×"),
                 _pct(s["identical_to_ar"]),
+                _pct(s.get("same_text_as_ar")),
                 _pct(s["exact_match"]),
                 _pct(d["prefix_match"]),
             ]
@@ -238,7 +242,8 @@ STRATEGY_HEADER = [
     "tokens/forward",
     "accepted/drafted by source",
     "speedup vs ar (median)",
-    "identical to ar",
+    "identical to ar (its variant's)",
+    "same text as the first `ar`",
     "exact match",
     "prefix match",
 ]

@@ -31,28 +31,30 @@ from quickdraft.errors import ConfigError, QuickdraftError
 
 REMOTE = "remote"
 """A serving engine (`--remote-url`) through the same `Completer` pipeline (quickdraft.remote)."""
-RUNTIME_MARK = "@"
-"""`hybrid@llamacpp`: a strategy on another runtime than the first (`--runtime torch,llamacpp`);
-it is compared with `ar@llamacpp` for identity, and with the first runtime's `ar` for speed."""
+VARIANT_MARK = "@"
+"""`hybrid@llamacpp`, `hybrid@append`: a strategy on another variant of the setup than the
+first (`--runtime torch,llamacpp`, `--layouts classic,append`). It is compared with `ar` of its
+own variant for identity (`ar@llamacpp`), and with the first variant's `ar` for speed and for
+the text it inserts (`same_text_as_ar`)."""
 
 
-def split_runtime(name: str) -> tuple[str, str | None]:
+def split_variant(name: str) -> tuple[str, str | None]:
     """ "hybrid@llamacpp" -> ("hybrid", "llamacpp"); "hybrid" -> ("hybrid", None)."""
-    strategy, mark, runtime = name.partition(RUNTIME_MARK)
-    return strategy, (runtime if mark else None)
+    strategy, mark, variant = name.partition(VARIANT_MARK)
+    return strategy, (variant if mark else None)
 
 
 def baseline_of(name: str) -> str:
-    """The `ar` run a strategy's tokens are compared with: the one on its own runtime."""
-    _, runtime = split_runtime(name)
-    return "ar" if runtime is None else f"ar{RUNTIME_MARK}{runtime}"
+    """The `ar` run a strategy's tokens are compared with: the one of its own variant."""
+    _, variant = split_variant(name)
+    return "ar" if variant is None else f"ar{VARIANT_MARK}{variant}"
 
 
-def with_runtimes(strategies: list[str], runtimes: list[str]) -> list[str]:
-    """The strategy list extended with the engine strategies on each further runtime."""
+def with_variants(strategies: list[str], variants: list[str]) -> list[str]:
+    """The strategy list extended with the engine strategies on each further variant."""
     extra = [
-        f"{name}{RUNTIME_MARK}{runtime}"
-        for runtime in runtimes
+        f"{name}{VARIANT_MARK}{variant}"
+        for variant in variants
         for name in strategies
         if name in STRATEGIES
     ]
@@ -235,20 +237,24 @@ class Bench:
         peers: dict[str, Peer] | None = None,
         env: dict[str, Any] | None = None,
         remote: Any | None = None,
-        runtimes: dict[str, Any] | None = None,
+        variants: dict[str, Any] | None = None,
     ) -> None:
         self.session = Session(completer)
         self.remote = Session(remote) if remote is not None else None
         """The `remote` strategy's Completer (a `quickdraft.remote.RemoteCompleter`)."""
-        self.runtimes = {name: Session(other) for name, other in (runtimes or {}).items()}
-        """Completers on further runtimes (`hybrid@llamacpp` runs on `runtimes["llamacpp"]`)."""
+        self.variants = {name: Session(other) for name, other in (variants or {}).items()}
+        """Completers of further variants (`hybrid@llamacpp` runs on `variants["llamacpp"]`)."""
         self.completer = completer
         self.holes = holes
         self.options = options
         self.env = env if env is not None else describe_environment(completer, options)
-        if self.runtimes:
-            self.env["runtimes"] = {
-                name: session.completer.models.describe() for name, session in self.runtimes.items()
+        if self.variants:
+            self.env["variants"] = {
+                name: {
+                    "models": session.completer.models.describe(),
+                    "layout": session.completer.config.context.layout,
+                }
+                for name, session in self.variants.items()
             }
         self.peers = peers if peers is not None else make_peers(completer, options.strategies, None)
         self.records: list[dict[str, Any]] = []
@@ -269,13 +275,13 @@ class Bench:
         models = getattr(self.completer, "models", None)
         has_draft = getattr(models, "draft", None) is not None
         for name in self.options.strategies:
-            strategy, runtime = split_runtime(name)
-            if runtime is not None:
-                if runtime not in self.runtimes:
-                    self._skip(name, f"the {runtime} runtime is not loaded")
+            strategy, variant = split_variant(name)
+            if variant is not None:
+                if variant not in self.variants:
+                    self._skip(name, f"the variant {variant} is not loaded")
                     continue
-                if strategy == "draft" and self.runtimes[runtime].completer.models.draft is None:
-                    self._skip(name, f"no draft model is loaded on {runtime}")
+                if strategy == "draft" and self.variants[variant].completer.models.draft is None:
+                    self._skip(name, f"no draft model is loaded in {variant}")
                     continue
             elif name == "draft" and not has_draft:
                 self._skip(name, "no draft model is loaded")
@@ -307,7 +313,7 @@ class Bench:
 
     def _sessions(self) -> list[Session]:
         others = [self.remote] if self.remote is not None else []
-        return [self.session, *self.runtimes.values(), *others]
+        return [self.session, *self.variants.values(), *others]
 
     def _open(self, hole: Hole) -> None:
         for session in self._sessions():
@@ -319,10 +325,10 @@ class Bench:
 
     def _engine_session(self, name: str) -> tuple[Session, str] | None:
         """The session and engine strategy that run `name` (None: a peer or the remote)."""
-        strategy, runtime = split_runtime(name)
+        strategy, variant = split_variant(name)
         if strategy not in STRATEGIES:
             return None
-        return (self.session if runtime is None else self.runtimes[runtime]), strategy
+        return (self.session if variant is None else self.variants[variant]), strategy
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -395,7 +401,7 @@ class Bench:
                         plan.prompt_ids, plan.max_new_tokens, plan.stop_ids, plan.new_stop()
                     )
         finally:
-            for session in (self.session, *self.runtimes.values()):
+            for session in (self.session, *self.variants.values()):
                 session.reset_cache()
             self._close()
 
@@ -442,11 +448,14 @@ class Bench:
                 self._sweep(index, hole, bar)
         finally:
             self._close()
+        first_ar = runs.get("ar")
         for name, run in runs.items():
             baseline = runs.get(baseline_of(name))
             run["identical_to_ar"] = (
                 None if baseline is None else run["tokens"] == baseline["tokens"]
             )
+            if self.variants and first_ar is not None:
+                run["same_text_as_ar"] = run["completion"] == first_ar["completion"]
         ordered = {name: runs[name] for name in self.options.strategies if name in runs}
         return {
             **hole.to_dict(),
