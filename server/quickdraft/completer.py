@@ -12,6 +12,7 @@ the bench's main thread). Nothing in it is locked.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from quickdraft.remote.models import RemoteModels
 from quickdraft.models.store import quickdraft_home
 from quickdraft.postprocess import CursorContext, StopRule, decide_mode, finalize
-from quickdraft.text import unusable_reason
+from quickdraft.text import unusable_reason, without_lone_surrogates
 from quickdraft.tokens import PromptTokenizer
 
 log = logging.getLogger(__name__)
@@ -144,6 +145,13 @@ def cursor_offset(request: CompletionRequest) -> int:
     from quickdraft.context.prompt import _offset_by_splitting
 
     return _offset_by_splitting(request.text, request.line, request.character)
+
+
+def _readable(request: CompletionRequest) -> CompletionRequest:
+    """The request with lone surrogates in its text replaced (offsets unchanged): a tokenizer
+    cannot encode them, and one odd character must not cost the whole completion."""
+    clean = without_lone_surrogates(request.text)
+    return request if clean is request.text else dataclasses.replace(request, text=clean)
 
 
 def model_fingerprint(model: Any) -> str:
@@ -324,6 +332,7 @@ class Completer:
     def set_document(self, uri: str, text: str, language_id: str | None = None) -> None:
         """Open or change a document. Its tokens reach the n-gram index at the next request;
         a changed document moves to the end of the prompt's other files."""
+        text = without_lone_surrogates(text)
         known = self.documents.get(uri)
         if known is not None and known.text == text and known.language_id == language_id:
             return
@@ -370,6 +379,7 @@ class Completer:
         arrives. Returns the target tokens computed; stops when `cancel` is set."""
         if self.engine is None or self.should_complete(request) is not None:
             return 0
+        request = _readable(request)
         self.refresh_documents(current=request)
         prepared = self.prepare(request)
         strategy = self.config.decoding.strategy
@@ -439,6 +449,7 @@ class Completer:
         The bench gives the same prompt, budget, stop rule and post-processing to its peers.
         Raises PositionError for a position outside the document.
         """
+        request = _readable(request)
         prompt = self.build_prompt(request)
         heal = prompt.layout == "append" and self.engine is not None
         tokens = self.prompts.tokenize(prompt, heal=heal)
@@ -476,6 +487,7 @@ class Completer:
         skipped = self.should_complete(request)
         if skipped is not None:
             return Completion(text="", skipped=skipped)
+        request = _readable(request)
         prepared = self.prepare(request, max_new_tokens=max_new_tokens)
         self.refresh_documents(current=request)
         decoding = self.config.decoding

@@ -16,6 +16,16 @@ LINE_SPLIT = re.compile(r"(\r\n|\r|\n)")
 """`LINE_SPLIT.split(text)` alternates line contents and their breaks."""
 
 
+def without_lone_surrogates(text: str) -> str:
+    """`text` with each lone UTF-16 surrogate (which JSON can carry, and no tokenizer can
+    encode) replaced by U+FFFD: one code point for one, so every offset stays where it was."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
 def split_lines(text: str) -> tuple[list[str], list[str]]:
     """(line contents, line endings) with LSP's line breaks: \\r\\n, \\r and \\n."""
     if "\r" not in text:

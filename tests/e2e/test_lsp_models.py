@@ -352,3 +352,127 @@ async def test_an_edit_warms_the_cache_before_the_request(endless_models):
         await wait_for(lambda: len(client.stats) > before)
         stats = plain(client.stats[-1])
         assert stats["source"] == "model" and stats["prefillTokens"] <= 2, stats
+
+
+# --- odd text from the client (issue 14) ---------------------------------------------------------
+
+
+class RawClient:
+    """A bare stdio LSP client that writes message bodies as given bytes (a real client's
+    library would refuse to send invalid UTF-8)."""
+
+    def __init__(self, command: list[str]):
+        import subprocess
+
+        from conftest import server_env
+
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=server_env(),
+        )
+        self.next_id = 0
+        self.notifications: list[dict] = []
+
+    def send(self, body: bytes) -> None:
+        self.process.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.process.stdin.flush()
+
+    def message(self, method: str, params: dict, *, request: bool = False) -> int | None:
+        import json
+
+        payload = {"jsonrpc": "2.0", "method": method, "params": params}
+        if request:
+            self.next_id += 1
+            payload["id"] = self.next_id
+        # ensure_ascii: a lone surrogate travels as a \\ud800 escape, as JSON allows.
+        self.send(json.dumps(payload).encode("ascii"))
+        return payload.get("id")
+
+    def answer(self, msg_id: int, timeout: float = 120.0) -> dict:
+        import json
+        import select
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.process.stdout], [], [], 1.0)
+            if not ready:
+                continue
+            header = b""
+            while not header.endswith(b"\r\n\r\n"):
+                header += self.process.stdout.read(1)
+            length = int(header.split(b"Content-Length:")[1].split(b"\r\n")[0])
+            data = json.loads(self.process.stdout.read(length))
+            if data.get("id") == msg_id and "method" not in data:
+                return data
+            if "method" in data and "id" not in data:
+                self.notifications.append(data)
+        raise AssertionError(f"no answer to request {msg_id}")
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def test_odd_text_in_one_document_does_not_stop_completions_in_another(tiny_models, reference):
+    client = RawClient(serve_command(tiny_models))
+    try:
+        init = client.message("initialize", {"processId": None, "capabilities": {}}, request=True)
+        assert "result" in client.answer(init)
+        client.message("initialized", {})
+
+        def open_(uri: str, text: str) -> None:
+            item = {"uri": uri, "languageId": "python", "version": 1, "text": text}
+            client.message("textDocument/didOpen", {"textDocument": item})
+
+        def ask(uri: str, line: int, character: int) -> dict:
+            params = {
+                "textDocument": {"uri": uri},
+                "position": {"line": line, "character": character},
+                "context": {"triggerKind": 2},
+            }
+            return client.answer(
+                client.message("textDocument/inlineCompletion", params, request=True)
+            )
+
+        good = "file:///work/good.py"
+        open_("file:///work/surrogate.py", "name = '\ud800'\nvalue = ")
+        open_("file:///work/nul.py", "data = '\x00'\n")
+        open_(good, "total = ")
+        # Invalid UTF-8 straight in a didChange body: the edit is applied with U+FFFD.
+        bad = (
+            b'{"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {"textDocument":'
+            b' {"uri": "file:///work/surrogate.py", "version": 2}, "contentChanges": [{"range":'
+            b' {"start": {"line": 1, "character": 8}, "end": {"line": 1, "character": 8}},'
+            b' "text": "\xff\xfe x"}]}}'
+        )
+        client.send(bad)
+        expected = expected_items(reference, good, "total = ", 0, 8)
+        assert items_text(ask(good, 0, 8)) == expected
+        # The odd documents themselves are answered too (the NUL one with nothing). The bad
+        # bytes became two U+FFFD: the line is "value = \ufffd\ufffd x", and its end is a
+        # position the model is asked at (the edit was applied, not dropped).
+        answer = ask("file:///work/surrogate.py", 1, 12)
+        assert "result" in answer
+        stats = [
+            n["params"]
+            for n in client.notifications
+            if n["method"] == "$/quickdraft/stats" and n["params"]["requestId"] == answer["id"]
+        ]
+        assert stats and stats[0]["source"] == "model" and stats[0]["promptTokens"] > 0
+        assert items_text(ask("file:///work/nul.py", 0, 4)) == []
+        assert items_text(ask(good, 0, 8)) == expected  # still serving
+    finally:
+        client.close()
+
+
+def expected_items(reference, uri: str, text: str, line: int, character: int) -> list[str]:
+    want = expected(reference, uri, text, line, character)
+    return [want] if want else []
+
+
+def items_text(answer: dict) -> list[str]:
+    result = answer.get("result") or {}
+    return [item["insertText"] for item in result.get("items", [])]
