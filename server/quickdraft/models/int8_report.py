@@ -45,6 +45,8 @@ def _make_variant(path: str, name: str):
     model, _ = _load(path)
     if name == "int8":
         return quantize_model(model, lm_head=True)
+    if name == "int8-7bit":  # the weights AVX2's exact oneDNN path needs (|w| <= 63)
+        return quantize_model(model, lm_head=True, backend="onednn7")
     if name == "int8-fp32-head":
         return quantize_model(model, lm_head=False)
     if name == "quantize_dynamic":
