@@ -92,3 +92,83 @@ def test_compile_setting_is_validated_and_turns_on_static_caches():
     on = Completer(models, load_config({"model": {"compile": "on", "static_cache_tokens": 256}}))
     assert isinstance(on.engine.target, StaticModelRunner) and on.engine.target.capacity == 256
     assert isinstance(on.engine.drafter.runner, StaticModelRunner)
+
+
+@pytest.fixture(scope="module")
+def int8_pair(tokenizer):
+    """Real-shaped int8 models (grouped-query attention, several layers): row-wise attention,
+    whose positions come from the static cache's `cache_position`."""
+    from quickdraft.models.quantize import quantize_model
+
+    vocab = len(tokenizer)
+    shape = dict(dtype=torch.float32, hidden=256, heads=8, kv_heads=2)
+    target = quantize_model(build_tiny_model(vocab, seed=0, layers=3, **shape))
+    draft = quantize_model(build_tiny_model(vocab, seed=1, layers=1, **shape))
+    return target, draft
+
+
+LONG_TEXT = TEXT * 4  # over one prefill chunk (128 tokens), so prefills are chunked
+
+
+def test_int8_static_cache_gives_the_growing_caches_logits_bitwise(tokenizer, int8_pair):
+    target, _ = int8_pair
+    ids = tokenizer.encode(LONG_TEXT)
+    growing, static = ModelRunner(target), StaticModelRunner(target, capacity=256)
+    for runner in (growing, static):
+        runner.extend(ids[:150])
+    steps = ((150, 153, 151), (151, 160, 155), (155, 156, 156), (156, 170, 163))
+    for start, stop, keep in steps:
+        expected = growing.forward(ids[start:stop])
+        assert torch.equal(static.forward(ids[start:stop]), expected)
+        growing.keep(keep)
+        static.keep(keep)
+    # A warm prefill from a crop point, through the capacity: the cache grows by copying.
+    _, _, expected = growing.extend(ids[:300])
+    _, _, got = static.extend(ids[:300])
+    assert static.capacity == 512 and static.tokens == growing.tokens
+    assert torch.equal(got, expected)
+    assert torch.equal(static.forward(ids[300:305]), growing.forward(ids[300:305]))
+
+
+def test_int8_static_cache_growth_keeps_what_decode_steps_computed(tokenizer, int8_pair):
+    """Outgrowing the capacity mid-generation copies the cache: the keys and values of decode
+    steps stay as they were computed (a prefill would compute those rows another way)."""
+    target, _ = int8_pair
+    ids = tokenizer.encode(LONG_TEXT)
+    growing, static = ModelRunner(target), StaticModelRunner(target, capacity=128)
+    for runner in (growing, static):
+        runner.extend(ids[:100])
+        for position in range(100, 126):
+            runner.forward(ids[position : position + 1])
+    assert static.capacity == 128 and static.prefilled == 100
+    expected = growing.forward(ids[126:131])  # padded to 8: outgrows 128
+    assert torch.equal(static.forward(ids[126:131]), expected)
+    assert static.capacity == 256 and static.prefilled == 100
+
+
+def test_int8_static_and_compiled_steps_are_identical_to_ar(tokenizer, int8_pair):
+    """int8 + static cache (+ compiled steps, traced as one graph; the eager backend keeps this
+    test fast, `python -m quickdraft.models.identity_report` measures inductor) gives every
+    strategy the tokens of plain decoding on the growing cache, warm or cold."""
+    torch._dynamo.reset()
+    target, draft = int8_pair
+    prompt = tokenizer.encode(LONG_TEXT)[:200]
+    plain = Engine(target, draft, stop_token_ids=[])
+    expected = plain.generate(GenerationRequest(prompt, max_new_tokens=10, strategy="ar")).tokens
+    static = Engine(target, draft, stop_token_ids=[], static_cache_tokens=512)
+    compiled = Engine(target, None, stop_token_ids=[])
+    compiled.target = StaticModelRunner(
+        target, capacity=512, compile_steps=True, compile_backend="eager"
+    )
+    cases = [(static, s, k) for s in ("ar", "ngram", "draft", "hybrid") for k in (None, 3)]
+    cases += [(compiled, "ar", None), (compiled, "ngram", 3)]
+    for engine, strategy, k in cases:
+        engine.reset_cache()
+        result = engine.generate(
+            GenerationRequest(prompt, max_new_tokens=10, strategy=strategy, draft_length=k)
+        )
+        assert result.tokens == expected, (engine is compiled, strategy, k)
+    # Warm: after a request on a cut of the prompt.
+    static.generate(GenerationRequest(prompt[:77], max_new_tokens=5, strategy="hybrid"))
+    warm = static.generate(GenerationRequest(prompt, max_new_tokens=10, strategy="hybrid"))
+    assert warm.tokens == expected and warm.stats.reused_tokens == 76
