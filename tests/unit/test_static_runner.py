@@ -172,3 +172,21 @@ def test_int8_static_and_compiled_steps_are_identical_to_ar(tokenizer, int8_pair
     static.generate(GenerationRequest(prompt[:77], max_new_tokens=5, strategy="hybrid"))
     warm = static.generate(GenerationRequest(prompt, max_new_tokens=10, strategy="hybrid"))
     assert warm.tokens == expected and warm.stats.reused_tokens == 76
+
+
+def test_int8_steps_compile_with_inductor(tokenizer):
+    """Inductor lowers oneDNN's int8 linear only with the packed weights frozen into the graph
+    (the runner sets it); the compiled step gives plain decoding's tokens."""
+    from quickdraft.models.quantize import quantize_model
+
+    torch._dynamo.reset()
+    model = quantize_model(
+        build_tiny_model(len(tokenizer), seed=4, layers=1, dtype=torch.float32, hidden=64)
+    )
+    prompt = tokenizer.encode(TEXT)
+    plain = Engine(model, None, stop_token_ids=[])
+    expected = plain.generate(GenerationRequest(prompt, max_new_tokens=4, strategy="ar")).tokens
+    compiled = Engine(model, None, stop_token_ids=[], static_cache_tokens=128, compile_steps=True)
+    assert compiled.target.compiled
+    result = compiled.generate(GenerationRequest(prompt, max_new_tokens=4, strategy="ar"))
+    assert result.tokens == expected

@@ -249,19 +249,20 @@ class StaticModelRunner(ModelRunner):
             mode = "reduce-overhead" if self.device.type == "cuda" else None
             if compile_backend != "inductor":
                 mode = None  # modes are inductor's
-            options = None
-            if compile_backend == "inductor" and mode is None and _has_packed_int8(model):
-                # Inductor lowers oneDNN's int8 linear only with its packed weights frozen
-                # into the graph as constants.
-                options = {"freezing": True}
-            self._step = torch.compile(
-                model.forward,
-                backend=compile_backend,
-                mode=mode,
-                options=options,
-                fullgraph=True,
-                dynamic=False,
+            compiled = torch.compile(
+                model.forward, backend=compile_backend, mode=mode, fullgraph=True, dynamic=False
             )
+            self._step = compiled
+            if compile_backend == "inductor" and _has_packed_int8(model):
+                # Inductor lowers oneDNN's int8 linear only with its packed weights frozen into
+                # the graph as constants; the setting must hold while dynamo traces, too.
+                def frozen_step(**kwargs):
+                    import torch._inductor.config as inductor_config
+
+                    with inductor_config.patch(freezing=True):
+                        return compiled(**kwargs)
+
+                self._step = frozen_step
 
     def _make_cache(self):
         from transformers import StaticCache
