@@ -156,22 +156,26 @@ def test_int8_static_and_compiled_steps_are_identical_to_ar(tokenizer, int8_pair
     plain = Engine(target, draft, stop_token_ids=[])
     expected = plain.generate(GenerationRequest(prompt, max_new_tokens=10, strategy="ar")).tokens
     static = Engine(target, draft, stop_token_ids=[], static_cache_tokens=512)
-    compiled = Engine(target, None, stop_token_ids=[])
-    compiled.target = StaticModelRunner(
-        target, capacity=512, compile_steps=True, compile_backend="eager"
+    compiled = Engine(target, draft, stop_token_ids=[])
+    compiled.target, compiled.drafter.runner = (
+        StaticModelRunner(model, capacity=512, compile_steps=True, compile_backend="eager")
+        for model in (target, draft)
     )
     cases = [(static, s, k) for s in ("ar", "ngram", "draft", "hybrid") for k in (None, 3)]
-    cases += [(compiled, "ar", None), (compiled, "ngram", 3)]
+    cases += [(compiled, "ar", None), (compiled, "ngram", 3), (compiled, "draft", 2)]
     for engine, strategy, k in cases:
         engine.reset_cache()
         result = engine.generate(
             GenerationRequest(prompt, max_new_tokens=10, strategy=strategy, draft_length=k)
         )
         assert result.tokens == expected, (engine is compiled, strategy, k)
-    # Warm: after a request on a cut of the prompt.
-    static.generate(GenerationRequest(prompt[:77], max_new_tokens=5, strategy="hybrid"))
-    warm = static.generate(GenerationRequest(prompt, max_new_tokens=10, strategy="hybrid"))
-    assert warm.tokens == expected and warm.stats.reused_tokens == 76
+    # Warm: after a request on a cut of the prompt, and one token shorter (a prefill of one
+    # token, which must not go through a compiled step: prefill rows are computed otherwise).
+    for engine in (static, compiled):
+        for cut in (77, len(prompt) - 1):
+            engine.generate(GenerationRequest(prompt[:cut], max_new_tokens=5, strategy="hybrid"))
+            warm = engine.generate(GenerationRequest(prompt, max_new_tokens=10, strategy="ar"))
+            assert warm.tokens == expected and warm.stats.reused_tokens == cut - 1
 
 
 def test_int8_steps_compile_with_inductor(tokenizer):
@@ -190,3 +194,25 @@ def test_int8_steps_compile_with_inductor(tokenizer):
     assert compiled.target.compiled
     result = compiled.generate(GenerationRequest(prompt, max_new_tokens=4, strategy="ar"))
     assert result.tokens == expected
+
+
+def test_int8_prefill_of_a_bucket_size_stays_out_of_the_compiled_step(tokenizer, int8_pair):
+    """A warm prefill of 1, 2, 4... tokens has a compiled step's shape; with row-wise attention
+    it still runs eagerly, in aligned blocks, giving a cold prefill's logits bitwise."""
+    torch._dynamo.reset()
+    target, _ = int8_pair
+    ids = tokenizer.encode(LONG_TEXT)[:180]
+    cold = ModelRunner(target)
+    compiled = StaticModelRunner(target, capacity=512, compile_steps=True, compile_backend="eager")
+    step, stepped = compiled._step, []
+    compiled._step = lambda **kwargs: stepped.append(kwargs["input_ids"].shape[1]) or step(**kwargs)
+    for short in (1, 2, 4):
+        cold.reset()
+        _, _, expected = cold.extend(ids)
+        compiled.reset()
+        compiled.extend(ids[:-short])
+        _, computed, got = compiled.extend(ids)
+        assert computed == short and torch.equal(got, expected), short
+    assert stepped == []
+    compiled.forward(ids[:2])  # a decode/verify step does go through it
+    assert stepped == [2]

@@ -199,7 +199,10 @@ class ModelRunner:
                 deadline is not None and time.monotonic() >= deadline
             ):
                 break
-            chunk = tokens[position : position + self.prefill_chunk]
+            # Chunks end on multiples of the chunk size: a warm prefill is cut as a cold one
+            # is (row-wise attention computes prefill rows in aligned blocks, cheapest whole).
+            end = (position // self.prefill_chunk + 1) * self.prefill_chunk
+            chunk = tokens[position:end]
             logits = self.forward(chunk, last_only=True, prefill=True)[-1]
             position += len(chunk)
         return reused, position - reused, logits
@@ -249,6 +252,12 @@ class StaticModelRunner(ModelRunner):
             mode = "reduce-overhead" if self.device.type == "cuda" else None
             if compile_backend != "inductor":
                 mode = None  # modes are inductor's
+            # The target and the draft model share one code object (their class's forward),
+            # hence one dynamo cache: room for a graph per bucket for each.
+            limit = 2 * len(STEP_BUCKETS) + 2
+            config = torch._dynamo.config
+            name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+            setattr(config, name, max(getattr(config, name), limit))
             compiled = torch.compile(
                 model.forward, backend=compile_backend, mode=mode, fullgraph=True, dynamic=False
             )
@@ -320,7 +329,15 @@ class StaticModelRunner(ModelRunner):
         start = len(self.tokens)
         self._rewind(start)  # drop the previous step's padding
         bucket = next((b for b in STEP_BUCKETS if b >= n), None)
-        width = bucket if bucket is not None and not last_only else n
+        # A compiled step: any step, or a prefill chunk of exactly a bucket's size (a draft
+        # model catching up), except that row-wise prefill rows are computed eagerly, in
+        # aligned blocks (see quantize.rowwise_attention).
+        stepped = (
+            bucket is not None
+            and (not last_only or n == bucket)
+            and not (prefill and self._prefill_kwargs)
+        )
+        width = bucket if stepped else n
         if start + width > self.capacity:
             self._grow(start + width)
         ids = list(new_tokens) + [0] * (width - n)  # padding: written past `tokens`, unread
@@ -333,7 +350,7 @@ class StaticModelRunner(ModelRunner):
         }
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
         kwargs.update(self._step_kwargs(prefill))
-        if width == bucket:
+        if stepped:
             out = self._step(input_ids=input_ids, **kwargs)
         else:  # prefill chunks and oversized steps: eager, any shape
             if last_only and self._has_logits_to_keep:

@@ -328,10 +328,8 @@ def _step_rows(query, key, value, positions, scaling, window):
 
 def _block_rows(query, key, value, positions, scaling, window):
     batch, heads, q_len, dim = query.shape
-    kv_heads, kv_len = key.shape[1], key.shape[2]
-    n_rep, size = heads // kv_heads, PREFILL_BLOCK
-    grouped = query.reshape(batch, kv_heads, n_rep, q_len, dim)
-    out = query.new_empty(batch, kv_heads, n_rep, q_len, value.shape[-1])
+    kv_len, size = key.shape[2], PREFILL_BLOCK
+    out = query.new_empty(batch, heads, q_len, value.shape[-1])
     i = 0
     while i < q_len:
         first = positions[i] - positions[i] % size  # the block's first position
@@ -339,8 +337,8 @@ def _block_rows(query, key, value, positions, scaling, window):
         while j < q_len and positions[j] == positions[j - 1] + 1 and positions[j] < first + size:
             j += 1
         end, offset = first + size, positions[i] - first
-        block = query.new_zeros(batch, kv_heads, n_rep, size, dim)
-        block[:, :, :, offset : offset + j - i] = grouped[:, :, :, i:j]
+        block = query.new_zeros(batch, heads, size, dim)
+        block[:, :, offset : offset + j - i] = query[:, :, i:j]
         keys, values = key[:, :, :end], value[:, :, :end]
         if kv_len < end:
             pad = (0, 0, 0, end - kv_len)
@@ -352,16 +350,11 @@ def _block_rows(query, key, value, positions, scaling, window):
         if window:
             allowed &= cols > rows - window
         result = torch.nn.functional.scaled_dot_product_attention(
-            block.reshape(batch, kv_heads, n_rep * size, dim),
-            keys,
-            values,
-            attn_mask=allowed.repeat(n_rep, 1),
-            scale=scaling,
+            block, keys, values, attn_mask=allowed, scale=scaling, enable_gqa=heads != keys.shape[1]
         )
-        result = result.reshape(batch, kv_heads, n_rep, size, -1)
-        out[:, :, :, i:j] = result[:, :, :, offset : offset + j - i]
+        out[:, :, i:j] = result[:, :, offset : offset + j - i]
         i = j
-    return out.reshape(batch, heads, q_len, -1).transpose(1, 2)
+    return out.transpose(1, 2)
 
 
 def _masked_rows(query, key, value, positions, scaling, window):
