@@ -143,3 +143,27 @@ def test_the_measurement_counts_logits_that_differ(tokenizer, prompts):
     assert result["identical_to_ar"]["runs"] == 2
     assert result["verify_logits"] == {"same": 0, "runs": 2, "rate": 0.0}
     assert result["max_abs_diff"] == pytest.approx(1e-3, rel=0.01)
+
+
+def test_identity_report_measures_each_path_it_is_given(tmp_path, capsys):
+    import json
+
+    from quickdraft.models.identity_report import ComputePath, main
+
+    assert ComputePath.parse("int8+compiled").name == "int8+compiled"
+    assert ComputePath.parse("int8+compiled").static and ComputePath.parse("int8").rowwise
+    assert ComputePath.parse("bfloat16+rowwise+static").name == "bfloat16+rowwise+static"
+    with pytest.raises(SystemExit, match="unknown flag"):
+        ComputePath.parse("float32+fast")
+    out = tmp_path / "identity.json"
+    argv = ["--paths", "int8,float32+static", "--prompts", "1", "--max-new-tokens", "4"]
+    assert main([*argv, "--draft-lengths", "adaptive,3", "--json", str(out)]) == 0
+    results = json.loads(out.read_text())
+    assert [r["path"] for r in results] == ["int8", "float32+static"]
+    assert [r["cache"] for r in results] == ["growing", "static"]
+    assert results[0]["attention"] == "rowwise" and results[1]["attention"] == "sdpa"
+    for result in results:
+        assert result["identical_to_ar"]["runs"] == 6  # 3 strategies x 2 lengths x 1 prompt
+    assert results[0]["identical_to_ar"]["rate"] == 1.0 and results[0]["max_abs_diff"] == 0.0
+    table = capsys.readouterr().out
+    assert "| `int8` (cpu) | 100.0% (6/6) | 100.0% (1/1) |" in table

@@ -119,7 +119,7 @@ def _random_model(
     return model
 
 
-class Models:
+class PairBuilder:
     """Builds the target/draft pair of `spec` for a path (the same weights for every path)."""
 
     def __init__(self, spec: str, device: torch.device, logit_scale: float) -> None:
@@ -180,7 +180,7 @@ class Models:
         return target, draft
 
 
-def measure_path(models: Models, path: ComputePath, prompts, args) -> dict[str, Any]:
+def measure_path(models: PairBuilder, path: ComputePath, prompts, args) -> dict[str, Any]:
     from quickdraft.decoding import Engine
     from quickdraft.decoding.identity import measure_identity
     from quickdraft.decoding.runner import StaticModelRunner
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     paths = [ComputePath.parse(p) for p in args.paths.split(",") if p.strip()]
-    models = Models(args.model, device, args.logit_scale)
+    models = PairBuilder(args.model, device, args.logit_scale)
     prompts = code_prompts(args.prompts, models.encode)
     results = []
     for path in paths:
