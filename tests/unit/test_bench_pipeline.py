@@ -55,6 +55,9 @@ def test_every_strategy_matches_ar_and_the_replay_reuses_the_cache(models, repo,
     assert len(results["holes"]) == 3
     for name in OURS:
         assert results["summary"][name]["identical_to_ar"] == 1.0, name
+    path = "torch float64, cpu, growing KV cache"
+    assert results["env"]["paths"] == {"": path}
+    assert results["summary"]["identity_by_path"][path]["hybrid"]["rate"] == 1.0
     for hole in results["holes"]:
         assert hole["prompt_tokens"] > 0
         assert hole["runs"]["ar"]["tokens"], "tiny models still produce tokens"

@@ -76,6 +76,57 @@ HOLES = [
 ]
 
 
+def test_identity_is_reported_per_compute_path():
+    """Identity with `ar` is a property of what computes (runtime, dtype, cache): the summary and
+    the report name the path of every runtime's strategies."""
+    holes = [
+        hole(
+            "python",
+            {
+                "ar": run(100.0, [1, 2]),
+                "hybrid": run(50.0, [1, 2]),
+                "ar@llamacpp": run(90.0, [1, 3]),
+                "hybrid@llamacpp": run(40.0, [1, 4], identical=False),
+                "ngram@llamacpp": run(40.0, [1, 3]),
+            },
+        ),
+        hole(
+            "python",
+            {
+                "ar": run(100.0, [1, 2]),
+                "hybrid": run(50.0, [1, 2]),
+                "ar@llamacpp": run(90.0, [1, 3]),
+                "hybrid@llamacpp": run(40.0, [1, 3]),
+                "ngram@llamacpp": run(40.0, [1, 3]),
+            },
+        ),
+    ]
+    paths = {
+        "": "torch int8/onednn, cpu, growing KV cache",
+        "llamacpp": "llama.cpp, cpu, growing KV cache",
+    }
+    by_path = report.summarize(holes, paths)["identity_by_path"]
+    assert by_path == {
+        paths[""]: {"hybrid": {"identical": 2, "holes": 2, "rate": 1.0}},
+        paths["llamacpp"]: {
+            "hybrid": {"identical": 1, "holes": 2, "rate": 0.5},
+            "ngram": {"identical": 2, "holes": 2, "rate": 1.0},
+        },
+    }
+    # Without names (an older results.json), the variant stands in.
+    assert set(report.identity_by_path(holes, None)) == {"variant default", "variant llamacpp"}
+    text = report.render_markdown(
+        {
+            "env": {"repo": "r", "seed": 0, "max_new_tokens": 8},
+            "holes": holes,
+            "summary": report.summarize(holes, paths),
+        }
+    )
+    section = text.split("## Identity with `ar`, per compute path")[1].split("##")[0]
+    assert "| `llama.cpp, cpu, growing KV cache` | 100% (2/2) | 50% (1/2) |" in section
+    assert "| `torch int8/onednn, cpu, growing KV cache` | – | 100% (2/2) |" in section
+
+
 def test_percentile_interpolates_like_numpy():
     assert report.percentile([], 50) is None
     assert report.percentile([3.0], 99) == 3.0
@@ -85,7 +136,14 @@ def test_percentile_interpolates_like_numpy():
 
 def test_summary_per_strategy_and_language():
     summary = report.summarize(HOLES)
-    assert set(summary) == {"ar", "hybrid", "by_language", "copy_heavy", "model_copies"}
+    assert set(summary) == {
+        "ar",
+        "hybrid",
+        "by_language",
+        "copy_heavy",
+        "model_copies",
+        "identity_by_path",
+    }
     hybrid = summary["hybrid"]
     assert set(hybrid) == set(report.SUMMARY_KEYS)
     # Ratios ar/hybrid per hole: 2.0, 4.0, 0.9 -> median 2.0.

@@ -224,9 +224,13 @@ def test_results_json_has_exactly_the_schema(repo, tmp_path):
         "by_language",
         "copy_heavy",
         "model_copies",
+        "identity_by_path",
     }
     for name in ("ar", "ngram", "draft", "hybrid", "hf-prompt-lookup"):
         assert set(summary[name]) == SUMMARY_KEYS
+    # The fake completer has no engine: its path is unnamed, the runtime mark stands in.
+    assert results["env"]["paths"] == {"": None}
+    assert set(summary["identity_by_path"]["variant default"]) == {"ngram", "draft", "hybrid"}
     assert summary["hybrid"]["identical_to_ar"] == 1.0
     assert summary["hf-prompt-lookup"]["identical_to_ar"] == 0.0
     assert summary["ar"]["speedup_vs_ar"] == 1.0

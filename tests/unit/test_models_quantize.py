@@ -199,24 +199,76 @@ def test_engine_strategies_identical_on_int8_float32_activations():
             assert run(strategy, k) == expected, (strategy, k)
 
 
-def test_prefill_chunks_attend_in_one_batched_call_with_the_causal_offset():
-    from quickdraft.models.quantize import ROWWISE_MAX_ROWS, rowwise_attention
+def _reference_attention(query, key, value, positions, window=None):
+    """Plain causal attention of query rows at `positions` over keys [0, position]."""
+    heads, kv_heads, dim = query.shape[1], key.shape[1], query.shape[-1]
+    k = key.repeat_interleave(heads // kv_heads, 1)
+    v = value.repeat_interleave(heads // kv_heads, 1)
+    scores = (query @ k.transpose(-1, -2)) * dim**-0.5
+    cols = torch.arange(key.shape[2])[None, :]
+    rows = torch.tensor(positions)[:, None]
+    hidden = cols > rows
+    if window:
+        hidden |= cols <= rows - window
+    scores = scores.masked_fill(hidden, float("-inf"))
+    return (scores.softmax(-1) @ v).transpose(1, 2)
+
+
+@pytest.mark.parametrize("prefill", [False, True])
+@pytest.mark.parametrize("window", [None, 20])
+def test_rowwise_attention_matches_plain_attention_with_positions_from_the_cache(prefill, window):
+    """Steps and prefill rows alike: the causal offset of a growing cache (keys end at the new
+    tokens), and a static cache's `cache_position` with capacity-length keys whose entries
+    past the new tokens are stale."""
+    from quickdraft.models.quantize import PREFILL_KWARG
 
     torch.manual_seed(0)
-    heads, kv_heads, dim, cached = 4, 2, 8, 30
-    for q_len in (ROWWISE_MAX_ROWS, ROWWISE_MAX_ROWS + 1, 100):
+    heads, kv_heads, dim, cached = 6, 2, 16, 30
+    for q_len in (1, 5, 40, 100):
         total = cached + q_len
         query = torch.randn(1, heads, q_len, dim)
         key, value = torch.randn(1, kv_heads, total, dim), torch.randn(1, kv_heads, total, dim)
-        out, _ = rowwise_attention(None, query, key, value, None, scaling=dim**-0.5)
-        k = key.repeat_interleave(heads // kv_heads, 1)
-        v = value.repeat_interleave(heads // kv_heads, 1)
-        scores = (query @ k.transpose(-1, -2)) * dim**-0.5
-        rows = torch.arange(cached, total)[:, None]
-        scores = scores.masked_fill(torch.arange(total)[None, :] > rows, float("-inf"))
-        expected = (scores.softmax(-1) @ v).transpose(1, 2)
-        assert out.shape == (1, q_len, heads, dim)
-        assert torch.allclose(out, expected, atol=1e-5)
+        positions = list(range(cached, total))
+        expected = _reference_attention(query, key, value, positions, window)
+        kwargs = {PREFILL_KWARG: prefill, "sliding_window": window, "scaling": dim**-0.5}
+        growing, _ = rowwise_attention(None, query, key, value, None, **kwargs)
+        assert growing.shape == (1, q_len, heads, dim)
+        assert torch.allclose(growing, expected, atol=1e-5), q_len
+        stale = torch.randn(1, kv_heads, 64, dim) * 100
+        static_key = torch.cat([key, stale], dim=2)
+        static_value = torch.cat([value, stale], dim=2)
+        static, _ = rowwise_attention(
+            None, query, static_key, static_value, None,
+            cache_position=torch.tensor(positions), **kwargs,
+        )  # fmt: skip
+        assert torch.equal(static, growing), q_len  # masked keys contribute exact zeros
+
+
+def test_prefill_rows_are_the_same_bits_in_any_chunking():
+    """A prefill row is computed in the call for its aligned block, shaped by the block alone:
+    the logits and the cache are bitwise the same however a prompt is cut into chunks (a warm
+    cache plus one chunk, or a cold prefill), on a real-shaped model (GQA, several layers)."""
+    from quickdraft.models.quantize import PREFILL_KWARG
+
+    model = build_tiny_model(300, dtype=torch.float32, hidden=256, layers=3, heads=8, kv_heads=2)
+    quantize_model(model)
+    torch.manual_seed(5)
+    ids = torch.randint(0, 300, (1, 300))
+
+    def prefill(cuts):
+        cache = DynamicCache(config=model.config)
+        with torch.inference_mode():
+            logits = [
+                model(input_ids=ids[:, a:b], cache=cache, **{PREFILL_KWARG: True}).logits[0]
+                for a, b in zip(cuts, cuts[1:], strict=False)
+            ]
+        return torch.cat(logits), [layer.keys for layer in cache.layers]
+
+    cold, cold_keys = prefill([0, 128, 256, 300])
+    for cuts in ([0, 300], [0, 1, 2, 170, 300], [0, 31, 32, 33, 95, 223, 299, 300], [0, 200, 300]):
+        logits, keys = prefill(cuts)
+        assert torch.equal(logits, cold), cuts
+        assert all(torch.equal(a, b) for a, b in zip(keys, cold_keys, strict=True)), cuts
 
 
 def test_quantize_weight_matches_quantize_rows_from_any_dtype():

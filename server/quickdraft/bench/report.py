@@ -16,7 +16,7 @@ PEER_NAMES = ("hf-assisted", "hf-prompt-lookup", "llama-cpp", "llama-cpp-lookup"
 FIRST_TOKEN_TIMED = (*PEER_NAMES, "remote")
 """Strategies whose "prefill" is the time to their first token (which it therefore includes)."""
 
-GROUPS = ("by_language", "copy_heavy", "model_copies")
+GROUPS = ("by_language", "copy_heavy", "model_copies", "identity_by_path")
 """Keys of results.json's summary that hold groups of holes rather than one strategy."""
 
 SUMMARY_KEYS = (
@@ -96,10 +96,45 @@ def summarize_strategy(holes: list[dict[str, Any]], strategy: str) -> dict[str, 
     }
 
 
-def summarize(holes: list[dict[str, Any]]) -> dict[str, Any]:
-    """results.json's `summary`: per strategy, per language then strategy, and per strategy
+def identity_by_path(
+    holes: list[dict[str, Any]], paths: dict[str, str | None] | None
+) -> dict[str, dict[str, Any]]:
+    """Identity with `ar` per compute path (runtime, dtype, device, KV cache; `paths` maps a
+    variant, "" for the first, to its path's name) and engine strategy:
+    {path: {strategy: {"identical", "holes", "rate"}}}. Identity is a property of the path:
+    exact where its forward is batch-invariant, measured elsewhere."""
+    from quickdraft.bench.runner import split_variant
+
+    out: dict[str, dict[str, Any]] = {}
+    for name in strategies_in(holes):
+        strategy, variant = split_variant(name)
+        if strategy not in ENGINE_STRATEGIES or strategy == "ar":
+            continue
+        values = [
+            hole["runs"][name]["identical_to_ar"]
+            for hole in holes
+            if name in hole["runs"] and hole["runs"][name].get("identical_to_ar") is not None
+        ]
+        if not values:
+            continue
+        path = (paths or {}).get(variant or "") or f"variant {variant or 'default'}"
+        if variant and path == (paths or {}).get(""):
+            path = f"{path} @{variant}"  # a layout variant on the same path: rates kept apart
+        out.setdefault(path, {})[strategy] = {
+            "identical": sum(values),
+            "holes": len(values),
+            "rate": _rounded(sum(values) / len(values)),
+        }
+    return out
+
+
+def summarize(
+    holes: list[dict[str, Any]], paths: dict[str, str | None] | None = None
+) -> dict[str, Any]:
+    """results.json's `summary`: per strategy, per language then strategy, per strategy
     over the holes whose hidden text (`copy_heavy`) or whose `ar` output (`model_copies`)
-    stands verbatim in an open file."""
+    stands verbatim in an open file, and identity with `ar` per compute path (`paths`: see
+    `identity_by_path`)."""
     summary: dict[str, Any] = {}
     for strategy in strategies_in(holes):
         summary[strategy] = summarize_strategy(holes, strategy)
@@ -114,6 +149,7 @@ def summarize(holes: list[dict[str, Any]]) -> dict[str, Any]:
             s: {**summarize_strategy(subset, s), "holes": len(subset)}
             for s in strategies_in(subset)
         }
+    summary["identity_by_path"] = identity_by_path(holes, paths)
     return summary
 
 
@@ -293,6 +329,7 @@ def render_markdown(
         " text, and its tokens are its text re-encoded with the local tokenizer.",
         "",
     ]
+    lines += render_identity(summary.get("identity_by_path") or {})
     lines += ["## Per language", ""]
     lines += grouped_table(holes, "language", lambda hole: hole["language"])
     lines += ["## Per kind of hole", ""]
@@ -348,6 +385,35 @@ def render_markdown(
         lines += [f"![{Path(p).stem}]({Path(p).name})" for p in plots]
         lines.append("")
     return "\n".join(lines)
+
+
+def render_identity(by_path: dict[str, dict[str, Any]]) -> list[str]:
+    """The identity table: one row per compute path, one column per engine strategy."""
+    if not by_path:
+        return []
+    strategies = [s for s in ENGINE_STRATEGIES if any(s in row for row in by_path.values())]
+    rows = []
+    for path, cells in by_path.items():
+        row = [f"`{path}`"]
+        for strategy in strategies:
+            cell = cells.get(strategy)
+            row.append(
+                "–"
+                if cell is None
+                else f"{_pct(cell['rate'])} ({cell['identical']}/{cell['holes']})"
+            )
+        rows.append(row)
+    return [
+        "## Identity with `ar`, per compute path",
+        "",
+        *_table(["compute path", *(f"`{s}`" for s in strategies)], rows),
+        "",
+        "Share of holes where the strategy's tokens equal `ar`'s on the same path. Where the"
+        " target's forward is batch-invariant (torch int8 on CPU) this is 100 % by"
+        " construction; elsewhere a last-bit difference between one k-token verify forward and"
+        " k one-token steps can flip a near tie (docs/performance.md has measured rates).",
+        "",
+    ]
 
 
 def grouped_table(

@@ -191,6 +191,28 @@ def describe_environment(completer: Any, options: BenchOptions) -> dict[str, Any
     return env
 
 
+def compute_path(completer: Any) -> str | None:
+    """What a Completer's engine computes with, as the identity table names it: runtime, dtype
+    (with the int8 kernel), device, KV cache. None without a local engine (remote)."""
+    engine = getattr(completer, "engine", None)
+    models = getattr(completer, "models", None)
+    target = getattr(engine, "target", None)
+    if target is None or models is None:
+        return None
+    from quickdraft.decoding.runner import StaticModelRunner
+
+    if getattr(models, "runtime", "torch") == "llamacpp":
+        how = "llama.cpp"
+    else:
+        how = f"torch {models.dtype}"
+        backend = getattr(models.target, "_quickdraft_int8", {}).get("backend")
+        how += f"/{backend}" if backend else ""
+    cache = "growing KV cache"
+    if isinstance(target, StaticModelRunner):
+        cache = "static KV cache" + (", compiled steps" if target.compiled else "")
+    return f"{how}, {models.device}, {cache}"
+
+
 def make_peers(completer: Any, strategies: list[str], gguf_path: str | None) -> dict[str, Peer]:
     models = getattr(completer, "models", None)
     target = getattr(models, "target", None)
@@ -256,6 +278,12 @@ class Bench:
                 }
                 for name, session in self.variants.items()
             }
+        # The compute path of each runtime ("" is the first): identity with `ar` is a property
+        # of the path (batch-invariant or not), so the report names it.
+        self.env["paths"] = {
+            name: compute_path(session.completer)
+            for name, session in (("", self.session), *self.variants.items())
+        }
         self.peers = peers if peers is not None else make_peers(completer, options.strategies, None)
         self.records: list[dict[str, Any]] = []
         self.replay_records: list[dict[str, Any]] = []
@@ -566,7 +594,8 @@ class Bench:
     # --- output --------------------------------------------------------------------------
 
     def results(self) -> dict[str, Any]:
-        return {"env": self.env, "holes": self.records, "summary": report.summarize(self.records)}
+        summary = report.summarize(self.records, self.env.get("paths"))
+        return {"env": self.env, "holes": self.records, "summary": summary}
 
     def _write(self, *, final: bool) -> dict[str, Any]:
         self.env["holes_finished"] = len(self.records)

@@ -111,6 +111,17 @@ def kv_bytes_per_token(config: Any, element_bytes: int) -> int:
     return 2 * int(config.num_hidden_layers) * kv_heads * head_dim * element_bytes
 
 
+def _prefill_kwargs(model: torch.nn.Module) -> dict[str, bool]:
+    """What tells `model` a forward is a prefill: {} unless its attention computes prefill rows
+    its own way (quantize.rowwise_attention: batch-invariant whatever the chunking)."""
+    from quickdraft.models.quantize import PREFILL_KWARG, ROWWISE_ATTENTION
+
+    config = getattr(model, "config", None)
+    if getattr(config, "_attn_implementation", None) != ROWWISE_ATTENTION:
+        return {}
+    return {PREFILL_KWARG: True}
+
+
 class ModelRunner:
     """Runs `model` over new tokens on top of persistent KV caches, one per slot."""
 
@@ -129,11 +140,15 @@ class ModelRunner:
         # transformers 5 names the argument `cache`, 4.x `past_key_values`.
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self._has_logits_to_keep = "logits_to_keep" in params
+        self._prefill_kwargs = _prefill_kwargs(model)
         self.cache = self._make_cache()
         self.tokens: list[int] = []
+        self.prefilled = 0
+        """How many leading `tokens` a prefill computed. With row-wise attention a decode step
+        computes a row another way than a prefill chunk; `extend` reuses only these."""
         self.slot: str | None = None
         self.slot_bytes = slot_bytes
-        self._parked: OrderedDict[str | None, tuple[Any, list[int]]] = OrderedDict()
+        self._parked: OrderedDict[str | None, tuple[Any, list[int], int]] = OrderedDict()
         """Caches of the slots not in use, least recently used first."""
         kv_dtype = getattr(model.config, "dtype", None)  # the activations' dtype
         kv_dtype = kv_dtype if isinstance(kv_dtype, torch.dtype) else torch.float32
@@ -144,14 +159,16 @@ class ModelRunner:
         within the memory budget, for when its slot comes back."""
         if slot == self.slot:
             return
-        self._parked[self.slot] = (self.cache, self.tokens)
+        self._parked[self.slot] = (self.cache, self.tokens, self.prefilled)
         self._parked.move_to_end(self.slot)
         found = self._parked.pop(slot, None)
-        self.cache, self.tokens = found if found is not None else (self._make_cache(), [])
+        self.cache, self.tokens, self.prefilled = (
+            found if found is not None else (self._make_cache(), [], 0)
+        )
         self.slot = slot
         while (
             self._parked
-            and sum(len(t) for _, t in self._parked.values()) * (self._token_bytes)
+            and sum(len(t) for _, t, _ in self._parked.values()) * (self._token_bytes)
             > self.slot_bytes
         ):
             self._parked.popitem(last=False)
@@ -165,6 +182,7 @@ class ModelRunner:
         """Forget the cache in use: the next request prefills from scratch."""
         self.cache = self._make_cache()
         self.tokens = []
+        self.prefilled = 0
 
     def reset_all(self) -> None:
         """Forget every slot's cache."""
@@ -181,19 +199,35 @@ class ModelRunner:
             # A negative argument removes that many tokens (transformers 4.x and 5.x agree).
             self.cache.crop(-remove)
             del self.tokens[n:]
+        self.prefilled = min(self.prefilled, n)
+
+    def _appended(self, start: int, prefill: bool) -> None:
+        if prefill and self.prefilled == start:
+            self.prefilled = len(self.tokens)
+
+    def _step_kwargs(self, prefill: bool) -> dict[str, bool]:
+        """{} for a model that computes every forward alike; else says which kind this is."""
+        if not self._prefill_kwargs:
+            return {}
+        return self._prefill_kwargs if prefill else dict.fromkeys(self._prefill_kwargs, False)
 
     @torch.inference_mode()
-    def forward(self, new_tokens: Sequence[int], *, last_only: bool = False) -> torch.Tensor:
-        """Append `new_tokens` to the cache and return their logits as float32.
+    def forward(
+        self, new_tokens: Sequence[int], *, last_only: bool = False, prefill: bool = False
+    ) -> torch.Tensor:
+        """Append `new_tokens` to the cache and return their logits as float32. `prefill`:
+        a prefill chunk (`extend`), not a decode/verify step.
 
         Shapes: input_ids (1, n) -> logits (1, n, V) -> returned (n, V), or (1, V) if `last_only`.
         """
         input_ids = torch.tensor([list(new_tokens)], dtype=torch.long, device=self.device)
-        kwargs = {self._cache_arg: self.cache, "use_cache": True}
+        kwargs = {self._cache_arg: self.cache, "use_cache": True, **self._step_kwargs(prefill)}
         if last_only and self._has_logits_to_keep:
             kwargs["logits_to_keep"] = 1
         out = self.model(input_ids=input_ids, **kwargs)
+        start = len(self.tokens)
         self.tokens.extend(int(t) for t in new_tokens)
+        self._appended(start, prefill)
         logits = out.logits[0]
         if last_only:
             logits = logits[-1:]
@@ -210,9 +244,23 @@ class ModelRunner:
 
         Returns (reused, computed, logits after the last token or None if nothing was computed).
         Long tails are computed in chunks, checking `cancel` and `deadline` between chunks; a
-        stopped extend leaves the cache valid, holding a prefix of `tokens`.
+        stopped extend leaves the cache valid, holding a prefix of `tokens`. With row-wise
+        attention only what a prefill computed is reused (decode steps compute a row another
+        way), so the cache then holds bitwise what a cold prefill of `tokens` would.
         """
+        return self._extend(tokens, cancel=cancel, deadline=deadline, reuse_steps=False)
+
+    def _extend(
+        self,
+        tokens: Sequence[int],
+        *,
+        cancel: threading.Event | None = None,
+        deadline: float | None = None,
+        reuse_steps: bool,
+    ) -> tuple[int, int, torch.Tensor | None]:
         reused = common_prefix_length(self.tokens, tokens)
+        if self._prefill_kwargs and not reuse_steps:
+            reused = min(reused, self.prefilled)
         self.keep(reused)
         logits = None
         position = reused
@@ -221,17 +269,21 @@ class ModelRunner:
                 deadline is not None and time.monotonic() >= deadline
             ):
                 break
-            chunk = tokens[position : position + self.prefill_chunk]
-            logits = self.forward(chunk, last_only=True)[-1]
+            # Chunks end on multiples of the chunk size: a warm prefill is cut as a cold one
+            # is (row-wise attention computes prefill rows in aligned blocks, cheapest whole).
+            end = (position // self.prefill_chunk + 1) * self.prefill_chunk
+            chunk = tokens[position:end]
+            logits = self.forward(chunk, last_only=True, prefill=True)[-1]
             position += len(chunk)
         return reused, position - reused, logits
 
     def logits_after(self, tokens: Sequence[int]) -> torch.Tensor:
-        """Logits for the token that follows `tokens`; the cache then holds `tokens`."""
+        """Logits for the token that follows `tokens`; the cache then holds `tokens`, reusing
+        whatever it held (the draft model's use: its proposals need no exactness)."""
         if common_prefix_length(self.tokens, tokens) >= len(tokens):
             # Everything is cached but we need the last position's logits: recompute it.
             self.keep(len(tokens) - 1)
-        _, _, logits = self.extend(tokens)
+        _, _, logits = self._extend(tokens, reuse_steps=True)
         assert logits is not None
         return logits
 
@@ -264,14 +316,32 @@ class StaticModelRunner(ModelRunner):
     ) -> None:
         self.capacity = capacity
         super().__init__(model, prefill_chunk=prefill_chunk)
+        self.compiled = compile_steps
         self._step = model.forward
         if compile_steps:
             mode = "reduce-overhead" if self.device.type == "cuda" else None
             if compile_backend != "inductor":
                 mode = None  # modes are inductor's
-            self._step = torch.compile(
+            # The target and the draft model share one code object (their class's forward),
+            # hence one dynamo cache: room for a graph per bucket for each.
+            limit = 2 * len(STEP_BUCKETS) + 2
+            config = torch._dynamo.config
+            name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+            setattr(config, name, max(getattr(config, name), limit))
+            compiled = torch.compile(
                 model.forward, backend=compile_backend, mode=mode, fullgraph=True, dynamic=False
             )
+            self._step = compiled
+            if compile_backend == "inductor" and _has_packed_int8(model):
+                # Inductor lowers oneDNN's int8 linear only with its packed weights frozen into
+                # the graph as constants; the setting must hold while dynamo traces, too.
+                def frozen_step(**kwargs):
+                    import torch._inductor.config as inductor_config
+
+                    with inductor_config.patch(freezing=True):
+                        return compiled(**kwargs)
+
+                self._step = frozen_step
 
     def select(self, slot: str | None) -> None:
         """One preallocated cache (a compiled step is bound to its tensors): another slot
@@ -297,10 +367,12 @@ class StaticModelRunner(ModelRunner):
             super().reset()
             return
         self.tokens = []
+        self.prefilled = 0
         self._rewind(0)
 
     def keep(self, n: int) -> None:
         del self.tokens[n:]
+        self.prefilled = min(self.prefilled, n)
         self._rewind(len(self.tokens))
 
     def _rewind(self, n: int) -> None:
@@ -315,21 +387,38 @@ class StaticModelRunner(ModelRunner):
             self._written = n
 
     def _grow(self, needed: int) -> None:
-        tokens = list(self.tokens)
+        """A cache of twice the capacity (or more) holding the same keys and values: copied
+        where transformers' static layers allow it, else recomputed by a prefill (which, with
+        row-wise attention, computes the rows of earlier decode steps another way)."""
+        old, tokens, prefilled = self.cache, list(self.tokens), self.prefilled
         while self.capacity < needed:
             self.capacity *= 2
         self.reset()
-        if tokens:
+        if not tokens:
+            return
+        if _copy_static_cache(old, self.cache, len(tokens)):
+            self.tokens, self.prefilled, self._written = tokens, prefilled, len(tokens)
+        else:
             self.extend(tokens)
 
     @torch.inference_mode()
-    def forward(self, new_tokens: Sequence[int], *, last_only: bool = False) -> torch.Tensor:
+    def forward(
+        self, new_tokens: Sequence[int], *, last_only: bool = False, prefill: bool = False
+    ) -> torch.Tensor:
         """As ModelRunner.forward; shapes: input_ids (1, bucket) -> logits (n, V) or (1, V)."""
         n = len(new_tokens)
         start = len(self.tokens)
         self._rewind(start)  # drop the previous step's padding
         bucket = next((b for b in STEP_BUCKETS if b >= n), None)
-        width = bucket if bucket is not None and not last_only else n
+        # A compiled step: any step, or a prefill chunk of exactly a bucket's size (a draft
+        # model catching up), except that row-wise prefill rows are computed eagerly, in
+        # aligned blocks (see quantize.rowwise_attention).
+        stepped = (
+            bucket is not None
+            and (not last_only or n == bucket)
+            and not (prefill and self._prefill_kwargs)
+        )
+        width = bucket if stepped else n
         if start + width > self.capacity:
             self._grow(start + width)
         ids = list(new_tokens) + [0] * (width - n)  # padding: written past `tokens`, unread
@@ -341,7 +430,8 @@ class StaticModelRunner(ModelRunner):
             "position_ids": positions.unsqueeze(0),
         }
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
-        if width == bucket:
+        kwargs.update(self._step_kwargs(prefill))
+        if stepped:
             out = self._step(input_ids=input_ids, **kwargs)
         else:  # prefill chunks and oversized steps: eager, any shape
             if last_only and self._has_logits_to_keep:
@@ -349,7 +439,35 @@ class StaticModelRunner(ModelRunner):
             out = self.model(input_ids=input_ids, **kwargs)
         self._written = start + width
         self.tokens.extend(int(t) for t in new_tokens)
+        self._appended(start, prefill)
         logits = out.logits[0]
         logits = logits[-1:] if last_only else logits[:n]
         # A CUDA graph reuses its output buffer on the next replay: hand out a copy.
         return logits.float().clone()
+
+
+def _has_packed_int8(model: torch.nn.Module) -> bool:
+    return getattr(model, "_quickdraft_int8", {}).get("backend") in ("onednn", "onednn7")
+
+
+def _copy_static_cache(old: Any, new: Any, n: int) -> bool:
+    """Copy the first n positions of every layer of a transformers 5 StaticCache into another
+    (larger) one; False where the layers are not plain static layers of that version."""
+    try:
+        from transformers.cache_utils import StaticLayer
+    except ImportError:  # transformers 4.x: no layer objects
+        return False
+    old_layers, new_layers = getattr(old, "layers", None), getattr(new, "layers", None)
+    if not old_layers or not new_layers or len(old_layers) != len(new_layers):
+        return False
+    for source, target in zip(old_layers, new_layers, strict=True):
+        if type(source) is not StaticLayer or type(target) is not StaticLayer:
+            return False
+        if not getattr(source, "is_initialized", False):
+            return False
+    for source, target in zip(old_layers, new_layers, strict=True):
+        target.lazy_initialization(source.keys[:, :, :1], source.values[:, :, :1])
+        target.keys[:, :, :n] = source.keys[:, :, :n]
+        target.values[:, :, :n] = source.values[:, :, :n]
+        target.cumulative_length.fill_(n)
+    return True

@@ -19,10 +19,12 @@ is bitwise equal to the 1-row forward of that row: batch-invariant by constructi
 The rest of the model stays in float32. Exact linears alone do not make a whole forward
 batch-invariant: the batched attention kernel rounds differently for a k-row query block than
 for one row, and int8 rounding of the next layer's input turns a last-bit difference into a
-visible one. So `quantize_model` also switches the model to `rowwise_attention`: each query row
-attends through its own SDPA call, shaped exactly as a 1-token step at that position would be.
-Everything else in these models (embedding lookup, RMSNorm, rotary, SiLU, residual adds) works
-row by row already. `tests/unit/test_models_quantize.py` checks the whole forward bitwise.
+visible one. So `quantize_model` also switches the model to `rowwise_attention`, which computes
+each row in a way fixed by the row alone: a decode/verify row through its own SDPA call, shaped
+exactly as a 1-token step at that position would be; a prefill row in the call for its aligned
+block of 32 positions, so chunking never changes it. Everything else in these models (embedding
+lookup, RMSNorm, rotary, SiLU, residual adds) works row by row already.
+`tests/unit/test_models_quantize.py` and `tests/unit/test_identity.py` check it bitwise.
 """
 
 from __future__ import annotations
@@ -240,8 +242,17 @@ class Int8Linear(nn.Module):
 
 ROWWISE_ATTENTION = "quickdraft_rowwise"
 ROWWISE_MAX_ROWS = 65
-"""Forwards of up to this many new tokens attend row by row (1 + the largest draft length the
-configuration admits); longer ones are prefill chunks and use one batched call."""
+"""Forwards of up to this many new tokens are decode/verify steps unless the caller says
+otherwise (`PREFILL_KWARG`); longer ones are prefill chunks."""
+
+PREFILL_KWARG = "quickdraft_prefill"
+"""A model forward given `quickdraft_prefill=True` (transformers hands extra keyword arguments
+down to the attention function) is a prefill forward; False, a decode/verify step. The runners
+say it for every forward of a model with `rowwise_attention`."""
+
+PREFILL_BLOCK = 32
+"""Prefill rows attend in one call per aligned block of this many positions (see
+`rowwise_attention`)."""
 
 
 def rowwise_attention(
@@ -255,40 +266,113 @@ def rowwise_attention(
     sliding_window: int | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """Causal attention, one SDPA call per query row: batch-invariant by construction.
+    """Causal attention in which a row's result never depends on how the rows were batched.
 
-    query [b, h, q, d]; key/value [b, kv_h, L, d], the last q of which are the new tokens. Row i
-    sees keys up to L - q + i (and no further back than `sliding_window`). The n_rep query heads
-    sharing a key/value head go in as n_rep rows of that head (as transformers does for 1-token
-    steps), so GQA needs no copy of the keys. Padding masks are not supported: quickdraft runs
-    one unpadded sequence; transformers passes no mask to a custom attention anyway.
+    query [b, h, q, d]; key/value [b, kv_h, L, d]. Query row i stands at position p_i: the
+    `cache_position` transformers passes (a static cache, whose L is its capacity), else
+    L - q + i (a growing cache, whose keys end at the new tokens). Row i sees keys up to p_i
+    (and no further back than `sliding_window`). Each row is computed in one of two fixed ways:
+
+    * decode and verify steps: one SDPA call per row, shaped exactly as a 1-token step at p_i
+      (the n_rep query heads sharing a key/value head go in as n_rep rows of that head, as
+      transformers does for 1-token steps, so GQA needs no copy of the keys). A k-token verify
+      therefore gives bitwise the rows of k one-token steps.
+    * prefill: row i is computed in the call for its aligned block of `PREFILL_BLOCK`
+      positions, [B, B + 32) with B = 32 * (p_i // 32): the block's queries (rows of the block
+      outside this forward are zeros), keys [0, B + 32) (zeros past the cache's end), and the
+      causal mask. The call's shapes depend on the block alone and a row's arithmetic on its
+      own inputs alone, so row i comes out the same whatever chunk it arrived in: a reused
+      prefix plus one chunk equals a cold prefill in any chunking, at the cost of a batched
+      call (a call per row would make prefill about 30 % slower on a 1.5B model).
+
+    Masked keys contribute exact zeros, so keys past p_i (stale entries of a static cache,
+    the zero padding) never change a row. Under torch.compile (the static cache's fixed-shape
+    steps) positions are data, not Python numbers: every row then attends over all L keys
+    with a mask, per row, so compiled steps stay batch-invariant among themselves. Padding
+    masks are not supported: quickdraft runs one unpadded sequence; transformers passes no
+    mask to a custom attention anyway.
     """
-    batch, heads, q_len, dim = query.shape
-    kv_heads, kv_len = key.shape[1], key.shape[2]
-    n_rep = heads // kv_heads
+    q_len, kv_len = query.shape[2], key.shape[2]
     window = sliding_window or getattr(module, "sliding_window", None)
-    if q_len > ROWWISE_MAX_ROWS:
-        # A prefill chunk: no decode or verify forward is this long, so batch invariance buys
-        # nothing here, and one SDPA call per row would make prefill many times slower.
-        rows = torch.arange(kv_len - q_len, kv_len, device=query.device)[:, None]
-        cols = torch.arange(kv_len, device=query.device)[None, :]
-        allowed = cols <= rows
-        if window:
-            allowed &= cols > rows - window
-        out = torch.nn.functional.scaled_dot_product_attention(
-            query, key, value, attn_mask=allowed, scale=scaling, enable_gqa=n_rep > 1
+    prefill = kwargs.get(PREFILL_KWARG)
+    if prefill is None:
+        prefill = q_len > ROWWISE_MAX_ROWS
+    cache_position = kwargs.get("cache_position")
+    if torch.compiler.is_compiling():
+        if cache_position is None:
+            cache_position = torch.arange(kv_len - q_len, kv_len, device=query.device)
+        out = _masked_rows(query, key, value, cache_position, scaling, window)
+    else:
+        positions = (
+            cache_position.tolist() if cache_position is not None else range(kv_len - q_len, kv_len)
         )
-        return out.transpose(1, 2), None  # [b, q, h, d]
+        rows = _block_rows if prefill else _step_rows
+        out = rows(query, key, value, positions, scaling, window)
+    return out, None  # [b, q, h, d]
+
+
+def _step_rows(query, key, value, positions, scaling, window):
+    batch, heads, _, dim = query.shape
+    kv_heads = key.shape[1]
     rows = []
-    for i in range(q_len):
-        end = kv_len - q_len + i + 1
+    for i, position in enumerate(positions):
+        end = position + 1
         start = max(0, end - window) if window else 0
-        q_i = query[:, :, i, :].reshape(batch, kv_heads, n_rep, dim)
+        q_i = query[:, :, i, :].reshape(batch, kv_heads, heads // kv_heads, dim)
         out = torch.nn.functional.scaled_dot_product_attention(
             q_i, key[:, :, start:end], value[:, :, start:end], scale=scaling
         )
         rows.append(out.reshape(batch, heads, value.shape[-1]))
-    return torch.stack(rows, dim=1), None  # [b, q, h, d]
+    return torch.stack(rows, dim=1)
+
+
+def _block_rows(query, key, value, positions, scaling, window):
+    batch, heads, q_len, dim = query.shape
+    kv_len, size = key.shape[2], PREFILL_BLOCK
+    out = query.new_empty(batch, heads, q_len, value.shape[-1])
+    i = 0
+    while i < q_len:
+        first = positions[i] - positions[i] % size  # the block's first position
+        j = i + 1  # rows i..j-1: consecutive positions in this block
+        while j < q_len and positions[j] == positions[j - 1] + 1 and positions[j] < first + size:
+            j += 1
+        end, offset = first + size, positions[i] - first
+        block = query.new_zeros(batch, heads, size, dim)
+        block[:, :, offset : offset + j - i] = query[:, :, i:j]
+        keys, values = key[:, :, :end], value[:, :, :end]
+        if kv_len < end:
+            pad = (0, 0, 0, end - kv_len)
+            keys = torch.nn.functional.pad(keys, pad)
+            values = torch.nn.functional.pad(values, pad)
+        rows = torch.arange(first, end, device=query.device)[:, None]
+        cols = torch.arange(end, device=query.device)[None, :]
+        allowed = cols <= rows
+        if window:
+            allowed &= cols > rows - window
+        result = torch.nn.functional.scaled_dot_product_attention(
+            block, keys, values, attn_mask=allowed, scale=scaling, enable_gqa=heads != keys.shape[1]
+        )
+        out[:, :, i:j] = result[:, :, offset : offset + j - i]
+        i = j
+    return out.transpose(1, 2)
+
+
+def _masked_rows(query, key, value, positions, scaling, window):
+    """Per row over all keys with a mask: shapes independent of the positions (compiled)."""
+    batch, heads, q_len, dim = query.shape
+    kv_heads, kv_len = key.shape[1], key.shape[2]
+    cols = torch.arange(kv_len, device=query.device)
+    rows = []
+    for i in range(q_len):
+        allowed = cols <= positions[i]
+        if window:
+            allowed = allowed & (cols > positions[i] - window)
+        q_i = query[:, :, i, :].reshape(batch, kv_heads, heads // kv_heads, dim)
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q_i, key, value, attn_mask=allowed[None, :], scale=scaling
+        )
+        rows.append(out.reshape(batch, heads, value.shape[-1]))
+    return torch.stack(rows, dim=1)
 
 
 def _register_attention() -> None:
