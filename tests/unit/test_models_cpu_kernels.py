@@ -85,6 +85,34 @@ def test_real_measurement_on_this_cpu_is_consistent(tmp_path):
     assert (choice.dtype, choice.int8_backend, choice.reason) == decide(choice.timings_ms)
 
 
+def test_busy_is_judged_over_the_whole_measurement(monkeypatch):
+    """/proc/stat counts 10 ms ticks: judged per few-millisecond timing, one tick of a
+    background daemon reads as a busy machine, and the choice would never be cached. The
+    share is taken once, over the whole measurement."""
+    entered = []
+
+    class Load:
+        def __enter__(self):
+            entered.append(self)
+            self.share = 0.05
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    monkeypatch.setattr(cpu_kernels, "OtherLoad", Load)
+    shape = LayerShape.of(
+        SimpleNamespace(
+            hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2
+        )
+    )
+    timings, busy = cpu_kernels.measure(shape, 1, names=["float32", "int8/float64"])
+    assert set(timings) == {"float32", "int8/float64"} and len(entered) == 1 and not busy
+    entered[0].share = 0.5
+    Load.__enter__ = lambda self: (entered.append(self), setattr(self, "share", 0.5), self)[-1]
+    assert cpu_kernels.measure(shape, 1, names=["float32"])[1]
+
+
 def test_torch_estimate_scales_a_layer_to_the_model():
     kernel = cpu_kernels.KernelChoice("float32", None, "", timings_ms={"float32": FP32})
     shape = ModelShape(1536, 8960, 12, 2, 28, 151936)

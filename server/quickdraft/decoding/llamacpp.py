@@ -462,28 +462,26 @@ def _measure(path: Path, threads: int, extra_bufts: bool, context: int) -> dict[
     tokens = torch.randint(1, high, (context + 20,), generator=generator).tolist()
     runner.forward(tokens[:8], last_only=True)  # warm-up
     runner.reset()
-    loads = []
+    # One load figure for the whole probe: /proc/stat counts in 10 ms ticks, too coarse for
+    # a share taken over a single forward of a few milliseconds.
+    target_ms: dict[int, float] = {}
     with OtherLoad() as load:
         t0 = time.perf_counter()
         runner.extend(tokens[:context])
         prefill = time.perf_counter() - t0
-    loads.append(load.share)
-    target_ms: dict[int, float] = {}
-    for n in PROBE_SIZES:
-        best = float("inf")
-        for _ in range(3):
-            runner.keep(context)
-            with OtherLoad() as load:
+        for n in PROBE_SIZES:
+            best = float("inf")
+            for _ in range(3):
+                runner.keep(context)
                 t0 = time.perf_counter()
                 logits = runner.forward(tokens[context : context + n])
                 best = min(best, time.perf_counter() - t0)
-            loads.append(load.share)
-            if not torch.isfinite(logits).all():
-                raise ModelError("llama.cpp returned non-finite logits")
-        target_ms[n] = round(best * 1000, 2)
+                if not torch.isfinite(logits).all():
+                    raise ModelError("llama.cpp returned non-finite logits")
+            target_ms[n] = round(best * 1000, 2)
     for smaller, larger in zip(PROBE_SIZES, PROBE_SIZES[1:], strict=False):
         target_ms[larger] = max(target_ms[larger], target_ms[smaller])
-    busy = any(share is not None and share > 0.2 for share in loads)
+    busy = load.share is not None and load.share > 0.2
     return ProbeResult(
         extra_bufts=extra_bufts,
         target_ms=target_ms,

@@ -268,28 +268,37 @@ def measure(
     generator = torch.Generator().manual_seed(0)
     timings: dict[str, dict[str, float]] = {}
     started = time.monotonic()
-    loads = []
-    for name in names:
-        if time.monotonic() - started > budget_s and timings:
-            log.info("kernel measurement: budget spent, %s not measured", name)
-            continue
-        modules, scale = _layer(name, shape, generator)
-        dtype = torch.bfloat16 if name == "bfloat16" else torch.float32
-        row_times: dict[str, float] = {}
-        for rows in ROWS:
-            repeats = 3 if rows < 128 else 2
-            with OtherLoad() as load:
-                ms = _time_layer(modules, rows, shape.hidden, dtype, repeats) * scale
-            if load.share is not None:
-                loads.append(load.share)
-            row_times[str(rows)] = round(ms, 3)
-            reference = timings.get("float32", {}).get(str(rows))
-            if reference is not None and ms > 4 * reference:
-                break  # hopeless: it cannot win, and its larger sizes may take long
-        timings[name] = row_times
-        del modules
-    busy = bool(loads) and max(loads) > BUSY_OTHER_SHARE
+    # One load figure for the whole measurement: /proc/stat counts in clock ticks (10 ms), so a
+    # share taken over one few-millisecond timing would read a single tick as a busy machine.
+    with OtherLoad() as load:
+        for name in names:
+            if time.monotonic() - started > budget_s and timings:
+                log.info("kernel measurement: budget spent, %s not measured", name)
+                continue
+            timings[name] = _measure_candidate(name, shape, generator, timings)
+    busy = load.share is not None and load.share > BUSY_OTHER_SHARE
     return timings, busy
+
+
+def _measure_candidate(
+    name: str,
+    shape: LayerShape,
+    generator: torch.Generator,
+    timings: dict[str, dict[str, float]],
+) -> dict[str, float]:
+    """One candidate's ms per row count, cut short once it is over 4x float32's (it cannot win,
+    and its larger sizes may take long)."""
+    modules, scale = _layer(name, shape, generator)
+    dtype = torch.bfloat16 if name == "bfloat16" else torch.float32
+    row_times: dict[str, float] = {}
+    for rows in ROWS:
+        repeats = 3 if rows < 128 else 2
+        ms = _time_layer(modules, rows, shape.hidden, dtype, repeats) * scale
+        row_times[str(rows)] = round(ms, 3)
+        reference = timings.get("float32", {}).get(str(rows))
+        if reference is not None and ms > 4 * reference:
+            break
+    return row_times
 
 
 def score(row_times: dict[str, float]) -> float:
