@@ -658,7 +658,7 @@ async def test_requests_after_shutdown_get_an_error(session):
         client.capabilities = None  # already shut down
 
 
-async def test_tcp_transport():
+async def test_tcp_transport_reads_even_invalid_utf8():
     import socket
 
     from conftest import client_capabilities, server_env
@@ -687,6 +687,16 @@ async def test_tcp_transport():
         assert result.capabilities.inline_completion_provider is not None
         open_doc(client, URI, "x = ab")
         assert await inline_text(client, URI, 0, 6) == "<ab>"
+        # Invalid UTF-8 in a didOpen (no client library would send it): the bytes are
+        # replaced, not the message dropped, so the document is open and answers.
+        other = "file:///work/raw.py"
+        body = (
+            b'{"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument":'
+            b' {"uri": "' + other.encode() + b'", "languageId": "python", "version": 1,'
+            b' "text": "x = \xff cd"}}}'
+        )
+        client.protocol.writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        assert await inline_text(client, other, 0, 8) == "<cd>"  # U+FFFD is one UTF-16 unit
         await client.shutdown_async(None)
         client.exit(None)
         await asyncio.wait_for(process.wait(), 10)

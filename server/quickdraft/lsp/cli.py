@@ -98,7 +98,9 @@ def serve(server, address: tuple[str, int] | None = None) -> int:
     """
     try:
         if address is not None:
-            server.start_tcp(*address)
+            from quickdraft.lsp.transport import serve_tcp
+
+            serve_tcp(server, *address)
         else:
             stdin, stdout = _claim_stdio()
             server.start_io(stdin, stdout)
@@ -119,31 +121,6 @@ def _claim_stdio():
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     sys.stdout = sys.stderr
+    from quickdraft.lsp.transport import Utf8SafeInput
+
     return Utf8SafeInput(sys.stdin.buffer), out
-
-
-class Utf8SafeInput:
-    """The client's byte stream, with invalid UTF-8 in a message body replaced by U+FFFD.
-
-    pygls parses a body with a strict decode and drops a message it cannot read: a dropped
-    didChange would leave the server's copy of the document out of step with the editor's.
-    Replaced, the edit is applied (with U+FFFD where the bad bytes were) and a request is
-    answered.
-    """
-
-    def __init__(self, raw):
-        self.raw = raw
-
-    def readline(self) -> bytes:
-        return self.raw.readline()
-
-    def read(self, size: int) -> bytes:
-        body = self.raw.read(size)
-        try:
-            body.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            logging.getLogger(__name__).warning(
-                "a message from the client is not valid UTF-8 (%s); bad bytes replaced", exc
-            )
-            return body.decode("utf-8", "replace").encode("utf-8")
-        return body
