@@ -38,6 +38,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--language", help="language id (default: from the file extension)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--raw", action="store_true", help="skip post-processing rules")
+    parser.add_argument(
+        "--check-identity",
+        action="store_true",
+        help="also decode plainly (strategy ar) on the same prompt and report whether the "
+        "tokens are the same (greedy)",
+    )
     add_model_arguments(parser)
     add_decoding_arguments(parser)
     add_config_argument(parser)
@@ -98,6 +104,16 @@ def run(args: argparse.Namespace) -> int:
     completer.set_document(uri, text, language)
     request = CompletionRequest(uri, text, args.line - 1, args.col - 1, language)
     completion = completer.complete(request)
+    identity: dict[str, object] = {"compute_path": completer.compute_path}
+    if completer.compute_path is not None:
+        identity["batch_invariant"] = completer.batch_invariant
+    if args.check_identity:
+        progress("decoding plainly (ar) on the same prompt, to compare")
+        plain = completer.complete(request, strategy="ar")
+        identity["identical_to_ar"] = plain.tokens == completion.tokens
+        if not args.json:
+            same = "the same tokens as" if identity["identical_to_ar"] else "other tokens than"
+            print(f"quickdraft complete: {same} plain decoding (ar)", file=sys.stderr)
     if args.json:
         out = {
             "completion": completion.raw_text if args.raw else completion.text,
@@ -107,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
             "prompt_tokens": completion.prompt_tokens,
             "latency_ms": round(completion.latency_ms, 1),
             **completion.stats.to_dict(),
+            **identity,
         }
         json.dump(out, sys.stdout, ensure_ascii=False)
         sys.stdout.write("\n")

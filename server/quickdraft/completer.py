@@ -229,6 +229,34 @@ class Completer:
         return completer
 
     @property
+    def compute_path(self) -> str | None:
+        """What the engine computes with, as identity is reported per path: runtime, dtype
+        (with the int8 kernel), device, KV cache. None without a local engine (remote)."""
+        from quickdraft.decoding.runner import StaticModelRunner
+
+        models, target = self.models, getattr(self.engine, "target", None)
+        if target is None:
+            return None
+        if models.runtime == "llamacpp":
+            how = "llama.cpp"
+        else:
+            backend = getattr(models.target, "_quickdraft_int8", {}).get("backend")
+            how = f"torch {models.dtype}" + (f"/{backend}" if backend else "")
+        cache = "growing KV cache"
+        if isinstance(target, StaticModelRunner):
+            cache = "static KV cache" + (", compiled steps" if target.compiled else "")
+        return f"{how}, {models.device}, {cache}"
+
+    @property
+    def batch_invariant(self) -> bool:
+        """Whether a k-token verify forward gives bitwise the logits of k one-token steps, and a
+        warm prefill those of a cold one: then every greedy strategy is token-identical to
+        `ar` by construction. True for torch's int8 (integer matmuls, row-wise attention);
+        elsewhere identity is a measured rate (docs/performance.md)."""
+        target = getattr(self.engine, "target", None)
+        return bool(getattr(target, "_prefill_kwargs", None)) and self.models.dtype == "int8"
+
+    @property
     def compute(self) -> dict[str, Any]:
         """How the models run here and why (for `$/quickdraft/stats` and the log)."""
         models = self.models

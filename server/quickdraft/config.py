@@ -112,7 +112,7 @@ class ContextConfig:
     snippet_lines: int = 24
     max_document_bytes: int = 2_000_000
     """Documents larger than this are not used for completion (answered with an empty result)."""
-    layout: Literal["append", "classic"] = "classic"
+    layout: Literal["append", "classic"] = "append"
     """`append`: the text from an anchor line to the cursor goes after the FIM middle marker,
     so typing only appends to the prompt; `classic`: prefix, suffix, then the middle marker."""
     anchor_lines: int = 16

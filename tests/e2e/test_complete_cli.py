@@ -74,6 +74,14 @@ def test_every_strategy_gives_the_tokens_of_plain_decoding(workspace):
             assert got["completion"] == expected["completion"]
 
 
+def test_check_identity_reports_the_path_and_the_comparison_with_ar(workspace):
+    got = complete_json(workspace, "--strategy", "hybrid", "--check-identity")
+    assert got["identical_to_ar"] is True
+    assert got["compute_path"].startswith("torch ") and "cpu" in got["compute_path"]
+    assert got["batch_invariant"] is ("int8" in got["compute_path"])
+    assert "identical_to_ar" not in complete_json(workspace, "--strategy", "hybrid")
+
+
 def test_settings_file_is_laid_under_the_flags(workspace):
     directory, _ = workspace
     (directory / "settings.json").write_text(json.dumps({"decoding": {"max_new_tokens": 3}}))

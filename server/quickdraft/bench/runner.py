@@ -192,25 +192,8 @@ def describe_environment(completer: Any, options: BenchOptions) -> dict[str, Any
 
 
 def compute_path(completer: Any) -> str | None:
-    """What a Completer's engine computes with, as the identity table names it: runtime, dtype
-    (with the int8 kernel), device, KV cache. None without a local engine (remote)."""
-    engine = getattr(completer, "engine", None)
-    models = getattr(completer, "models", None)
-    target = getattr(engine, "target", None)
-    if target is None or models is None:
-        return None
-    from quickdraft.decoding.runner import StaticModelRunner
-
-    if getattr(models, "runtime", "torch") == "llamacpp":
-        how = "llama.cpp"
-    else:
-        how = f"torch {models.dtype}"
-        backend = getattr(models.target, "_quickdraft_int8", {}).get("backend")
-        how += f"/{backend}" if backend else ""
-    cache = "growing KV cache"
-    if isinstance(target, StaticModelRunner):
-        cache = "static KV cache" + (", compiled steps" if target.compiled else "")
-    return f"{how}, {models.device}, {cache}"
+    """A Completer's compute path (`Completer.compute_path`); None without a local engine."""
+    return getattr(completer, "compute_path", None)
 
 
 def make_peers(completer: Any, strategies: list[str], gguf_path: str | None) -> dict[str, Peer]:
