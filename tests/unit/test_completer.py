@@ -264,6 +264,51 @@ def test_typing_only_appends_to_the_prompt(models):
         assert len(after.prompt_ids) - shared <= 2
 
 
+def _trie(i: int) -> str:
+    return (
+        f"struct trie_{i} {{\n"
+        "    void insert(const char * key, size_t len, int value = 0) {\n"
+        "        if (len == 0) {\n"
+        "            this->has_value = true;\n"
+        "            return;\n"
+        "        }\n"
+        "        char c = key[0];\n"
+        "        auto res = children.find(c);\n"
+        "        if (res != children.end()) {\n"
+        "            res->second.insert(key + 1, len - 1, value);\n"
+        "        } else {\n"
+        f"            children.insert(std::make_pair(c, trie_{i}()));\n"
+        "        }\n"
+        "    }\n"
+        f"    std::map<char, trie_{i}> children;\n"
+        "    bool has_value = false;\n"
+        "};\n\n"
+    )
+
+
+def test_typing_only_appends_even_when_the_suffix_is_cut(models):
+    """The suffix ends before a top-level statement where the budget cuts it, found by
+    parsing: the half-typed line, with its open brackets, must not move that end (it did, by
+    the parser's error recovery, and every such keystroke recomputed the whole middle)."""
+    completer = make(models, context={"layout": "append", "max_prompt_tokens": 3000})
+    lines = "".join(_trie(i) for i in range(12)).split("\n")
+    line = 18 * 2 + 9
+    typed = lines[line][12:]
+    assert typed == "res->second.insert(key + 1, len - 1, value);"
+    lines[line] = lines[line][:12]
+    steps = prepared_after_typing(completer, "\n".join(lines), line, typed)
+    assert steps[0].prompt.suffix_truncated
+    for before, after in zip(steps, steps[1:], strict=False):
+        assert after.prompt.suffix_end_line == before.prompt.suffix_end_line
+        shared = 0
+        while (
+            shared < len(before.prompt_ids)
+            and before.prompt_ids[shared] == after.prompt_ids[shared]
+        ):
+            shared += 1
+        assert shared >= len(before.prompt_ids) - 1
+
+
 def test_enter_only_appends_to_the_prompt(models):
     completer = append_completer(models)
     text = FILE + "x = 1\n" + FILE

@@ -220,11 +220,15 @@ class _Window:
             self.contents.pop()
             self.endings.pop()
         self.full = [c + e for c, e in zip(self.contents, self.endings, strict=True)]
-        self._boundaries: dict[tuple[int, int, int], list[int]] = {}
+        self._boundaries: dict[tuple[int, int, int, int | None], list[int]] = {}
 
-    def statement_lines(self, first: int, last: int, depth: int) -> list[int]:
-        """Rows in [first, last] where a statement of nesting depth <= depth starts."""
-        key = (first, last, depth)
+    def statement_lines(
+        self, first: int, last: int, depth: int, *, parse_from: int | None = None
+    ) -> list[int]:
+        """Rows in [first, last] where a statement of nesting depth <= depth starts.
+        `parse_from`: no row above it is parsed (the suffix's end must not depend on the
+        half-typed cursor line: its parse errors would move the end at every keystroke)."""
+        key = (first, last, depth, parse_from)
         if key in self._boundaries:
             return self._boundaries[key]
         if self.grammar is None:
@@ -233,6 +237,8 @@ class _Window:
             # Parse only the region (from an unindented line above it, so the parse starts at a
             # top-level statement): whole-file parses cost too much on every keystroke.
             lo = self._region_start(first)
+            if parse_from is not None:
+                lo = max(lo, parse_from)
             region = "".join(self.full[lo : last + 1])
             found = [
                 row + lo
@@ -319,7 +325,9 @@ def _choose_suffix_end(
     if maximum >= len(doc.contents):
         return maximum
     slack = budget // SLACK_DIVISOR
-    top = [r for r in doc.statement_lines(row + 1, maximum, 1) if r <= maximum]
+    # Parsed from below the cursor line only: what the user is typing must not move the end
+    # (the append layout's prompt then only grows while they type).
+    top = [r for r in doc.statement_lines(row + 1, maximum, 1, parse_from=row + 1) if r <= maximum]
     if top:
         end = top[-1]
         if sum(costs.get(r, 0) for r in range(end, maximum)) <= slack:
