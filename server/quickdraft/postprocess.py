@@ -685,9 +685,10 @@ class _Suggestion:
 
 @dataclass(frozen=True)
 class TypedAhead:
-    """An answer from work done before the request: what to insert, and where it came from
-    ("typed-ahead": the rest of the suggestion being typed; "prefetch": computed ahead for the
-    text that accepting a suggestion leads to)."""
+    """An answer from work done before the request: what to insert ("" when a prefetch found
+    the model has nothing to add there), and where it came from ("typed-ahead": the rest of the
+    suggestion being typed; "prefetch": computed ahead for the text that accepting a suggestion
+    leads to)."""
 
     text: str
     source: str
@@ -719,7 +720,7 @@ class TypedAheadCache:
         source: str = "typed-ahead",
     ) -> None:
         entries = [e for e in self._entries.get(uri, []) if e.prefix != prefix]
-        if text:
+        if text or source == "prefetch":  # a prefetch may learn that nothing follows
             entries.append(_Suggestion(prefix, suffix, text, source))
         self._entries[uri] = entries[-self.per_document :]
         self._entries.move_to_end(uri)
@@ -739,6 +740,11 @@ class TypedAheadCache:
                 continue
             typed = new_prefix[len(entry.prefix) :]
             if not (same_suffix and new_prefix.startswith(entry.prefix)):
+                continue
+            if not entry.text and not typed:  # prefetched: the model has nothing to add here
+                kept.append(entry)
+                if best is None or len(entry.prefix) > best[0]:
+                    best = (len(entry.prefix), TypedAhead("", entry.source))
                 continue
             if not entry.text.startswith(typed) or len(typed) >= len(entry.text):
                 continue

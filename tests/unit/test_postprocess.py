@@ -376,3 +376,14 @@ def test_a_prefetched_answer_waits_for_its_text_and_wins_there():
     assert cache.lookup("file:///a.py", "x = f(1)\ny = g", "\n").text == "(2)"
     assert cache.lookup("file:///a.py", "z", "\n") is None  # moved away: all forgotten
     assert cache.lookup("file:///a.py", "x = f(1)\ny = ", "\n") is None
+
+
+def test_a_prefetch_that_found_nothing_to_add_answers_nothing_at_once():
+    cache = TypedAheadCache()
+    cache.remember("file:///a.py", "x = ", "f(1)", "\n")
+    cache.remember("file:///a.py", "x = f(1)", "", "\n", source="prefetch")
+    cache.remember("file:///a.py", "y = ", "", "\n")  # a request's empty answer: not kept
+    assert cache.lookup("file:///a.py", "x = f", "\n").text == "(1)"
+    assert cache.lookup("file:///a.py", "x = f(1)", "\n") == TypedAhead("", "prefetch")
+    assert cache.lookup("file:///a.py", "x = f(1) ", "\n") is None  # typed on: ask the model
+    assert cache.lookup("file:///a.py", "y = ", "\n") is None

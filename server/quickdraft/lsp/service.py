@@ -108,6 +108,8 @@ class CompletionService:
         if hit is not None:
             self._cancel_inflight(uri)
             self._report(request_id, uri, feature, started, None, source=hit.source, text=hit.text)
+            if not hit.text:
+                return None  # computed ahead: the model has nothing to add here
             return Answer(hit.text, cursor, cursor, cursor)
 
         # The same request already running (editors ask for inline completion and the completion
@@ -225,16 +227,17 @@ class CompletionService:
                 completion = fut.result()
                 if completion is None or completion.stop_reason == "cancelled":
                     return
-                if completion.text:
-                    loop.call_soon_threadsafe(self._prefetched, uri, prefix, suffix, completion)
+                loop.call_soon_threadsafe(self._prefetched, uri, prefix, suffix, completion)
 
             future.add_done_callback(done)
 
     def _prefetched(self, uri: str, prefix: str, suffix: str, completion: Any) -> None:
         self.typed_ahead.remember(uri, prefix, completion.text, suffix, "prefetch")
+        what = f"{len(completion.text)} chars" if completion.text else "nothing to add"
+        prefill = getattr(completion.stats, "prefill_tokens", 0)
         self.server.log(
-            f"prefetch: {len(completion.text)} chars ready for {uri} after accepting a "
-            f"suggestion ({completion.stats.prefill_tokens} tokens prefilled)",
+            f"prefetch: {what} ready for {uri} after accepting a suggestion "
+            f"({prefill} tokens prefilled)",
             "log",
         )
 
