@@ -58,6 +58,10 @@ class CompletionRequest:
     offset: int | None = None
     """The cursor's index into `text`, when the caller knows it (the language server does):
     then nothing reads the whole text to find it."""
+    slot: str | None = None
+    """The KV cache slot to compute in (default: the document's own). Work done for a text
+    the user may never type (prefetch) uses another, so the document's caches keep what the
+    user has really typed."""
 
 
 @dataclass
@@ -128,6 +132,32 @@ class PreparedCompletion:
     def finish_text(self, raw: str) -> tuple[str, str]:
         """(raw text, the text to insert after post-processing)."""
         return raw, finalize(raw, self.context, self.mode)
+
+    @property
+    def prompt_text(self) -> str:
+        """The prompt as text, as a serving engine gets it: with the healed characters off its
+        end, like `prompt_ids` (the engine writes them first, `finish_streamed` takes them off)."""
+        text = self.prompt.text
+        return text[: len(text) - len(self.healed)] if self.healed else text
+
+    def finish_streamed(self, generated: str) -> tuple[str, str]:
+        """`finish_text` for text an engine generated after `prompt_text`: nothing is
+        inserted unless it starts with the healed characters (an engine cannot be held to them
+        the way the local one is)."""
+        return self.finish_text(self.inserted(generated) or "")
+
+    def streamed_stop_rule(self) -> Callable[[str], bool]:
+        """The stop rule for text generated after `prompt_text`: it also stops at once when
+        the text leaves the healed characters (nothing it writes after can be inserted)."""
+        rule = self.text_stop_rule()
+
+        def stop(generated: str) -> bool:
+            inserted = self.inserted(generated)
+            if inserted is None:
+                return not self.healed.startswith(generated)
+            return rule(inserted)
+
+        return stop
 
 
 ANCHORED_DRAFT_TOKENS = 64
@@ -479,7 +509,7 @@ class Completer:
         """
         request = _readable(request)
         prompt = self.build_prompt(request)
-        heal = prompt.layout == "append" and self.engine is not None
+        heal = prompt.layout == "append"
         tokens = self.prompts.tokenize(prompt, heal=heal)
         language = request.language_id
         limit = max_new_tokens or self.config.max_new_tokens_for(language)
@@ -553,7 +583,7 @@ class Completer:
                 deadline=deadline,
                 cancel=cancel,
                 stop=prepared.stop_rule(),
-                slot=prepared.request.uri,
+                slot=prepared.request.slot or prepared.request.uri,
             )
         )
         raw, text = prepared.finish(result.tokens)

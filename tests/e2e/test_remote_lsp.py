@@ -127,19 +127,22 @@ def direct_answer(engine, reference, uri: str, text: str, line: int, col: int) -
     reference.set_document(uri, text, "python")
     prepared = reference.prepare(CompletionRequest(uri, text, line, col, "python"))
     raw = direct_completion(
-        engine, prepared.prompt.text, prepared.max_new_tokens, reference.generator.stop_strings
+        engine, prepared.prompt_text, prepared.max_new_tokens, reference.generator.stop_strings
     )
-    return prepared.finish_text(raw)[1]
+    return prepared.finish_streamed(raw)[1]
 
 
 async def test_the_suggestion_is_what_the_engine_answers_for_the_same_prompt(
     client, llama_engine, engine_key, reference
 ):
-    assert client.statuses[-1] == {
+    ready = dict(client.statuses[-1])
+    models = ready.pop("models")  # what runs, for the status item (describe())
+    assert ready == {
         "state": "ready",
         "message": f"the completion engine at {llama_engine.url} is ready",
         "backend": "openai",
     }
+    assert models["backend"] == "openai" and models["engine"]["model"] == "qwen2.5-coder-0.5b"
     uri = "file:///work/fib.py"
     text = "def fibonacci(n):\n    if n < 2:\n        return n\n    return \n"
     want = direct_answer(llama_engine, reference, uri, text, 3, 11)

@@ -432,3 +432,17 @@ def test_a_warm_up_stops_within_one_forward_when_a_request_comes(models):
     computed = completer.warm(request(text, line, len("value = f_")), cancel)
     assert sizes == [128, 128] and computed == 256
     assert max(sizes) <= 128
+
+
+def test_a_request_computes_in_the_slot_it_names_and_leaves_the_documents_cache(models):
+    """Prefetch computes a text the user may never type in a slot of its own: the document's
+    caches keep what was typed."""
+    completer = make(models)
+    typed = completer.complete(request())
+    kept = list(completer.engine.target.tokens)
+    assert completer.engine.target.slot == URI and kept
+    ahead = CompletionRequest(URI, TEXT + typed.text + "\n", 5, 0, "python", slot=URI + "#ahead")
+    completer.complete(ahead)
+    assert completer.engine.target.slot == URI + "#ahead"
+    completer.engine.select_slot(URI)
+    assert completer.engine.target.tokens == kept

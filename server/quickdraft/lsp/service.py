@@ -27,6 +27,11 @@ logger = logging.getLogger(__name__)
 STATS_NOTIFICATION = "$/quickdraft/stats"
 
 
+PREFETCH_SLOT = "#prefetch"
+"""Suffix of the KV cache slot prefetches compute in: a text the user may never type must not
+displace the caches of what they did type (the next keystroke would recompute it)."""
+
+
 @dataclass
 class Answer:
     """A suggestion placed in a document: `text` replaces `start`..`end` (LSP positions).
@@ -217,7 +222,13 @@ class CompletionService:
             new_column = (column if len(lines) == 1 else 0) + len(lines[-1])
             new_offset = offset + len(inserted)
             request = CompletionRequest(
-                uri, new_text, new_line, new_column, language_id, offset=new_offset
+                uri,
+                new_text,
+                new_line,
+                new_column,
+                language_id,
+                offset=new_offset,
+                slot=uri + PREFETCH_SLOT,  # the document's own caches keep what is typed
             )
             future = self.server.worker.submit_background(self.server.host.complete, request)
 

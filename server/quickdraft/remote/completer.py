@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from quickdraft.completer import Completer, Completion, CompletionRequest, PreparedCompletion
@@ -23,6 +24,18 @@ STRATEGY = "remote"
 """The name completions from the engine carry in their stats."""
 
 
+def classic_layout(config: QuickdraftConfig) -> QuickdraftConfig:
+    """`config` with the classic prompt layout. The append layout's prompt ends inside the
+    text before the cursor, and completes well only with token healing, which holds the first
+    generated tokens to the characters taken off the prompt: an OpenAI-compatible engine cannot
+    be held to them (after `return  ` the 0.5B wrote ` width`, which cannot follow), so the
+    remote backend keeps the cursor at the FIM middle marker. Engines cache the prompt's shared
+    head either way."""
+    if config.context.layout == "classic":
+        return config
+    return replace(config, context=replace(config.context, layout="classic"))
+
+
 class RemoteCompleter(Completer):
     def __init__(
         self,
@@ -30,7 +43,7 @@ class RemoteCompleter(Completer):
         config: QuickdraftConfig,
         generator: RemoteGenerator | None = None,
     ) -> None:
-        super().__init__(models, config)
+        super().__init__(models, classic_layout(config))
         self.generator = generator or RemoteGenerator.from_config(config.model, models.stop_tokens)
         models.engine = self.generator.describe()
 
@@ -68,7 +81,8 @@ class RemoteCompleter(Completer):
     # --- what the local engine needs and a serving engine does not ------------------------
 
     def update_config(self, config: QuickdraftConfig) -> None:
-        self.config = config  # model settings (URL, key, timeouts) come with a new Completer
+        # Model settings (URL, key, timeouts) come with a new Completer.
+        self.config = classic_layout(config)
 
     def calibrate(self, *args: Any, **kwargs: Any) -> None:
         return None  # the engine's step costs are its own business
@@ -94,16 +108,16 @@ class RemoteCompleter(Completer):
     ) -> Completion:
         decoding = self.config.decoding
         result = self.generator.generate(
-            prepared.prompt.text,
+            prepared.prompt_text,
             max_tokens=prepared.max_new_tokens,
             temperature=decoding.temperature,
             top_p=decoding.top_p,
             seed=decoding.seed,
-            should_stop=prepared.text_stop_rule(),
+            should_stop=prepared.streamed_stop_rule(),
             cancel=cancel,
             deadline=deadline,
         )
-        raw, text = prepared.finish_text(result.text)
+        raw, text = prepared.finish_streamed(result.text)
         tokens = self.tokenizer.encode(raw, add_special_tokens=False) if raw else []
         stats = GenerationStats(
             strategy=STRATEGY,
