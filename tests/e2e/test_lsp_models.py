@@ -319,6 +319,17 @@ async def test_accepting_a_suggestion_is_answered_from_prefetched_work(endless_m
         assert stats["prefillTokens"] == 0 and after.insert_text
 
 
+async def type_past_the_suggestion(client, uri, line, character, suggestion) -> dict:
+    """Type a character `suggestion` does not start with (version 2 of the document), ask
+    there, and return the answer's stats: a request the model must answer."""
+    typed = next(c for c in "qzQZ" if not suggestion.startswith(c))
+    edit(client, uri, 2, (line, character), (line, character), typed)
+    before = len(client.stats)
+    await inline(client, uri, line, character + 1)
+    await wait_for(lambda: len(client.stats) > before)
+    return plain(client.stats[-1])
+
+
 async def test_a_prefetch_leaves_the_documents_cache_to_what_is_typed(endless_models):
     """Prefetching computes a text the user may never type: in a slot of its own, so a
     keystroke that does not accept the suggestion still finds its document's cache."""
@@ -331,12 +342,7 @@ async def test_a_prefetch_leaves_the_documents_cache_to_what_is_typed(endless_mo
         line = body.count("\n")
         [first] = items_of(await inline(client, uri, line, 8))
         await wait_for(lambda: logged(client, "prefetch:"), 60)
-        typed = next(c for c in "qzQZ" if not first.insert_text.startswith(c))
-        edit(client, uri, 2, (line, 8), (line, 8), typed)
-        before = len(client.stats)
-        await inline(client, uri, line, 9)
-        await wait_for(lambda: len(client.stats) > before)
-        stats = plain(client.stats[-1])
+        stats = await type_past_the_suggestion(client, uri, line, 8, first.insert_text)
         assert stats["source"] == "model" and stats["engine"]["slot"] == uri
         assert stats["prefillTokens"] <= 2, stats
 
@@ -351,14 +357,8 @@ async def test_switching_files_and_back_prefills_few_tokens(endless_models):
         line = body.count("\n")
         [first] = items_of(await inline(client, here, line, 8))
         await inline(client, there, line, 8)
-        # Back in the first file, the user types a character the suggestion does not start
-        # with: a model request, on the first file's own cache.
-        typed = next(c for c in "qzQZ" if not first.insert_text.startswith(c))
-        edit(client, here, 2, (line, 8), (line, 8), typed)
-        before = len(client.stats)
-        await inline(client, here, line, 9)
-        await wait_for(lambda: len(client.stats) > before)
-        stats = plain(client.stats[-1])
+        # Back in the first file: a model request, on the first file's own cache.
+        stats = await type_past_the_suggestion(client, here, line, 8, first.insert_text)
         assert stats["source"] == "model" and stats["engine"]["slot"] == here
         assert stats["prefillTokens"] <= 32, stats
 

@@ -248,17 +248,19 @@ def test_append_layout_puts_the_anchor_to_cursor_text_after_the_middle_marker(mo
     assert prompt.prefix.endswith(prompt.middle)  # the text before the cursor, for the rules
 
 
+def shared_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens two prompts share."""
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+
+
 def test_typing_only_appends_to_the_prompt(models):
     completer = append_completer(models)
     text = FILE + "    \n" + FILE
     steps = prepared_after_typing(completer, text, 36, "total = f_1(2) + f_2(3)")
     for before, after in zip(steps, steps[1:], strict=False):
-        shared = 0
-        while (
-            shared < len(before.prompt_ids)
-            and before.prompt_ids[shared] == after.prompt_ids[shared]
-        ):
-            shared += 1
+        shared = shared_prefix(before.prompt_ids, after.prompt_ids)
         # Everything but (at most) the healed last token stays: a keystroke costs its own.
         assert shared >= len(before.prompt_ids) - 1
         assert len(after.prompt_ids) - shared <= 2
@@ -300,12 +302,7 @@ def test_typing_only_appends_even_when_the_suffix_is_cut(models):
     assert steps[0].prompt.suffix_truncated
     for before, after in zip(steps, steps[1:], strict=False):
         assert after.prompt.suffix_end_line == before.prompt.suffix_end_line
-        shared = 0
-        while (
-            shared < len(before.prompt_ids)
-            and before.prompt_ids[shared] == after.prompt_ids[shared]
-        ):
-            shared += 1
+        shared = shared_prefix(before.prompt_ids, after.prompt_ids)
         assert shared >= len(before.prompt_ids) - 1
 
 
