@@ -441,7 +441,14 @@ class RawClient:
         self.process.wait()
 
 
-def test_odd_text_in_one_document_does_not_stop_completions_in_another(tiny_models, reference):
+async def test_odd_text_in_one_document_does_not_stop_completions_in_another(
+    tiny_models, reference
+):
+    # A blocking raw-bytes client: run off the event loop the module's tests share.
+    await asyncio.to_thread(_odd_text_scenario, tiny_models, reference)
+
+
+def _odd_text_scenario(tiny_models, reference):
     client = RawClient(serve_command(tiny_models))
     try:
         init = client.message("initialize", {"processId": None, "capabilities": {}}, request=True)

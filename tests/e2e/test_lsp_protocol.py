@@ -172,6 +172,7 @@ class CompletionRequest:
     character: int
     language_id: str | None = None
     offset: int | None = None
+    slot: str | None = None
 
 
 def run_fake_server(argv: list[str]) -> None:

@@ -78,7 +78,9 @@ def test_the_current_document_is_indexed_split_at_the_cursor(models):
     match = ngram.lookup(encode("other = sub("), 4)
     assert match is not None and match.source.startswith("file:///work/z.py")
     prepared = completer.prepare(cursor)
-    assert prepared.before_cursor == encode(text[: text.index("other")] + "other = sub(")
+    # (the append layout heals the last token: the model writes it again first)
+    before = completer.tokenizer.decode(prepared.before_cursor) + prepared.healed
+    assert before == text[: text.index("other")] + "other = sub("
     assert prepared.after_cursor == encode("\n")
     # Once it is no longer the request's document, it is indexed whole again.
     completer.complete(request(text, line=1, character=4, uri="file:///work/other.py"))
@@ -93,9 +95,14 @@ def test_the_continuation_of_the_text_before_the_cursor_in_an_open_file_is_draft
         "file:///work/t.py", "from pkg.tools import (alpha, beta, gamma)\n", "python"
     )
     at_cursor = request(text, line=1, character=len(text) - 10)
-    assert completer.prepare(at_cursor).anchored_draft == completer.tokenizer.encode("gamma)\n")
+    prepared = completer.prepare(at_cursor)
+    # What followed in the open file, after the healed characters the model writes first.
+    assert prepared.anchored_draft == completer.tokenizer.encode(prepared.healed + "gamma)\n")
     completer.close_document("file:///work/t.py")
-    assert completer.prepare(at_cursor).anchored_draft is None
+    # Nothing to copy from: only the healed characters are known.
+    assert completer.prepare(at_cursor).anchored_draft == completer.tokenizer.encode(
+        prepared.healed
+    )
 
 
 def test_other_open_files_appear_in_the_prompt_but_not_the_current_one(models):

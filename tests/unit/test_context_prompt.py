@@ -1,4 +1,5 @@
-"""build_prompt: positions, budgets, trimming at stable syntactic boundaries, snippets."""
+"""build_prompt: positions, budgets, trimming at stable syntactic boundaries, snippets (in the
+classic layout unless a test says otherwise)."""
 
 import pytest
 
@@ -27,13 +28,19 @@ def functions(count: int, start: int = 0) -> str:
     )
 
 
+def classic(**kw) -> ContextConfig:
+    """The classic layout (prefix up to the cursor, then the suffix), which most tests here
+    measure; the append layout's own rules are tested in test_completer.py."""
+    return ContextConfig(**{"layout": "classic", **kw})
+
+
 def no_snippets(**kw) -> ContextConfig:
-    return ContextConfig(snippet_share=0.0, **kw)
+    return classic(snippet_share=0.0, **kw)
 
 
 def test_small_document_goes_in_whole():
     text = "def f(x):\n    return x\n\nprint(f(1))\n"
-    prompt = build_prompt(text, 1, 10, "python", [], QWEN, utf8_count, ContextConfig())
+    prompt = build_prompt(text, 1, 10, "python", [], QWEN, utf8_count, classic())
     assert prompt.prefix == "def f(x):\n    return"
     assert prompt.suffix == " x\n\nprint(f(1))\n"
     assert prompt.text == QWEN.render(prompt.prefix, prompt.suffix)
@@ -171,6 +178,17 @@ def test_a_very_long_line_is_cut_inside_the_line():
     assert text[character:].startswith(prompt.suffix) and prompt.suffix
 
 
+def test_a_very_long_line_fits_in_the_append_layout_too():
+    """Text from the anchor to the cursor goes whole after the middle marker in the append
+    layout: one huge line would not fit, so that request is laid out as classic."""
+    text = "x = [" + ", ".join(str(i) for i in range(5000)) + "]\n"
+    config = ContextConfig(layout="append", snippet_share=0.0, max_prompt_tokens=200)
+    prompt = build_prompt(text, 0, len(text) // 2, "python", [], QWEN, utf8_count, config)
+    assert prompt.prompt_tokens <= 200 and prompt.layout == "classic"
+    short = build_prompt("x = [1, 2, ", 0, 11, "python", [], QWEN, utf8_count, config)
+    assert short.layout == "append"
+
+
 def test_unknown_language_is_plain_text_with_paragraph_boundaries():
     paragraphs = "".join(f"Paragraph {i} line one.\nline two of {i}.\n\n" for i in range(300))
     config = no_snippets(max_prompt_tokens=600)
@@ -187,7 +205,7 @@ def test_snippets_from_other_documents_within_their_share():
         {"uri": "file:///proj/main.py", "text": "ignored: this is the current file"},
     ]
     text = functions(5) + "items = load()\ntotal = invoice_total(invoice_items)\n"
-    config = ContextConfig(max_prompt_tokens=1500, snippet_share=0.3, max_snippets=2)
+    config = classic(max_prompt_tokens=1500, snippet_share=0.3, max_snippets=2)
     prompt = build_prompt(
         text,
         21,
@@ -218,7 +236,7 @@ def test_typing_on_a_line_keeps_the_prompt_start_identical():
     docs = [{"uri": "file:///proj/billing.py", "text": other}]
     head = functions(300) + "invoice_items = load()\nfirst = invoice_1(invoice_items)\n"
     typed = "total = invoice_3(items) + invoice_7(items)"
-    config = ContextConfig(max_prompt_tokens=1500, snippet_share=0.3)
+    config = classic(max_prompt_tokens=1500, snippet_share=0.3)
     previous = None
     for n in range(len(typed) + 1):
         text = head + typed[:n] + "\n"
@@ -235,9 +253,7 @@ def test_typing_on_a_line_keeps_the_prompt_start_identical():
 def test_no_snippets_when_their_share_is_zero():
     docs = [{"path": "/p/other.py", "text": "def invoice_total(x):\n    return x\n"}]
     text = "total = invoice_total(1)\n"
-    prompt = build_prompt(
-        text, 1, 0, "python", docs, QWEN, utf8_count, ContextConfig(snippet_share=0)
-    )
+    prompt = build_prompt(text, 1, 0, "python", docs, QWEN, utf8_count, classic(snippet_share=0))
     assert prompt.snippets == []
     assert prompt.text.startswith("<|fim_prefix|>")
 
@@ -245,5 +261,5 @@ def test_no_snippets_when_their_share_is_zero():
 @pytest.mark.parametrize("family", ["deepseek-coder", "starcoder2", "codellama"])
 def test_other_families_render_through_build_prompt(family):
     template = get_fim_template(family)
-    prompt = build_prompt("a = 1\nb = ", 1, 4, "python", [], template, utf8_count)
+    prompt = build_prompt("a = 1\nb = ", 1, 4, "python", [], template, utf8_count, classic())
     assert prompt.text == template.render("a = 1\nb = ", "")

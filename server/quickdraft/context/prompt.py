@@ -415,6 +415,30 @@ def _check(contents: list[str], line: int, character: int) -> None:
         )
 
 
+def _snippet_query(
+    doc: _Window, row: int, character: int, query_end: int, lines: int, append: bool
+) -> str:
+    """The text snippets of other files are chosen by: the `lines` rows above `query_end` (the
+    anchor in the append layout, the cursor's row in the classic one). Near the top of a file
+    there may be none. The append layout then reads the rows below the cursor's, and last the
+    rows from the anchor to the cursor's: never the cursor's own row, so that typing on it
+    leaves the snippets, the head of the prompt, be. The classic layout reads the cursor's row
+    (its prompt changes with every keystroke anyway)."""
+
+    def has_words(text: str) -> bool:
+        return any(c.isalnum() for c in text)
+
+    query = "".join(doc.full[max(0, query_end - lines) : query_end])
+    if has_words(query):
+        return query
+    if not append:
+        return doc.contents[row][:character]
+    below = "".join(doc.full[row + 1 : row + 1 + lines])
+    if has_words(below):
+        return below
+    return "".join(doc.full[query_end:row])
+
+
 def anchor_line(line: int, anchor_lines: int) -> int:
     """The append layout's anchor for a cursor on `line`: the line at or above it whose number
     is a multiple of `anchor_lines`."""
@@ -478,9 +502,7 @@ def build_prompt(
     bare = count(render("", "", []))
     snippet_budget = int(total * config.snippet_share)
     if snippet_budget > 0 and config.max_snippets > 0 and documents:
-        query = "".join(doc.full[max(0, query_end - config.snippet_lines) : query_end])
-        if not query.strip():
-            query = doc.contents[row][:character]
+        query = _snippet_query(doc, row, character, query_end, config.snippet_lines, append)
         snippets = select_snippets(
             query,
             documents,
@@ -512,8 +534,14 @@ def build_prompt(
     middle = ""
     if append:
         middle = "".join(doc.full[first_middle_row:row]) + doc.contents[row][:character]
+        middle_tokens = count.uncached(middle)
+        if middle_tokens > (file_budget - suffix_used) // 2:
+            # One huge line (minified code, data) or a long stretch since the anchor: no
+            # room for a prefix. The classic layout cuts the text before the cursor to fit.
+            append, middle = False, ""
+    if append:
         allowance = int(file_budget * MIDDLE_SHARE)
-        excess = max(0, count.uncached(middle) - allowance)
+        excess = max(0, middle_tokens - allowance)
         excess = -(-excess // MIDDLE_STEP) * MIDDLE_STEP
         prefix_budget = file_budget - suffix_used - allowance - excess
         prefix_section, start, prefix_cut, _ = _fit_prefix(

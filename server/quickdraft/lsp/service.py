@@ -161,7 +161,10 @@ class CompletionService:
         if not suggestion:
             return None
         self.typed_ahead.remember(uri, prefix, suggestion, suffix)
-        if not joined and server.config.current.cache.prefetch:
+        # Prefetch on local models only: a serving engine's capacity is for the requests of
+        # everyone who shares it, and its failures must not show twice.
+        config = server.config.current
+        if not joined and config.cache.prefetch and config.model.backend == "local":
             self._prefetch(
                 uri, document.language_id, text, offset, position.line, column, suggestion
             )
