@@ -287,7 +287,9 @@ def test_sweep_writes_a_loadable_config_snippet(repo, tmp_path):
     snippet = json.loads((out / "draft_length.json").read_text())
     config = load_config(snippet)
     for language, lang in snippet["languages"].items():
-        assert lang["draft_length"] in (1, 4)
+        # A swept length, or None where the adaptive policy did as well (timing decides which:
+        # this test checks the snippet's form, not the verdict).
+        assert lang["draft_length"] in (None, 1, 4)
         assert config.draft_length_for(language) == lang["draft_length"]
     sweep = json.loads((out / "sweep.json").read_text())
     assert set(sweep["summary"]["python"]) == {"ngram", "draft", "hybrid"}
