@@ -104,8 +104,9 @@ def run(args: argparse.Namespace) -> int:
     completer.set_document(uri, text, language)
     request = CompletionRequest(uri, text, args.line - 1, args.col - 1, language)
     completion = completer.complete(request)
-    identity: dict[str, object] = {"compute_path": completer.compute_path}
-    if completer.compute_path is not None:
+    path = completer.compute_path
+    identity: dict[str, object] = {"compute_path": path}
+    if path is not None:
         identity["batch_invariant"] = completer.batch_invariant
     if args.check_identity:
         progress("decoding plainly (ar) on the same prompt, to compare")

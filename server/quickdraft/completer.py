@@ -133,32 +133,6 @@ class PreparedCompletion:
         """(raw text, the text to insert after post-processing)."""
         return raw, finalize(raw, self.context, self.mode)
 
-    @property
-    def prompt_text(self) -> str:
-        """The prompt as text, as a serving engine gets it: with the healed characters off its
-        end, like `prompt_ids` (the engine writes them first, `finish_streamed` takes them off)."""
-        text = self.prompt.text
-        return text[: len(text) - len(self.healed)] if self.healed else text
-
-    def finish_streamed(self, generated: str) -> tuple[str, str]:
-        """`finish_text` for text an engine generated after `prompt_text`: nothing is
-        inserted unless it starts with the healed characters (an engine cannot be held to them
-        the way the local one is)."""
-        return self.finish_text(self.inserted(generated) or "")
-
-    def streamed_stop_rule(self) -> Callable[[str], bool]:
-        """The stop rule for text generated after `prompt_text`: it also stops at once when
-        the text leaves the healed characters (nothing it writes after can be inserted)."""
-        rule = self.text_stop_rule()
-
-        def stop(generated: str) -> bool:
-            inserted = self.inserted(generated)
-            if inserted is None:
-                return not self.healed.startswith(generated)
-            return rule(inserted)
-
-        return stop
-
 
 ANCHORED_DRAFT_TOKENS = 64
 """The most tokens of an open document's text proposed from the cursor on."""

@@ -79,10 +79,18 @@ def expected(reference, uri: str, text: str, line: int, character: int, language
     return reference.complete(request).text
 
 
+FUNCTIONS = "".join(f"def f_{i}(x):\n    return x + {i}\n\n" for i in range(20))
+"""A document of 20 small functions (about 400 tokens): room for a cache to matter."""
+
+
+async def models_ready(client) -> None:
+    await wait_for(lambda: any("models ready" in m.message for m in client.log_messages), 120)
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def client(tiny_models):
     async with lsp_session(serve_command(tiny_models)) as client:
-        await wait_for(lambda: any("models ready" in m.message for m in client.log_messages), 120)
+        await models_ready(client)
         yield client
 
 
@@ -238,7 +246,7 @@ async def test_cancel_and_supersede_stop_a_long_generation(endless_models):
     command = serve_command(endless_models, "--strategy", "ar", "--max-tokens", "8")
     long_python = {"languages": {"python": {"maxNewTokens": 4000}}}
     async with lsp_session(command, init_options=long_python) as client:
-        await wait_for(lambda: any("models ready" in m.message for m in client.log_messages), 120)
+        await models_ready(client)
         uri, short = "file:///work/long.py", "file:///work/short.rs"
         open_doc(client, uri, "x = '😀中' + \n")
         open_doc(client, short, "let x = ", language_id="rust")
@@ -303,7 +311,7 @@ async def test_accepting_a_suggestion_is_answered_from_prefetched_work(endless_m
     """The model's answer is prefetched for the text accepting it gives: Tab, then the next
     request costs no model time."""
     async with lsp_session(serve_command(endless_models), init_options=APPEND) as client:
-        await wait_for(lambda: any("models ready" in m.message for m in client.log_messages), 120)
+        await models_ready(client)
         uri = "file:///work/accept.py"
         open_doc(client, uri, "total = ")
         [item] = items_of(await inline(client, uri, 0, 8))
@@ -335,9 +343,9 @@ async def test_a_prefetch_leaves_the_documents_cache_to_what_is_typed(endless_mo
     keystroke that does not accept the suggestion still finds its document's cache."""
     no_warmup = {"context": {"layout": "append"}, "cache": {"warmup": False}}
     async with lsp_session(serve_command(endless_models), init_options=no_warmup) as client:
-        await wait_for(lambda: any("models ready" in m.message for m in client.log_messages), 120)
+        await models_ready(client)
         uri = "file:///work/typed.py"
-        body = "".join(f"def f_{i}(x):\n    return x + {i}\n\n" for i in range(20))
+        body = FUNCTIONS
         open_doc(client, uri, body + "value = ")
         line = body.count("\n")
         [first] = items_of(await inline(client, uri, line, 8))
@@ -349,9 +357,9 @@ async def test_a_prefetch_leaves_the_documents_cache_to_what_is_typed(endless_mo
 
 async def test_switching_files_and_back_prefills_few_tokens(endless_models):
     async with lsp_session(serve_command(endless_models), init_options=APPEND) as client:
-        await wait_for(lambda: any("models ready" in m.message for m in client.log_messages), 120)
+        await models_ready(client)
         here, there = "file:///work/here.py", "file:///work/there.py"
-        body = "".join(f"def f_{i}(x):\n    return x + {i}\n\n" for i in range(20))
+        body = FUNCTIONS
         open_doc(client, here, body + "value = ")
         open_doc(client, there, body.replace("f_", "g_") + "other = ")
         line = body.count("\n")
@@ -365,9 +373,9 @@ async def test_switching_files_and_back_prefills_few_tokens(endless_models):
 
 async def test_an_edit_warms_the_cache_before_the_request(endless_models):
     async with lsp_session(serve_command(endless_models), init_options=APPEND) as client:
-        await wait_for(lambda: any("models ready" in m.message for m in client.log_messages), 120)
+        await models_ready(client)
         uri = "file:///work/warm.py"
-        body = "".join(f"def f_{i}(x):\n    return x + {i}\n\n" for i in range(20))
+        body = FUNCTIONS
         open_doc(client, uri, body + "value")
         line = body.count("\n")
         edit(client, uri, 2, (line, 5), (line, 5), " = ")  # no request yet: the worker is idle

@@ -45,11 +45,11 @@ def test_complete_prints_what_the_engine_answers(llama_engine, tmp_path, capsys)
         reference.set_document(uri, SOURCE, "python")
         prepared = reference.prepare(CompletionRequest(uri, SOURCE, 3, 11, "python"))
         raw = direct_completion(
-            llama_engine, prepared.prompt_text, 10, reference.generator.stop_strings
+            llama_engine, prepared.prompt.text, 10, reference.generator.stop_strings
         )
     finally:
         reference.close()
-    assert printed["completion"] == prepared.finish_streamed(raw)[1] and printed["completion"]
+    assert printed["completion"] == prepared.finish_text(raw)[1] and printed["completion"]
     assert printed["strategy"] == "remote" and printed["new_tokens"] == len(printed["tokens"])
 
 

@@ -127,9 +127,9 @@ def direct_answer(engine, reference, uri: str, text: str, line: int, col: int) -
     reference.set_document(uri, text, "python")
     prepared = reference.prepare(CompletionRequest(uri, text, line, col, "python"))
     raw = direct_completion(
-        engine, prepared.prompt_text, prepared.max_new_tokens, reference.generator.stop_strings
+        engine, prepared.prompt.text, prepared.max_new_tokens, reference.generator.stop_strings
     )
-    return prepared.finish_streamed(raw)[1]
+    return prepared.finish_text(raw)[1]
 
 
 async def test_the_suggestion_is_what_the_engine_answers_for_the_same_prompt(

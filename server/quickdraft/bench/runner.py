@@ -191,11 +191,6 @@ def describe_environment(completer: Any, options: BenchOptions) -> dict[str, Any
     return env
 
 
-def compute_path(completer: Any) -> str | None:
-    """A Completer's compute path (`Completer.compute_path`); None without a local engine."""
-    return getattr(completer, "compute_path", None)
-
-
 def make_peers(completer: Any, strategies: list[str], gguf_path: str | None) -> dict[str, Peer]:
     models = getattr(completer, "models", None)
     target = getattr(models, "target", None)
@@ -264,7 +259,7 @@ class Bench:
         # The compute path of each runtime ("" is the first): identity with `ar` is a property
         # of the path (batch-invariant or not), so the report names it.
         self.env["paths"] = {
-            name: compute_path(session.completer)
+            name: getattr(session.completer, "compute_path", None)
             for name, session in (("", self.session), *self.variants.items())
         }
         self.peers = peers if peers is not None else make_peers(completer, options.strategies, None)

@@ -21,6 +21,7 @@ to slice logits.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -577,21 +578,17 @@ def load_models(
         threads = config.threads or physical_cores()
         torch.set_num_threads(threads)
 
-    shapes: list[ModelShape] = []
-
+    @functools.cache
     def shape() -> ModelShape:
         """The target's shape: a preset knows it; else read once (a GGUF's metadata takes
         gguf's reader 5-20 s to parse: its 150k-token vocabulary is read in Python)."""
-        if not shapes:
-            if preset is not None and target_info.kind.startswith("preset"):
-                shapes.append(ModelShape.of(preset.target.arch))
-            elif target_info.gguf is not None:
-                shapes.append(ModelShape.from_gguf(target_info.gguf))
-            else:
-                from transformers import AutoConfig
+        if preset is not None and target_info.kind.startswith("preset"):
+            return ModelShape.of(preset.target.arch)
+        if target_info.gguf is not None:
+            return ModelShape.from_gguf(target_info.gguf)
+        from transformers import AutoConfig
 
-                shapes.append(ModelShape.of(AutoConfig.from_pretrained(target_info.path)))
-        return shapes[0]
+        return ModelShape.of(AutoConfig.from_pretrained(target_info.path))
 
     measured: list[KernelChoice] = []
 

@@ -108,16 +108,16 @@ class RemoteCompleter(Completer):
     ) -> Completion:
         decoding = self.config.decoding
         result = self.generator.generate(
-            prepared.prompt_text,
+            prepared.prompt.text,
             max_tokens=prepared.max_new_tokens,
             temperature=decoding.temperature,
             top_p=decoding.top_p,
             seed=decoding.seed,
-            should_stop=prepared.streamed_stop_rule(),
+            should_stop=prepared.text_stop_rule(),
             cancel=cancel,
             deadline=deadline,
         )
-        raw, text = prepared.finish_streamed(result.text)
+        raw, text = prepared.finish_text(result.text)
         tokens = self.tokenizer.encode(raw, add_special_tokens=False) if raw else []
         stats = GenerationStats(
             strategy=STRATEGY,
