@@ -36,11 +36,12 @@ from quickdraft.decoding import CostModel, Engine, GenerationRequest, Generation
 from quickdraft.decoding.healing import TokenBytes
 from quickdraft.document_index import DocumentIndex
 from quickdraft.errors import InputError
+from quickdraft.machine import cpu_model
 from quickdraft.models.loading import LoadedModels, Progress
 
 if TYPE_CHECKING:
     from quickdraft.remote.models import RemoteModels
-from quickdraft.models.store import quickdraft_home
+from quickdraft.models.store import quickdraft_home, write_json_atomic
 from quickdraft.postprocess import CursorContext, StopRule, decide_mode, finalize
 from quickdraft.text import unusable_reason, without_lone_surrogates
 from quickdraft.tokens import PromptTokenizer
@@ -328,15 +329,10 @@ class Completer:
                 "run only, measured again at the next start"
             )
         elif cache:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(costs.to_dict(), indent=2))
-            tmp.replace(path)
+            write_json_atomic(path, costs.to_dict())
         return costs
 
     def _calibration_key(self, context_tokens: int) -> str:
-        from quickdraft.models.cpu_kernels import cpu_model
-
         parts = [
             model_fingerprint(self.models.target),
             model_fingerprint(self.models.draft),

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from quickdraft.machine import cpu_model
 from quickdraft.models import cpu_kernels
 from quickdraft.models.cpu_kernels import LayerShape, decide, score
 from quickdraft.models.runtime import ModelShape, choose_runtime, torch_cost_estimate
@@ -67,7 +68,7 @@ def test_choice_is_cached_per_machine_and_not_when_busy(tmp_path, monkeypatch):
     assert len(calls) == 2 and not second.cached and third.cached
     assert third.label == "int8/onednn" and third.timings_ms["float32"] == FP32
     saved = json.loads(next((tmp_path / "kernels").glob("*.json")).read_text())
-    assert saved["dtype"] == "int8" and saved["cpu"] == cpu_kernels.cpu_model()
+    assert saved["dtype"] == "int8" and saved["cpu"] == cpu_model()
     # Another thread count (or CPU, or torch version) is another key: measured again.
     cpu_kernels.choose(config, 1, home=tmp_path)
     assert len(calls) == 3

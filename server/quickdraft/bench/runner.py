@@ -12,7 +12,6 @@ for the holes that finished before it ends the command.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import platform
 import subprocess
@@ -28,6 +27,8 @@ from quickdraft.bench.peers import PEERS, HFPeer, LlamaCppPeer, Peer
 from quickdraft.bench.session import Outcome, Session
 from quickdraft.config import STRATEGIES
 from quickdraft.errors import ConfigError, QuickdraftError
+from quickdraft.machine import cpu_model, speed_flags
+from quickdraft.models.store import write_json_atomic
 
 REMOTE = "remote"
 """A serving engine (`--remote-url`) through the same `Completer` pipeline (quickdraft.remote)."""
@@ -122,12 +123,6 @@ class BenchOptions:
     progress: bool = True
 
 
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _git_commit() -> str | None:
     try:
         here = Path(__file__).resolve().parent
@@ -167,7 +162,8 @@ def describe_environment(completer: Any, options: BenchOptions) -> dict[str, Any
         "transformers": transformers_version,
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_model(),
+        "cpu_flags": speed_flags(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "models": described,
@@ -580,7 +576,7 @@ class Bench:
         if final:
             self.env["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         results = self.results()
-        _write_json(self.out / "results.json", results)
+        write_json_atomic(self.out / "results.json", results)
         replay = None
         if self.replay_records:
             replay = {
@@ -588,14 +584,14 @@ class Bench:
                 "holes": self.replay_records,
                 "summary": report.summarize_replay(self.replay_records),
             }
-            _write_json(self.out / "replay.json", replay)
+            write_json_atomic(self.out / "replay.json", replay)
         sweep = None
         if self.sweep_records:
             sweep = report.summarize_sweep(self.sweep_records, self.records, self.primary)
             sweep["holes"] = self.sweep_records
-            _write_json(self.out / "sweep.json", sweep)
+            write_json_atomic(self.out / "sweep.json", sweep)
             if sweep["best"]:
-                _write_json(self.out / "draft_length.json", report.config_snippet(sweep))
+                write_json_atomic(self.out / "draft_length.json", report.config_snippet(sweep))
         if final:
             plots = report.write_plots(self.out, results, sweep)
             markdown = report.render_markdown(results, replay=replay, sweep=sweep, plots=plots)

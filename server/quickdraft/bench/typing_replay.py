@@ -47,6 +47,8 @@ from quickdraft.bench.holes import Hole
 from quickdraft.bench.lsp_client import Request, StdioLspClient
 from quickdraft.errors import ConfigError, LanguageServerError
 from quickdraft.lsp.documents import UTF16, Document, units
+from quickdraft.machine import cpu_model, speed_flags
+from quickdraft.models.store import write_json_atomic
 
 PREFIX = "quickdraft bench --typing"
 LAYOUTS = ("append", "classic")
@@ -336,41 +338,6 @@ def server_env() -> dict[str, str]:
     return env
 
 
-def describe_cpu() -> str:
-    """The CPU model, as /proc/cpuinfo or lscpu name it."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            name, _, value = line.partition(":")
-            if name.strip() in ("model name", "Model name", "cpu model") and value.strip():
-                return value.strip()
-    except OSError:
-        pass
-    try:
-        import subprocess
-
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=5).stdout
-        for line in out.splitlines():
-            name, _, value = line.partition(":")
-            if name.strip() == "Model name":
-                return value.strip()
-    except (OSError, ValueError):
-        pass
-    return platform.processor() or platform.machine()
-
-
-def cpu_flags() -> list[str]:
-    """The vector extensions that decide CPU speed (AVX2, AVX-512, AMX), where listed."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-    except OSError:
-        return []
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            flags = set(line.partition(":")[2].split())
-            return [f for f in ("avx2", "avx512f", "avx512_vnni", "amx_tile") if f in flags]
-    return []
-
-
 class TypingServer:
     """One `quickdraft serve` for one variant, started and initialized as VS Code does."""
 
@@ -530,8 +497,8 @@ class TypingBench:
 
         options = self.options
         return {
-            "cpu": describe_cpu(),
-            "cpu_flags": cpu_flags(),
+            "cpu": cpu_model(),
+            "cpu_flags": speed_flags(),
             "cpu_count": os.cpu_count(),
             "platform": platform.platform(),
             "python": platform.python_version(),
@@ -559,13 +526,12 @@ class TypingBench:
         }
 
     def write(self, *, final: bool) -> dict[str, Any]:
-        from quickdraft.bench.runner import _write_json
 
         self.out.mkdir(parents=True, exist_ok=True)
         if final:
             self.env["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         results = self.results()
-        _write_json(self.out / "results.json", results)
+        write_json_atomic(self.out / "results.json", results)
         if final:
             plots = typing_report.write_plot(self.out, results)
             (self.out / "report.md").write_text(

@@ -494,7 +494,7 @@ def _measure(path: Path, threads: int, extra_bufts: bool, context: int) -> dict[
 
 
 def _probe_key(path: Path, threads: int, context: int) -> str:
-    from quickdraft.models.cpu_kernels import cpu_flags, cpu_model
+    from quickdraft.machine import cpu_flags, cpu_model
 
     stat = path.stat()
     parts = [

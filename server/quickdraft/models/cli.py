@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from quickdraft.errors import ModelError
+from quickdraft.machine import cpu_model
 from quickdraft.models.presets import PRESETS, get_preset
 
 
@@ -364,7 +365,7 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
     where = f"{device}, {how}" + (f", {threads} threads" if threads else "")
     where += ", compiled steps" if compiled else ""
     print(f"stepcost {what}  ({where}, context {args.context}; loaded in {load_s:.0f} s)", file=out)
-    print(f"cpu          {cpu_kernels.cpu_model()} ({cpu_kernels.capability()})", file=out)
+    print(f"cpu          {cpu_model()} ({cpu_kernels.capability()})", file=out)
     print(f"runtime      {runtime}: {runtime_reason}", file=out)
     if kernel is not None:
         print(f"kernel       {kernel.label}: {kernel.reason}", file=out)

@@ -28,7 +28,6 @@ import hashlib
 import json
 import logging
 import os
-import platform
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -36,6 +35,7 @@ from typing import Any
 
 import torch
 
+from quickdraft.machine import cpu_flags, cpu_model
 from quickdraft.models import store
 
 log = logging.getLogger(__name__)
@@ -100,27 +100,6 @@ class KernelChoice:
 
 
 # --- the machine ------------------------------------------------------------------------
-
-
-def cpu_model() -> str:
-    """The CPU's model name, as /proc/cpuinfo or the platform says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def cpu_flags() -> frozenset[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
 
 
 def native_bfloat16() -> bool:
@@ -380,8 +359,5 @@ def choose(
             "only (measured again next time)"
         )
     elif use_cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(choice.to_dict(), indent=2))
-        tmp.replace(path)
+        store.write_json_atomic(path, choice.to_dict())
     return choice

@@ -134,3 +134,12 @@ def _remove_if_stale(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write `data` as JSON to `path` so that a reader sees the old file or the new one, never
+    half of one (a temporary file beside it, then one rename); creates the folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    temp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(temp, path)
