@@ -91,11 +91,12 @@ def run(args: argparse.Namespace) -> int:
         )
     config = load_config(config_dict_from_args(args), config_file_from_args(args))
 
+    from quickdraft.backends import load_completer
     from quickdraft.cli_args import ProgressLines
-    from quickdraft.completer import Completer, CompletionRequest
+    from quickdraft.completer import CompletionRequest
 
     progress = ProgressLines("quickdraft complete")
-    completer = Completer.load(config, progress=progress)
+    completer = load_completer(config, progress=progress)
     progress(f"ready: {completer.models.summary()}; completing")
     for path, other_text in others:
         completer.set_document(path.resolve().as_uri(), other_text, language_of(path))

@@ -1,8 +1,8 @@
 """What the completion should be: one line or a block, when to stop generating, final trimming.
 
-* `CursorContext.parse(prefix, suffix, language_id)` reads the cursor's surroundings once (its
-  line, the brackets open before it, the lexer's state there, what the suffix closes, the
-  lines around it); every step below takes that one value.
+Every step takes the cursor's context, read once (`context.cursor.CursorContext`: its line,
+the brackets open before it, the lexer's state there, what the suffix closes, the lines around
+it).
 * `decide_mode` looks at the cursor: text after it on the same line, or text before it that
   doesn't open anything, asks for the rest of the line; an opened block (`:`/`{`/an opening
   bracket at the end of the line), an empty body, or a blank line at the end of a block asks
@@ -13,10 +13,6 @@
 * `finalize` cuts the generated text where the rule would have stopped, then removes what the
   document already has (a tail that repeats the text after the cursor), and trailing blanks.
 * `TypedAheadCache` serves the rest of the last suggestion while the user types into it.
-
-Strings and comments are recognised by a small lexer (quotes, escapes, line and block comments
-per language) so brackets inside them don't count. Unknown languages get bracket and
-indentation rules with no string or comment syntax.
 """
 
 from __future__ import annotations
@@ -26,308 +22,30 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
 
-from quickdraft.context import syntax
+import quickdraft.context.syntax as syntax
+from quickdraft.context.cursor import (
+    CODE,
+    OPENERS,
+    PARTNER,
+    STRING,
+    CursorContext,
+    LexSpec,
+    LexState,
+    indent_width,
+    is_identifier_char,
+    lex,
+    parse_windows,
+    pop_opener,
+    previous_line,
+    width,
+)
 
 Mode = Literal["line", "block"]
 MultilineSetting = Literal["auto", "always", "never"]
 
-OPENERS = "([{"
 CLOSERS = ")]}"
-PARTNER = {"(": ")", "[": "]", "{": "}"}
-_CLOSER_RUN = set(")]};,:")
-_TRIVIAL = set(")]};,: \t")
-
-PREFIX_WINDOW_CHARS = 20_000
-"""How much of the prefix is scanned for open brackets (from a line start)."""
-SUFFIX_WINDOW_CHARS = 20_000
-"""How much of the suffix is scanned for the brackets it closes."""
-
-
-# --- lexer ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Spec:
-    line_comments: tuple[str, ...] = ()
-    block_comment: tuple[str, str] | None = None
-    quotes: str = ""
-    multiline_quotes: str = ""
-    triple_quotes: bool = False
-    indentation: bool = False
-    block_opener: str = "{"
-
-    def pattern(self) -> re.Pattern[str]:
-        parts = [r"\\[\s\S]"]
-        if self.triple_quotes:
-            parts += ['"""', "'''"]
-        if self.block_comment:
-            parts += [re.escape(self.block_comment[0]), re.escape(self.block_comment[1])]
-        parts += [re.escape(marker) for marker in self.line_comments]
-        if self.quotes:
-            parts.append("[" + re.escape(self.quotes) + "]")
-        parts.append(r"[()\[\]{}\n]")
-        return re.compile("|".join(parts))
-
-
-_C_LIKE = _Spec(("//",), ("/*", "*/"), "\"'", "")
-_SPECS: dict[str | None, _Spec] = {
-    "python": _Spec(
-        ("#",), None, "\"'", "", triple_quotes=True, indentation=True, block_opener=":"
-    ),
-    "javascript": _Spec(("//",), ("/*", "*/"), "\"'`", "`"),
-    "typescript": _Spec(("//",), ("/*", "*/"), "\"'`", "`"),
-    "tsx": _Spec(("//",), ("/*", "*/"), "\"'`", "`"),
-    "rust": _Spec(("//",), ("/*", "*/"), '"', '"'),  # '\'' is mostly lifetimes in Rust
-    "go": _Spec(("//",), ("/*", "*/"), "\"'`", "`"),
-    "java": _C_LIKE,
-    "c": _C_LIKE,
-    "cpp": _C_LIKE,
-    None: _Spec(),
-}
-_PATTERNS: dict[_Spec, re.Pattern[str]] = {}
-
-CODE, STRING, BLOCK_COMMENT, LINE_COMMENT = range(4)
-
-
-def _spec_for(language_id: str | None) -> tuple[str | None, _Spec]:
-    grammar = syntax.resolve_language(language_id)
-    return grammar, _SPECS.get(grammar, _SPECS[None])
-
-
-@dataclass
-class _LexState:
-    mode: int = CODE
-    quote: str = ""
-    local_string: bool = False
-    """The open string started inside the completion (not in the prefix)."""
-
-    def copy(self) -> _LexState:
-        return _LexState(self.mode, self.quote, self.local_string)
-
-
-def _lex(spec: _Spec, text: str, state: _LexState, on_bracket, local: bool = False) -> None:
-    """Advance `state` over `text`, calling on_bracket(position, char) for code brackets.
-
-    on_bracket may return True to stop early (the state is then left at that bracket).
-    """
-    pattern = _PATTERNS.get(spec)
-    if pattern is None:
-        pattern = _PATTERNS[spec] = spec.pattern()
-    block = spec.block_comment
-    for match in pattern.finditer(text):
-        token = match.group()
-        mode = state.mode
-        if token == "\n":
-            if mode == LINE_COMMENT or (
-                mode == STRING
-                and len(state.quote) == 1
-                and state.quote not in spec.multiline_quotes
-            ):
-                state.mode = CODE
-            continue
-        if mode == CODE:
-            if token in "()[]{}":
-                if on_bracket(match.start(), token):
-                    return
-            elif token in spec.line_comments:
-                state.mode = LINE_COMMENT
-            elif block and token == block[0]:
-                state.mode = BLOCK_COMMENT
-            elif token[0] in spec.quotes and not token.startswith("\\"):
-                state.mode, state.quote, state.local_string = STRING, token, local
-        elif mode == STRING:
-            if token == state.quote:
-                state.mode = CODE
-        elif mode == BLOCK_COMMENT and block and token == block[1]:
-            state.mode = CODE
-
-
-def _pop(stack: list[str], closer: str) -> bool:
-    """Pop the opener `closer` closes (recovering from a mismatch); False if none is open."""
-    for depth in range(len(stack) - 1, -1, -1):
-        if PARTNER[stack[depth]] == closer:
-            del stack[depth:]
-            return True
-    return False
-
-
-def _scan_prefix(spec: _Spec, prefix: str) -> tuple[list[str], _LexState]:
-    """Brackets still open at the end of the prefix (innermost last), and the lexer state."""
-    window = prefix
-    if len(prefix) > PREFIX_WINDOW_CHARS:
-        # Start at an unindented line: more likely outside any string or comment than an
-        # arbitrary line, since the lexer can't know what it starts in.
-        window = prefix[-PREFIX_WINDOW_CHARS:]
-        start = window.find("\n") + 1
-        found = re.search(r"\n(?=[^\s\"'`#/*])", window)
-        if found:
-            start = found.end()
-        window = window[start:]
-    stack: list[str] = []
-
-    def bracket(_: int, char: str) -> bool:
-        if char in OPENERS:
-            stack.append(char)
-        else:
-            _pop(stack, char)
-        return False
-
-    state = _LexState()
-    _lex(spec, window, state, bracket)
-    return stack, state
-
-
-def _suffix_closers(spec: _Spec, suffix: str, state: _LexState) -> list[str]:
-    """Closers in the suffix that close brackets opened before it, in order."""
-    window = suffix[:SUFFIX_WINDOW_CHARS]
-    stack: list[str] = []
-    unmatched: list[str] = []
-
-    def bracket(_: int, char: str) -> bool:
-        if char in OPENERS:
-            stack.append(char)
-        elif not _pop(stack, char):
-            unmatched.append(char)
-        return False
-
-    _lex(spec, window, state.copy(), bracket)
-    return unmatched
-
-
-def _closable(open_brackets: list[str], suffix_closers: list[str]) -> int:
-    """How many of the open brackets the suffix leaves for the completion to close.
-
-    The suffix's closers are matched to the open brackets from the innermost outwards
-    (skipping ones of another type). What is left is the completion's to close, innermost
-    first: with `print(foo(|)` the suffix closes one of the two, so the completion may close
-    one (`x)` gives `print(foo(x))`), and a second `)` would be one too many.
-    """
-    closed = 0
-    i = 0
-    for char in suffix_closers:
-        while i < len(open_brackets) and PARTNER[open_brackets[-1 - i]] != char:
-            i += 1
-        if i < len(open_brackets):
-            closed += 1
-            i += 1
-    return len(open_brackets) - closed
-
-
-# --- small text helpers ---------------------------------------------------------------------
-
-
-def _width(whitespace: str) -> int:
-    return len(whitespace.expandtabs(4))
-
-
-def _indent(line: str) -> int:
-    return _width(line[: len(line) - len(line.lstrip())])
-
-
-def _split_cursor_line(prefix: str, suffix: str) -> tuple[str, str]:
-    """(text before the cursor on its line, text after it on its line)."""
-    start = max(prefix.rfind("\n"), prefix.rfind("\r")) + 1
-    end = len(suffix)
-    for char in "\r\n":
-        found = suffix.find(char)
-        if found != -1:
-            end = min(end, found)
-    return prefix[start:], suffix[:end]
-
-
-def _next_lines(suffix: str, count: int) -> list[str]:
-    """The first `count` non-blank lines of the suffix after the cursor's line."""
-    out = []
-    for line in suffix[:SUFFIX_WINDOW_CHARS].splitlines()[1:]:
-        if line.strip():
-            out.append(line)
-            if len(out) == count:
-                break
-    return out
-
-
-def _previous_line(prefix: str) -> str | None:
-    """The last non-blank line of the prefix before the cursor's line."""
-    lines = prefix[-PREFIX_WINDOW_CHARS:].splitlines()
-    for line in reversed(lines[:-1] if lines and not prefix.endswith(("\n", "\r")) else lines):
-        if line.strip():
-            return line
-    return None
-
-
-PARSE_LINES_BEFORE = 80
-PARSE_LINES_AFTER = 40
-"""tree-sitter questions about the cursor parse only this many lines around it."""
-
-
-def _parse_windows(prefix: str, suffix: str) -> tuple[str, str]:
-    """The last lines of the prefix and the first lines of the suffix, for a cheap parse."""
-    start = len(prefix)
-    for _ in range(PARSE_LINES_BEFORE):
-        start = prefix.rfind("\n", 0, start)
-        if start <= 0:
-            start = 0
-            break
-    if start:
-        start += 1
-    end = -1
-    for _ in range(PARSE_LINES_AFTER):
-        end = suffix.find("\n", end + 1)
-        if end == -1:
-            end = len(suffix)
-            break
-    return prefix[start:], suffix[:end]
-
-
-def _is_identifier_char(char: str) -> bool:
-    return char.isalnum() or char == "_"
-
-
-# --- the cursor's context ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CursorContext:
-    """What the rules need to know of the text around the cursor, read once per request."""
-
-    prefix: str
-    suffix: str
-    language_id: str | None
-    grammar: str | None
-    spec: _Spec
-    line_before: str
-    """The cursor's line up to the cursor."""
-    rest_of_line: str
-    """The cursor's line after the cursor."""
-    open_brackets: tuple[str, ...]
-    """Brackets open at the cursor, innermost last."""
-    start_state: _LexState
-    """The lexer's state at the cursor (in code, a string or a comment)."""
-    closable: int
-    """How many of the open brackets the suffix leaves for the completion to close."""
-    next_line: str | None
-    """The first non-blank line of the suffix after the cursor's line."""
-
-    @classmethod
-    def parse(cls, prefix: str, suffix: str, language_id: str | None) -> CursorContext:
-        grammar, spec = _spec_for(language_id)
-        line_before, rest_of_line = _split_cursor_line(prefix, suffix)
-        open_brackets, state = _scan_prefix(spec, prefix)
-        closable = _closable(open_brackets, _suffix_closers(spec, suffix, state))
-        following = _next_lines(suffix, 1)
-        return cls(
-            prefix,
-            suffix,
-            language_id,
-            grammar,
-            spec,
-            line_before,
-            rest_of_line,
-            tuple(open_brackets),
-            state,
-            closable,
-            following[0] if following else None,
-        )
+CLOSER_RUN = set(")]};,:")
+TRIVIAL = set(")]};,: \t")
 
 
 # --- mode -----------------------------------------------------------------------------------
@@ -350,7 +68,7 @@ def decide_mode(context: CursorContext, multiline: MultilineSetting = "auto") ->
     if tail:
         # Text after the cursor: finish the line, unless the cursor sits between the braces
         # of a block (`function f() {|}`).
-        if head.endswith("{") and not spec.indentation and set(tail) <= _TRIVIAL:
+        if head.endswith("{") and not spec.indentation and set(tail) <= TRIVIAL:
             return "block"
         return "line"
     if head:
@@ -361,18 +79,18 @@ def decide_mode(context: CursorContext, multiline: MultilineSetting = "auto") ->
             return "block"
         return "line"
     # A blank line: a block if its block is empty, or if it is the end of its block.
-    previous = _previous_line(prefix)
+    previous = previous_line(prefix)
     if previous is not None and previous.rstrip().endswith(spec.block_opener):
         return "block"  # right after a header
     if grammar is not None:
-        before_window, after_window = _parse_windows(prefix, suffix)
+        before_window, after_window = parse_windows(prefix, suffix)
         if syntax.in_empty_block(before_window + after_window, len(before_window), grammar):
             return "block"
     next_line = context.next_line
     if next_line is None:
         return "block"  # end of the document
-    cursor_indent = _width(before) if before else (_indent(previous) if previous else 0)
-    if _indent(next_line) < cursor_indent or next_line.lstrip()[:1] in CLOSERS:
+    cursor_indent = width(before) if before else (indent_width(previous) if previous else 0)
+    if indent_width(next_line) < cursor_indent or next_line.lstrip()[:1] in CLOSERS:
         return "block"  # the last line of a block
     return "line"
 
@@ -384,7 +102,7 @@ def decide_mode(context: CursorContext, multiline: MultilineSetting = "auto") ->
 class _Progress:
     """What the rule knows after the complete lines it has read."""
 
-    lex: _LexState
+    lex: LexState
     local: list[str]
     """Brackets the completion opened and hasn't closed."""
     closed_outer: int = 0
@@ -435,11 +153,11 @@ class StopRule:
         self.closable = context.closable
         following = context.next_line
         self.repeat_target: tuple[int, str] | None = None
-        if following is not None and not set(following.strip()) <= _TRIVIAL:
-            self.repeat_target = (_indent(following), following.strip())
+        if following is not None and not set(following.strip()) <= TRIVIAL:
+            self.repeat_target = (indent_width(following), following.strip())
         self.header_indent: int | None = None
         if self.line_before.strip():
-            self.header_indent = _indent(self.line_before)
+            self.header_indent = indent_width(self.line_before)
         self._seen = ""
         self._progress = self._initial()
 
@@ -488,7 +206,7 @@ class StopRule:
         before_line = offset - 1 if offset > 0 else 0  # cut before this line's "\n"
 
         if has_text and not header and p.lex.mode == CODE and not p.local:
-            indent = _indent(effective)
+            indent = indent_width(effective)
             if complete and self.repeat_target == (indent, effective.strip()):
                 return before_line  # the suffix's next line: the document already has it
             if self.mode == "block":
@@ -509,7 +227,7 @@ class StopRule:
             if char in OPENERS:
                 p.local.append(char)
                 return False
-            if _pop(p.local, char):
+            if pop_opener(p.local, char):
                 return False
             k = p.closed_outer + 1
             if k <= self.closable and PARTNER[self.open_brackets[-k]] == char:
@@ -519,7 +237,7 @@ class StopRule:
             cut_at.append(offset + position)  # would close what the suffix already closes
             return True
 
-        _lex(self.spec, line + "\n" if complete else line, p.lex, bracket, local=True)
+        lex(self.spec, line + "\n" if complete else line, p.lex, bracket, local=True)
         if cut_at:
             return cut_at[0]
         lead = len(body) - len(body.lstrip())
@@ -527,7 +245,7 @@ class StopRule:
             # A line that starts by closing the block the completion was written in (the
             # suffix doesn't close it): stop after that run of closers (`}`, `});`, `):`).
             end = lead
-            while end < len(body) and body[end] in _CLOSER_RUN:
+            while end < len(body) and body[end] in CLOSER_RUN:
                 end += 1
             if end == len(body) and not complete:
                 return None  # the run may go on
@@ -582,7 +300,7 @@ def _single_line(text: str, line_before: str) -> str:
     return ""
 
 
-def _local_state_at(spec: _Spec, start: _LexState, text: str, position: int) -> tuple[int, bool]:
+def _local_state_at(spec: LexSpec, start: LexState, text: str, position: int) -> tuple[int, bool]:
     """(brackets opened by the completion and still open, inside a string it opened) at
     `position` of the completion."""
     local: list[str] = []
@@ -591,11 +309,11 @@ def _local_state_at(spec: _Spec, start: _LexState, text: str, position: int) -> 
         if char in OPENERS:
             local.append(char)
         else:
-            _pop(local, char)
+            pop_opener(local, char)
         return False
 
     state = start.copy()
-    _lex(spec, text[:position], state, bracket, local=True)
+    lex(spec, text[:position], state, bracket, local=True)
     return len(local), state.mode == STRING and state.local_string
 
 
@@ -613,12 +331,12 @@ def _drop_suffix_overlap(text: str, rule: StopRule) -> str:
             continue  # brackets are the bracket rule's business
         position = len(text) - k
         if (
-            _is_identifier_char(overlap[0])
+            is_identifier_char(overlap[0])
             and position > 0
-            and _is_identifier_char(text[position - 1])
+            and is_identifier_char(text[position - 1])
         ):
             continue  # would split a word
-        if k < len(rest) and _is_identifier_char(overlap[-1]) and _is_identifier_char(rest[k]):
+        if k < len(rest) and is_identifier_char(overlap[-1]) and is_identifier_char(rest[k]):
             continue
         depth, in_own_string = _local_state_at(rule.spec, rule.start_state, text, position)
         if depth or in_own_string:
@@ -636,7 +354,7 @@ def _drop_broken_tail(text: str, prefix: str, suffix: str, grammar: str | None) 
     removes them (typically a statement cut off by the token limit)."""
     if grammar is None or "\n" not in text:
         return text
-    before, after = _parse_windows(prefix, suffix)
+    before, after = parse_windows(prefix, suffix)
     baseline = syntax.error_count(before + after, grammar)
     errors = syntax.error_count(before + text + after, grammar)
     if baseline is None or errors is None or errors <= baseline:

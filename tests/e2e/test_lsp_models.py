@@ -60,13 +60,13 @@ def reference(tiny_models):
     """The Completer `quickdraft serve` runs, built here: what the server must answer."""
     from quickdraft.cli import build_parser
     from quickdraft.cli_args import config_dict_from_args
-    from quickdraft.completer import Completer
     from quickdraft.config import load_config
+    from quickdraft.local_backend import local_completer
     from quickdraft.models import load_models
 
     args = build_parser().parse_args(serve_command(tiny_models)[3:])
     config = load_config(config_dict_from_args(args))
-    return Completer(load_models(config.model), config)
+    return local_completer(load_models(config.model), config)
 
 
 def expected(reference, uri: str, text: str, line: int, character: int, language="python"):

@@ -95,6 +95,7 @@ class FakeCompleter:
         return 0  # no caches to warm
 
     compute = {"runtime": "fake", "dtype": None, "kernel": None, "reason": "a test double"}
+    backend = None  # no serving engine whose state the server would watch
 
     class models:  # noqa: N801 - the shape of LoadedModels the server reads
         @staticmethod

@@ -24,7 +24,7 @@ def remote_flags(url: str) -> list[str]:
 def test_complete_prints_what_the_engine_answers(llama_engine, tmp_path, capsys):
     from quickdraft.completer import CompletionRequest
     from quickdraft.config import load_config
-    from quickdraft.remote import RemoteCompleter
+    from quickdraft.remote import load_remote_completer
 
     path = tmp_path / "fib.py"
     path.write_text(SOURCE)
@@ -39,13 +39,13 @@ def test_complete_prints_what_the_engine_answers(llama_engine, tmp_path, capsys)
             "decoding": {"max_new_tokens": 10},
         }
     )
-    reference = RemoteCompleter.from_config(config, check=False)
+    reference = load_remote_completer(config, check=False)
     try:
         uri = path.resolve().as_uri()
         reference.set_document(uri, SOURCE, "python")
         prepared = reference.prepare(CompletionRequest(uri, SOURCE, 3, 11, "python"))
         raw = direct_completion(
-            llama_engine, prepared.prompt.text, 10, reference.generator.stop_strings
+            llama_engine, prepared.prompt.text, 10, reference.backend.generator.stop_strings
         )
     finally:
         reference.close()

@@ -110,10 +110,10 @@ def reference(llama_engine, server_log, engine_key):
     from quickdraft.cli import build_parser
     from quickdraft.cli_args import config_dict_from_args
     from quickdraft.config import load_config
-    from quickdraft.remote import RemoteCompleter
+    from quickdraft.remote import load_remote_completer
 
     args = build_parser().parse_args(serve_command(llama_engine.url, server_log)[3:])
-    completer = RemoteCompleter.from_config(load_config(config_dict_from_args(args)), check=False)
+    completer = load_remote_completer(load_config(config_dict_from_args(args)), check=False)
     yield completer
     completer.close()
 
@@ -127,7 +127,10 @@ def direct_answer(engine, reference, uri: str, text: str, line: int, col: int) -
     reference.set_document(uri, text, "python")
     prepared = reference.prepare(CompletionRequest(uri, text, line, col, "python"))
     raw = direct_completion(
-        engine, prepared.prompt.text, prepared.max_new_tokens, reference.generator.stop_strings
+        engine,
+        prepared.prompt.text,
+        prepared.max_new_tokens,
+        reference.backend.generator.stop_strings,
     )
     return prepared.finish_text(raw)[1]
 

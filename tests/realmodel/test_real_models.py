@@ -117,20 +117,21 @@ def llama_pair():
 
 
 def test_llamacpp_runs_the_gguf_itself_and_completes_correctly(llama_pair):
-    from quickdraft.completer import Completer, CompletionRequest
+    from quickdraft.completer import CompletionRequest
     from quickdraft.config import load_config
+    from quickdraft.local_backend import local_completer
 
     info = llama_pair.describe()
     assert info["runtime"] == "llamacpp" and info["dtype"] == "gguf"
     assert info["target"]["path"].endswith(".gguf") and info["target"]["parameters"] > 1.4e9
-    completer = Completer(
+    completer = local_completer(
         llama_pair,
         load_config({"decoding": {"max_new_tokens": 48}, "context": {"layout": "append"}}),
     )
     text = "def fibonacci(n):\n    \n\n\nprint(fibonacci(10))\n"
     outputs = {}
     for strategy in ("ar", "ngram", "draft", "hybrid"):
-        completer.engine.reset_cache()
+        completer.backend.engine.reset_cache()
         completion = completer.complete(
             CompletionRequest("file:///w/fib.py", text, 1, 4, "python"), strategy=strategy
         )

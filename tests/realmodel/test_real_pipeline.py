@@ -9,8 +9,9 @@ import os
 
 import pytest
 
-from quickdraft.completer import Completer, CompletionRequest
+from quickdraft.completer import CompletionRequest
 from quickdraft.config import load_config
+from quickdraft.local_backend import local_completer
 from quickdraft.models import fetch
 from quickdraft.models.presets import PRESETS
 
@@ -72,12 +73,12 @@ def completer():
             "context": {"layout": "append"},
         }
     )
-    return Completer(load_models(config.model), config)
+    return local_completer(load_models(config.model), config)
 
 
 def complete(completer, uri, text, line, character, strategy):
-    completer.engine.reset_cache()
-    completer.engine.ngram.forget_completions()
+    completer.backend.engine.reset_cache()
+    completer.backend.engine.ngram.forget_completions()
     completer.set_document(uri, text, "python")
     return completer.complete(
         CompletionRequest(uri, text, line, character, "python"),

@@ -10,8 +10,9 @@ import pytest
 from quickdraft.bench.holes import sample_holes
 from quickdraft.bench.runner import Bench, BenchOptions, make_peers, parse_strategies
 from quickdraft.bench.session import Session
-from quickdraft.completer import Completer, CompletionRequest
+from quickdraft.completer import CompletionRequest
 from quickdraft.config import load_config
+from quickdraft.local_backend import local_completer
 from quickdraft.testing import build_tiny_loaded_models
 
 OURS = ("ar", "ngram", "draft", "hybrid")
@@ -39,7 +40,7 @@ def repo(tmp_path: Path) -> Path:
 
 def test_every_strategy_matches_ar_and_the_replay_reuses_the_cache(models, repo, tmp_path):
     config = load_config({"decoding": {"max_new_tokens": 10}})
-    completer = Completer(models, config)
+    completer = local_completer(models, config)
     holes = sample_holes(repo, 3, seed=0)
     strategies = parse_strategies("ar,ngram,draft,hybrid,hf-prompt-lookup")
     options = BenchOptions(
@@ -86,20 +87,20 @@ def test_a_cold_start_forgets_earlier_completions(models, repo):
     # The layout does not matter here; on this hole the tiny model writes more than the
     # n-gram minimum with the classic one, so its completion is remembered.
     config = {"decoding": {"max_new_tokens": 10}, "context": {"layout": "classic"}}
-    completer = Completer(models, load_config(config))
+    completer = local_completer(models, load_config(config))
     session = Session(completer)
     hole = sample_holes(repo, 1, seed=1)[0]
     session.open(hole)
     session.complete(hole, "ar")
-    assert any(s.startswith("completion:") for s in completer.engine.ngram.sources)
+    assert any(s.startswith("completion:") for s in completer.backend.engine.ngram.sources)
     session.reset_cache()
-    assert not any(s.startswith("completion:") for s in completer.engine.ngram.sources)
-    assert completer.index.sources_of(hole.uri)  # the documents stay indexed
+    assert not any(s.startswith("completion:") for s in completer.backend.engine.ngram.sources)
+    assert completer.backend.index.sources_of(hole.uri)  # the documents stay indexed
     session.close()
 
 
 def test_peer_plan_is_the_request_complete_sends(models, repo):
-    completer = Completer(models, load_config({"decoding": {"max_new_tokens": 10}}))
+    completer = local_completer(models, load_config({"decoding": {"max_new_tokens": 10}}))
     session = Session(completer)
     hole = sample_holes(repo, 1, seed=2)[0]
     session.open(hole)

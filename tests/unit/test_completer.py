@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from quickdraft.completer import Completer, CompletionRequest
+from quickdraft.completer import CompletionRequest
 from quickdraft.config import load_config
 from quickdraft.errors import PositionError
+from quickdraft.local_backend import local_completer
 from quickdraft.testing import build_tiny_loaded_models, ngram_source_tokens
 
 TEXT = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    "
@@ -19,7 +20,7 @@ def models():
 
 
 def make(models, **settings):
-    return Completer(models, load_config({"decoding": {"max_new_tokens": 12}, **settings}))
+    return local_completer(models, load_config({"decoding": {"max_new_tokens": 12}, **settings}))
 
 
 def request(text=TEXT, line=4, character=4, language="python", uri=URI):
@@ -40,7 +41,25 @@ def test_every_strategy_gives_the_same_tokens(models):
 
 def indexed_text(completer, uri: str) -> str:
     """The text of `uri` the n-gram index holds, chunks in order ("<"/">": cursor halves)."""
-    return "".join(completer.index.sources_of(uri).values())
+    return "".join(completer.backend.index.sources_of(uri).values())
+
+
+def test_each_answer_says_what_its_stages_took(models):
+    completer = make(models)
+    completion = completer.complete(request())
+    stages = completion.stages
+    assert list(stages) == [
+        "context_ms",
+        "tokenize_ms",
+        "index_ms",
+        "postprocess_ms",
+        "prefill_ms",
+        "decode_ms",
+    ]
+    assert all(value >= 0 for value in stages.values())
+    # Prefill is the engine's own figure; the stages together are the request's latency.
+    assert stages["prefill_ms"] == round(completion.stats.prefill_ms, 2)
+    assert sum(stages.values()) <= completion.latency_ms + 0.1
 
 
 def test_open_documents_feed_the_ngram_index_and_leave_it_when_closed(models):
@@ -48,16 +67,18 @@ def test_open_documents_feed_the_ngram_index_and_leave_it_when_closed(models):
     completer.set_document("file:///work/y.py", "print('hello')\n", "python")
     completer.complete(request())
     assert indexed_text(completer, "file:///work/y.py") == "print('hello')\n"
-    [name] = completer.index.sources_of("file:///work/y.py")
-    assert ngram_source_tokens(completer.engine.ngram, name) == completer.tokenizer.encode(
+    [name] = completer.backend.index.sources_of("file:///work/y.py")
+    assert ngram_source_tokens(completer.backend.engine.ngram, name) == completer.tokenizer.encode(
         "print('hello')\n"
     )
     completer.set_document("file:///work/y.py", "print('hello world')\n", "python")
     completer.complete(request())
-    assert name not in completer.engine.ngram.sources
+    assert name not in completer.backend.engine.ngram.sources
     assert indexed_text(completer, "file:///work/y.py") == "print('hello world')\n"
     completer.close_document("file:///work/y.py")
-    assert not any(s.startswith("file:///work/y.py") for s in completer.engine.ngram.sources)
+    assert not any(
+        s.startswith("file:///work/y.py") for s in completer.backend.engine.ngram.sources
+    )
 
 
 def test_the_current_document_is_indexed_split_at_the_cursor(models):
@@ -70,8 +91,8 @@ def test_the_current_document_is_indexed_split_at_the_cursor(models):
     cursor = request(text, line=4, character=len("other = sub("))
     completer.refresh_documents(current=cursor)
     encode = completer.tokenizer.encode
-    ngram = completer.engine.ngram
-    sources = completer.index.sources_of(URI)
+    ngram = completer.backend.engine.ngram
+    sources = completer.backend.index.sources_of(URI)
     halves = {name[-1]: chunk for name, chunk in sources.items()}
     assert halves["<"].endswith("other = sub(") and halves[">"] == "\n"
     assert "".join(sources.values()) == text
@@ -84,7 +105,7 @@ def test_the_current_document_is_indexed_split_at_the_cursor(models):
     assert prepared.after_cursor == encode("\n")
     # Once it is no longer the request's document, it is indexed whole again.
     completer.complete(request(text, line=1, character=4, uri="file:///work/other.py"))
-    assert all(not name.endswith(("<", ">")) for name in completer.index.sources_of(URI))
+    assert all(not name.endswith(("<", ">")) for name in completer.backend.index.sources_of(URI))
     assert indexed_text(completer, URI) == text
 
 
@@ -127,7 +148,7 @@ def test_disabled_language_huge_and_binary_documents_are_skipped(models):
     # A binary open document is not indexed, and does not break completion elsewhere.
     completer.set_document("file:///work/blob.bin", "\x00\x01\x02", None)
     assert completer.complete(request()).skipped is None
-    assert not completer.index.sources_of("file:///work/blob.bin")
+    assert not completer.backend.index.sources_of("file:///work/blob.bin")
 
 
 def test_positions_outside_the_document_raise_position_error(models):
@@ -157,7 +178,7 @@ def test_calibration_is_measured_once_and_cached(models, tmp_path, monkeypatch):
     monkeypatch.setenv("QUICKDRAFT_HOME", str(tmp_path))
     other_processes_use(monkeypatch, 0.0)
     completer = make(models)
-    costs = completer.calibrate(context_tokens=24)
+    costs = completer.backend.calibrate(context_tokens=24)
     assert costs.measured and not costs.busy
     assert list((tmp_path / "calibration").glob("*.json"))
     again = make(models)
@@ -165,9 +186,9 @@ def test_calibration_is_measured_once_and_cached(models, tmp_path, monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("calibrated twice")
 
-    monkeypatch.setattr(again.engine, "calibrate", fail)
-    assert again.calibrate(context_tokens=24) == costs
-    assert again.engine.cost_model == costs
+    monkeypatch.setattr(again.backend.engine, "calibrate", fail)
+    assert again.backend.calibrate(context_tokens=24) == costs
+    assert again.backend.engine.cost_model == costs
 
 
 def test_calibration_on_a_busy_machine_is_not_kept(models, tmp_path, monkeypatch):
@@ -175,8 +196,8 @@ def test_calibration_on_a_busy_machine_is_not_kept(models, tmp_path, monkeypatch
     other_processes_use(monkeypatch, 0.9)
     completer = make(models)
     steps: list[str] = []
-    costs = completer.calibrate(context_tokens=24, progress=steps.append)
-    assert costs.busy and completer.engine.cost_model is costs  # used for this run
+    costs = completer.backend.calibrate(context_tokens=24, progress=steps.append)
+    assert costs.busy and completer.backend.engine.cost_model is costs  # used for this run
     assert not list((tmp_path / "calibration").glob("*.json"))  # but not kept
     assert steps and "step costs" in steps[0]
 
@@ -187,7 +208,7 @@ def test_calibration_stays_within_its_budget(models, monkeypatch):
     import time
 
     completer = make(models)
-    runner = completer.engine.target
+    runner = completer.backend.engine.target
     original = runner.forward
 
     def slow(tokens, **kwargs):
@@ -196,7 +217,7 @@ def test_calibration_stays_within_its_budget(models, monkeypatch):
 
     monkeypatch.setattr(runner, "forward", slow)
     started = time.monotonic()
-    costs = completer.engine.calibrate(context_tokens=64, budget_s=0.5)
+    costs = completer.backend.engine.calibrate(context_tokens=64, budget_s=0.5)
     assert time.monotonic() - started < 1.5
     assert sorted(costs.target_ms) == [1, 2, 4, 8, 16]
     measured = costs.notes["measured_sizes"].split(",")
@@ -212,14 +233,19 @@ def test_preset_draft_lengths_apply_under_the_users_settings(models):
         PRESETS["qwen2.5-coder-1.5b"], draft_lengths={"python": 3, "rust": 6}
     )
     with_preset = dataclasses.replace(models, preset=preset)
-    completer = Completer(with_preset, load_config({}))
-    assert completer.draft_length_for("python") == 3
-    assert completer.draft_length_for("go") is None  # the cost model chooses
-    completer = Completer(with_preset, load_config({"languages": {"python": {"draftLength": 5}}}))
-    assert (completer.draft_length_for("python"), completer.draft_length_for("rust")) == (5, 6)
-    completer = Completer(with_preset, load_config({"decoding": {"draft_length": 2}}))
-    assert completer.draft_length_for("rust") == 2
-    assert Completer(models, load_config({})).draft_length_for("python") is None
+    completer = local_completer(with_preset, load_config({}))
+    assert completer.backend.draft_length_for("python") == 3
+    assert completer.backend.draft_length_for("go") is None  # the cost model chooses
+    completer = local_completer(
+        with_preset, load_config({"languages": {"python": {"draftLength": 5}}})
+    )
+    assert (
+        completer.backend.draft_length_for("python"),
+        completer.backend.draft_length_for("rust"),
+    ) == (5, 6)
+    completer = local_completer(with_preset, load_config({"decoding": {"draft_length": 2}}))
+    assert completer.backend.draft_length_for("rust") == 2
+    assert local_completer(models, load_config({})).backend.draft_length_for("python") is None
 
 
 # --- the append layout and token healing -----------------------------------------------------
@@ -364,7 +390,10 @@ def test_a_keystroke_in_a_two_megabyte_document_does_bounded_work(models):
         completer.set_document(URI, base, "python")
         completer.refresh_documents(current=request(base, line, 4))
         completer.prepare(request(base, line, 4))
-        chars, indexed = completer.prompts.cache.encoded_chars, completer.index.indexed_tokens
+        chars, indexed = (
+            completer.prompts.cache.encoded_chars,
+            completer.backend.index.indexed_tokens,
+        )
         typed = "\n".join(lines[:line] + ["y = f"] + lines[line + 1 :])
         offset = len("\n".join(lines[:line])) + 1 + 5
         typed_request = CompletionRequest(URI, typed, line, 5, "python", offset=offset)
@@ -373,7 +402,7 @@ def test_a_keystroke_in_a_two_megabyte_document_does_bounded_work(models):
         completer.prepare(typed_request)
         return (
             completer.prompts.cache.encoded_chars - chars,
-            completer.index.indexed_tokens - indexed,
+            completer.backend.index.indexed_tokens - indexed,
         )
 
     small = work_per_keystroke(FILE * 20)
@@ -399,7 +428,7 @@ def test_switching_files_and_back_reuses_each_files_cache(models):
     assert first.stats.slot == back.stats.slot == URI
     assert back.stats.prefill_tokens <= 4  # the last prompt token and what was generated
     assert back.stats.reused_tokens >= first.stats.prompt_tokens - 2
-    assert sorted(s for s in completer.engine.target.slots if s) == sorted(
+    assert sorted(s for s in completer.backend.engine.target.slots if s) == sorted(
         [URI, "file:///work/other.py"]
     )
 
@@ -419,7 +448,7 @@ def test_a_warm_up_stops_within_one_forward_when_a_request_comes(models):
     import threading
 
     completer = make(models)
-    runner = completer.engine.target
+    runner = completer.backend.engine.target
     original = runner.forward
     cancel = threading.Event()
     sizes: list[int] = []
@@ -443,10 +472,10 @@ def test_a_request_computes_in_the_slot_it_names_and_leaves_the_documents_cache(
     caches keep what was typed."""
     completer = make(models)
     typed = completer.complete(request())
-    kept = list(completer.engine.target.tokens)
-    assert completer.engine.target.slot == URI and kept
+    kept = list(completer.backend.engine.target.tokens)
+    assert completer.backend.engine.target.slot == URI and kept
     ahead = CompletionRequest(URI, TEXT + typed.text + "\n", 5, 0, "python", slot=URI + "#ahead")
     completer.complete(ahead)
-    assert completer.engine.target.slot == URI + "#ahead"
-    completer.engine.select_slot(URI)
-    assert completer.engine.target.tokens == kept
+    assert completer.backend.engine.target.slot == URI + "#ahead"
+    completer.backend.engine.select_slot(URI)
+    assert completer.backend.engine.target.tokens == kept

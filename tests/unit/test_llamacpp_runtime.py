@@ -115,8 +115,9 @@ def test_engine_runs_every_strategy_on_llamacpp(tiny, model):
 
 
 def test_load_models_with_the_llamacpp_runtime(tiny, tmp_path, monkeypatch):
-    from quickdraft.completer import Completer, CompletionRequest
+    from quickdraft.completer import CompletionRequest
     from quickdraft.config import ModelConfig, QuickdraftConfig
+    from quickdraft.local_backend import local_completer
     from quickdraft.models import load_models
 
     directory, *_ = tiny
@@ -142,7 +143,7 @@ def test_load_models_with_the_llamacpp_runtime(tiny, tmp_path, monkeypatch):
     from quickdraft.models import store
 
     assert not store.has_weights(loaded.target_info.path)
-    completer = Completer(loaded, QuickdraftConfig())
+    completer = local_completer(loaded, QuickdraftConfig())
     text = "def add(a, b):\n    return "
     completion = completer.complete(CompletionRequest("file:///t.py", text, 1, 11, "python"))
     assert completion.stats.prefill_tokens > 0 and completion.stop_reason

@@ -3,7 +3,8 @@
 import pytest
 
 from quickdraft import postprocess
-from quickdraft.postprocess import CursorContext, TypedAhead, TypedAheadCache
+from quickdraft.context.cursor import PREFIX_WINDOW_CHARS, CursorContext
+from quickdraft.postprocess import TypedAhead, TypedAheadCache
 
 # The rules take the cursor's context, read once per request; these tests give it as text.
 
@@ -244,8 +245,6 @@ def test_unknown_language_block_uses_indentation_and_brackets():
 def test_a_long_prefix_is_scanned_from_an_unindented_line():
     # Make the scan window's first full line the *second* line of a docstring: read from there,
     # its closing quotes would open a string and the code after it would look like text.
-    from quickdraft.postprocess import PREFIX_WINDOW_CHARS
-
     chunk = 'def f():\n    """Doc (with an open bracket\n    and more text."""\n    return 1\n\n'
     body = chunk * (PREFIX_WINDOW_CHARS // len(chunk) + 2)
     for pad in range(len(chunk)):

@@ -323,8 +323,8 @@ def test_a_preset_without_tokenizer_files_says_how_to_get_them(tmp_path):
 
 
 def test_the_remote_pipeline_builds_the_local_prompt_and_post_processes(tmp_path):
-    from quickdraft.completer import CompletionRequest
-    from quickdraft.remote import RemoteCompleter, load_remote_models
+    from quickdraft.completer import Completer, CompletionRequest
+    from quickdraft.remote import RemoteBackend, load_remote_models
     from quickdraft.testing import build_tiny_tokenizer
 
     build_tiny_tokenizer().save_pretrained(tmp_path / "tok")
@@ -338,7 +338,7 @@ def test_the_remote_pipeline_builds_the_local_prompt_and_post_processes(tmp_path
         stop_strings=models.stop_tokens,
         transport=httpx.MockTransport(engine),
     )
-    completer = RemoteCompleter(models, config, generator)
+    completer = Completer(RemoteBackend(models, config, generator), config)
     try:
         text = "def f(a, b):\n    return max(a, \n"
         completer.set_document("file:///w/f.py", text, "python")
@@ -349,6 +349,7 @@ def test_the_remote_pipeline_builds_the_local_prompt_and_post_processes(tmp_path
         [sent] = engine.requests
         assert sent["prompt"].startswith("<|fim_prefix|>") and "return max(a, " in sent["prompt"]
         assert sent["prompt"].endswith("<|fim_middle|>")
-        assert completer.engine is None and completer.calibrate() is None
+        # An engine cannot be held to healed characters: the cursor stays at the middle marker.
+        assert config.context.layout == "append" and completer.config.context.layout == "classic"
     finally:
         completer.close()

@@ -77,9 +77,9 @@ def test_compiled_steps_trace_as_one_graph(tokenizer):
 
 
 def test_compile_setting_is_validated_and_turns_on_static_caches():
-    from quickdraft.completer import Completer
     from quickdraft.config import load_config
     from quickdraft.errors import ConfigError
+    from quickdraft.local_backend import local_completer
     from quickdraft.testing import build_tiny_loaded_models
 
     with pytest.raises(ConfigError, match="compile"):
@@ -87,11 +87,16 @@ def test_compile_setting_is_validated_and_turns_on_static_caches():
     with pytest.raises(ConfigError, match="staticCacheTokens: 8 is below"):
         load_config({"model": {"staticCacheTokens": 8}})
     models = build_tiny_loaded_models()
-    auto = Completer(models, load_config({}))  # CPU: auto stays eager
-    assert type(auto.engine.target) is ModelRunner
-    on = Completer(models, load_config({"model": {"compile": "on", "static_cache_tokens": 256}}))
-    assert isinstance(on.engine.target, StaticModelRunner) and on.engine.target.capacity == 256
-    assert isinstance(on.engine.drafter.runner, StaticModelRunner)
+    auto = local_completer(models, load_config({}))  # CPU: auto stays eager
+    assert type(auto.backend.engine.target) is ModelRunner
+    on = local_completer(
+        models, load_config({"model": {"compile": "on", "static_cache_tokens": 256}})
+    )
+    assert (
+        isinstance(on.backend.engine.target, StaticModelRunner)
+        and on.backend.engine.target.capacity == 256
+    )
+    assert isinstance(on.backend.engine.drafter.runner, StaticModelRunner)
 
 
 @pytest.fixture(scope="module")

@@ -159,33 +159,37 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
 
+    from quickdraft.backends import load_completer
     from quickdraft.cli_args import ProgressLines
     from quickdraft.completer import Completer
+    from quickdraft.local_backend import LocalBackend
 
     progress = ProgressLines("quickdraft bench")
     # Measured step costs (cached per machine and model) drive the adaptive draft length, as
     # in `quickdraft complete`; `ar` is always in the run, so calibrate whatever the default.
-    completer = Completer.load(config, progress=progress)
-    if config.model.calibrate and config.decoding.strategy == "ar":
-        completer.calibrate(progress=progress)
+    calibrate_ar = config.model.calibrate and config.decoding.strategy == "ar"
+    completer = load_completer(config, progress=progress)
+    if calibrate_ar:
+        completer.backend.calibrate(progress=progress)
     loaded = completer.models
     others = {}
     for runtime in runtimes[1:]:
         progress(f"loading the models again for the {runtime} runtime")
-        other = Completer.load(
+        other = load_completer(
             load_config({"model": {"runtime": runtime}}, config), progress=progress
         )
-        if config.model.calibrate and config.decoding.strategy == "ar":
-            other.calibrate(progress=progress)
+        if calibrate_ar:
+            other.backend.calibrate(progress=progress)
         others[runtime] = other
     for layout in layouts[1:]:
         # The same models, another prompt layout (its own engine and caches).
-        other = Completer(loaded, load_config({"context": {"layout": layout}}, config))
-        other.engine.cost_model = completer.engine.cost_model
-        others[layout] = other
+        layout_config = load_config({"context": {"layout": layout}}, config)
+        backend = LocalBackend(loaded, layout_config)
+        backend.engine.cost_model = completer.backend.engine.cost_model
+        others[layout] = Completer(backend, layout_config)
     remote = None
     if REMOTE in strategies and remote_settings is not None:
-        remote = Completer.load(load_config({"model": remote_settings}, config), progress=progress)
+        remote = load_completer(load_config({"model": remote_settings}, config), progress=progress)
     options = BenchOptions(
         repo=repo.resolve(),
         out=Path(out),
@@ -203,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
 
     peers = make_peers(completer, strategies, gguf_source(loaded))
     bench = Bench(completer, holes, options, peers=peers, remote=remote, variants=others)
-    cost_model = getattr(completer.engine, "cost_model", None)
+    cost_model = completer.backend.engine.cost_model
     bench.env["calibrated"] = bool(config.model.calibrate)
     to_dict = getattr(cost_model, "to_dict", None)
     bench.env["cost_model"] = to_dict() if callable(to_dict) else None

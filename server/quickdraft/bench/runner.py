@@ -237,7 +237,7 @@ class Bench:
     ) -> None:
         self.session = Session(completer)
         self.remote = Session(remote) if remote is not None else None
-        """The `remote` strategy's Completer (a `quickdraft.remote.RemoteCompleter`)."""
+        """The `remote` strategy's Completer (over a `quickdraft.remote.RemoteBackend`)."""
         self.variants = {name: Session(other) for name, other in (variants or {}).items()}
         """Completers of further variants (`hybrid@llamacpp` runs on `variants["llamacpp"]`)."""
         self.completer = completer
@@ -308,7 +308,7 @@ class Bench:
         """(why the remote strategy cannot run or None, what the engine is)."""
         if self.remote is None:
             return "no serving engine given (--remote-url URL)", {}
-        generator = self.remote.completer.generator
+        generator = self.remote.completer.backend.generator
         if generator.status.unavailable:
             return generator.status.message, {}
         return None, generator.describe()

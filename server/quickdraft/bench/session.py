@@ -143,11 +143,9 @@ class Session:
         """A cold start: no KV cache, and no memory of completions the engine generated for
         earlier runs (the n-gram drafter remembers recent completions, which would hand the
         next strategy this hole's answer)."""
-        engine = getattr(self.completer, "engine", None)
-        if engine is None:
-            return
-        engine.reset_cache()
-        engine.ngram.forget_completions()
+        reset = getattr(self.completer.backend, "reset_cache", None)
+        if callable(reset):  # a local engine's caches (a serving engine keeps its own)
+            reset()
 
     def complete(
         self, hole: Hole, strategy: str, *, typed: int = 0, max_new_tokens: int | None = None
@@ -192,6 +190,7 @@ class Session:
             extra={
                 "stop_reason": getattr(completion, "stop_reason", None),
                 "skipped": getattr(completion, "skipped", None),
+                "stages_ms": dict(getattr(completion, "stages", None) or {}),
             },
         )
 

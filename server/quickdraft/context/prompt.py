@@ -46,8 +46,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import quickdraft.context.syntax as syntax
 from quickdraft.config import ContextConfig
-from quickdraft.context import syntax
 from quickdraft.context.fim import FimTemplate, PromptPart
 from quickdraft.context.snippets import Snippet, as_open_document, select_snippets, uri_to_path
 from quickdraft.errors import PositionError
@@ -196,7 +196,7 @@ class _Window:
         chars: int,
     ):
         if offset is None:
-            offset = _offset_by_splitting(text, line, character)
+            offset = offset_of(text, line, character)
         self.grammar = grammar
         start = max(0, offset - chars)
         if start > 0:  # begin at a line start
@@ -266,7 +266,7 @@ class _Window:
         return out
 
 
-def _offset_by_splitting(text: str, line: int, character: int) -> int:
+def offset_of(text: str, line: int, character: int) -> int:
     """The cursor's offset from (line, character), checking them (reads the whole text: the
     language server passes the offset it already knows instead)."""
     contents, endings = split_lines(text)

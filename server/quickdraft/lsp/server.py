@@ -316,7 +316,7 @@ class QuickdraftServer(LanguageServer):
             summary = future.result()
             self.log(f"models ready: {summary}")
             completer = self.host.completer
-            remote = getattr(completer, "engine_status", None) is not None
+            remote = getattr(completer.backend, "engine_status", None) is not None
             models = completer.models.describe() if completer is not None else None
             progress.finish(True, summary, status=not remote, models=models)
             self._watch_engine(self.host.completer)
@@ -339,7 +339,7 @@ class QuickdraftServer(LanguageServer):
         one `showMessage` per failure state; each failed request is logged by the service)."""
         import asyncio
 
-        status = getattr(completer, "engine_status", None)
+        status = getattr(completer.backend, "engine_status", None)
         if status is None:
             return
         loop = asyncio.get_running_loop()

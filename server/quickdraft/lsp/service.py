@@ -325,5 +325,9 @@ def stats_payload(completion: Any, *, latency_ms: float, source: str) -> dict[st
         "reusedTokens": int(stats.get("reused_tokens", 0) or 0),
         "mode": getattr(completion, "mode", None),
         "stopReason": getattr(completion, "stop_reason", None) or stats.get("stop_reason"),
+        # Milliseconds per pipeline stage of this request's own generation (none when it was
+        # answered from work done before): context_ms, tokenize_ms, index_ms, prefill_ms,
+        # decode_ms, postprocess_ms.
+        "stagesMs": {} if cached else dict(getattr(completion, "stages", None) or {}),
         "engine": stats,
     }

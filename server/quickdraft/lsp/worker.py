@@ -41,10 +41,13 @@ progress callback. Runs on the worker thread."""
 
 
 def load_completer(config: QuickdraftConfig, progress: Callable[[str], None] | None = None) -> Any:
-    """The real loader: `Completer.load` (models, then step costs, cached per machine)."""
-    from quickdraft.completer import Completer
+    """The real loader: `backends.load_completer` (models, then step costs, cached per
+    machine)."""
+    # Imported here, on the worker thread: torch and the models' code load after the server
+    # has answered `initialize`, so the editor shows "loading" at once.
+    from quickdraft.backends import load_completer as load
 
-    return Completer.load(config, progress=progress)
+    return load(config, progress=progress)
 
 
 def describe_error(exc: BaseException) -> str:

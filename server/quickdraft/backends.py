@@ -1,0 +1,26 @@
+"""Which backend generates, chosen by `model.backend`, and the Completer over it.
+
+`local`: the models loaded on this machine (`models.load_models`), then their step costs
+measured (cached per machine) when the strategy can draft. `openai`: a serving engine
+(`quickdraft.remote`: tokenizer files only). `quickdraft complete`, `serve` and `bench` all
+load through here, so each runs the same pipeline whatever generates.
+"""
+
+from __future__ import annotations
+
+from quickdraft.completer import Completer
+from quickdraft.config import QuickdraftConfig
+from quickdraft.local_backend import LocalBackend
+from quickdraft.models import load_models
+from quickdraft.models.loading import Progress
+from quickdraft.remote import load_remote_completer
+
+
+def load_completer(config: QuickdraftConfig, *, progress: Progress | None = None) -> Completer:
+    """Load what `config` names; every step is told to `progress`."""
+    if config.model.backend == "openai":
+        return load_remote_completer(config, progress=progress)
+    backend = LocalBackend(load_models(config.model, progress=progress), config)
+    if config.model.calibrate and config.decoding.strategy != "ar":
+        backend.calibrate(progress=progress)
+    return Completer(backend, config)

@@ -1,0 +1,286 @@
+"""`LocalBackend`: the pipeline's generation on this machine, by `decoding.Engine`.
+
+It owns what only a local engine has: the target and draft models' KV caches per document,
+the n-gram index the open documents feed (`document_index`), and the step costs measured once
+per machine (`calibrate`). The Completer hands it a prepared request and gets the tokens back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from quickdraft.completer import (
+    Completer,
+    CompletionRequest,
+    Generated,
+    PreparedCompletion,
+    cursor_offset,
+)
+from quickdraft.config import QuickdraftConfig
+from quickdraft.context import OpenDocument, get_fim_template
+from quickdraft.decoding import CostModel, Engine, GenerationRequest, NgramIndex
+from quickdraft.decoding.healing import TokenBytes
+from quickdraft.decoding.runner import StaticModelRunner
+from quickdraft.document_index import DocumentIndex
+from quickdraft.machine import cpu_model
+from quickdraft.models.loading import LoadedModels, Progress
+from quickdraft.models.store import quickdraft_home, write_json_atomic
+from quickdraft.text import unusable_reason
+from quickdraft.tokens import PromptTokenizer
+
+log = logging.getLogger(__name__)
+
+
+def model_fingerprint(model: Any) -> str:
+    """What identifies a loaded model's speed: its files, precision, device and modules."""
+    if model is None:
+        return "none"
+    describe = getattr(model, "describe", None)
+    if callable(describe):  # llama.cpp
+        info = describe()
+        return f"{info.get('path')}|{info.get('file_bytes')}|{info.get('extra_buffers')}"
+    params = next(model.parameters())
+    name = getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
+    modules = sorted({type(m).__name__ for m in model.modules()})
+    count = sum(p.numel() for p in model.parameters())
+    return f"{name}|{params.dtype}|{params.device}|{count}|{','.join(modules)}"
+
+
+class LocalBackend:
+    def __init__(self, models: LoadedModels, config: QuickdraftConfig | None = None) -> None:
+        config = config or QuickdraftConfig()
+        self.models = models
+        self.config = config
+        self.prompts = PromptTokenizer(models.tokenizer, get_fim_template(models.family))
+        compiled = config.model.compile == "on" or (
+            config.model.compile == "auto" and str(models.device).startswith("cuda")
+        )
+        self.engine = Engine(
+            models.target,
+            models.draft,
+            stop_token_ids=models.stop_token_ids,
+            config=config.decoding,
+            static_cache_tokens=config.model.static_cache_tokens if compiled else None,
+            compile_steps=compiled,
+            cache_bytes=config.cache.memory_mb << 20,
+        )
+        self.engine.token_bytes = TokenBytes(
+            self.prompts.token_bytes(), self.engine.target.vocab_size
+        )
+        self.index = DocumentIndex(self.engine.ngram, self.prompts.cache.ids)
+        # uri -> (text, cursor offset or None) as last indexed for n-gram drafting
+        self._indexed: dict[str, tuple[str, int | None]] = {}
+
+    # --- settings and step costs --------------------------------------------------------
+
+    def configure(self, config: QuickdraftConfig) -> QuickdraftConfig:
+        old = self.config.decoding
+        self.config = config
+        self.engine.config = config.decoding
+        if (old.ngram_min, old.ngram_max) != (config.decoding.ngram_min, config.decoding.ngram_max):
+            self.engine.ngram = NgramIndex(config.decoding.ngram_min, config.decoding.ngram_max)
+            self.index = DocumentIndex(self.engine.ngram, self.prompts.cache.ids)
+            self._indexed.clear()
+        return config
+
+    def calibrate(
+        self,
+        context_tokens: int = 256,
+        cache: bool = True,
+        budget_s: float = 15.0,
+        progress: Progress | None = None,
+    ) -> CostModel:
+        """Measure step costs once per machine and model (at most `budget_s`), then reuse
+        them from disk. Figures taken on a busy machine serve this run only."""
+        key = self._calibration_key(context_tokens)
+        path = quickdraft_home() / "calibration" / f"{key}.json"
+        if cache and path.exists():
+            try:
+                costs = CostModel.from_dict(json.loads(path.read_text()))
+                self.engine.cost_model = costs
+                return costs
+            except (ValueError, KeyError, TypeError):
+                log.warning("ignoring unreadable calibration file %s", path)
+        if progress is not None:
+            progress(f"measuring step costs (once per machine; at most {budget_s:.0f} s)")
+        costs = self.engine.calibrate(context_tokens=context_tokens, budget_s=budget_s)
+        if costs.busy:
+            log.warning(
+                "step costs measured while other processes kept the CPU busy: used for this "
+                "run only, measured again at the next start"
+            )
+        elif cache:
+            write_json_atomic(path, costs.to_dict())
+        return costs
+
+    def _calibration_key(self, context_tokens: int) -> str:
+        parts = [
+            model_fingerprint(self.models.target),
+            model_fingerprint(self.models.draft),
+            str(context_tokens),
+            str(torch.get_num_threads()),
+            torch.__version__,
+            platform.machine(),
+            cpu_model(),
+            str(os.cpu_count()),
+        ]
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
+
+    # --- documents ----------------------------------------------------------------------
+
+    def index_documents(
+        self, documents: Mapping[str, OpenDocument], current: CompletionRequest | None
+    ) -> None:
+        """Index what changed since the last call (document_index: only changed chunks, only
+        a window of each document). The document being
+        completed in (`current`) is indexed split at the cursor, so the text before the
+        cursor cannot match itself."""
+        max_bytes = self.config.context.max_document_bytes
+        for uri, doc in documents.items():
+            if current is not None and uri == current.uri:
+                continue
+            indexed = self._indexed.get(uri)
+            if indexed is not None and indexed[1] is None and indexed[0] is doc.text:
+                continue
+            if unusable_reason(doc.text, max_bytes) is None:
+                self.index.update(uri, doc.text)
+            else:
+                self.index.remove(uri)  # too large or binary: no source of drafts
+            self._indexed[uri] = (doc.text, None)
+        if current is not None and unusable_reason(current.text, max_bytes) is None:
+            offset = cursor_offset(current)
+            if self._indexed.get(current.uri) != (current.text, offset):
+                self.index.update(current.uri, current.text, offset)
+                self._indexed[current.uri] = (current.text, offset)
+
+    def forget_document(self, uri: str) -> None:
+        """A closed document is no longer a source of drafts."""
+        self._indexed.pop(uri, None)
+        self.index.remove(uri)
+
+    # --- generation ---------------------------------------------------------------------
+
+    def generate(
+        self,
+        prepared: PreparedCompletion,
+        *,
+        strategy: str | None,
+        cancel: threading.Event | None,
+        deadline: float | None,
+    ) -> Generated:
+        decoding = self.config.decoding
+        language = prepared.request.language_id
+        result = self.engine.generate(
+            GenerationRequest(
+                prompt_ids=prepared.prompt_ids,
+                max_new_tokens=prepared.max_new_tokens,
+                strategy=strategy or decoding.strategy,
+                temperature=decoding.temperature,
+                top_p=decoding.top_p,
+                seed=decoding.seed,
+                draft_length=self.draft_length_for(language),
+                language=language,
+                kind=prepared.mode,
+                lookup_context=prepared.before_cursor,
+                after_cursor=prepared.after_cursor,
+                required_prefix=prepared.healed.encode("utf-8"),
+                anchored_draft=prepared.anchored_draft,
+                deadline=deadline,
+                cancel=cancel,
+                stop=prepared.stop_rule(),
+                slot=prepared.request.slot or prepared.request.uri,
+            )
+        )
+        raw = prepared.inserted(
+            self.models.tokenizer.decode(result.tokens, skip_special_tokens=True)
+        )
+        return Generated(raw or "", result.tokens, result.stop_reason, result.stats)
+
+    def draft_length_for(self, language_id: str | None) -> int | None:
+        """The fixed draft length for a language: the user's setting for that language, else
+        their global one, else the preset's measured default; None lets the cost model choose."""
+        configured = self.config.draft_length_for(language_id)
+        if configured is not None:
+            return configured
+        preset = self.models.preset
+        lengths = preset.draft_lengths if preset is not None else {}
+        return lengths.get(language_id or "")
+
+    def warm(self, prepared: PreparedCompletion, cancel: threading.Event | None) -> int:
+        """Extend the document's KV caches toward `prepared`'s prompt (the draft model's too
+        when the policy would draft with it)."""
+        request = prepared.request
+        computed, _ = self.engine.warm(
+            prepared.prompt_ids,
+            slot=request.uri,
+            draft=self.engine.drafts_with_model(request.language_id, self.config.decoding.strategy),
+            cancel=cancel,
+        )
+        return computed
+
+    def reset_cache(self) -> None:
+        """A cold start: no KV cache, and no memory of completions generated earlier (the
+        n-gram drafter remembers recent completions)."""
+        self.engine.reset_cache()
+        self.engine.ngram.forget_completions()
+
+    # --- how it computes ----------------------------------------------------------------
+
+    @property
+    def compute_path(self) -> str | None:
+        """What the engine computes with, as identity is reported per path: runtime, dtype
+        (with the int8 kernel), device, KV cache."""
+        models, target = self.models, self.engine.target
+        if models.runtime == "llamacpp":
+            how = "llama.cpp"
+        else:
+            backend = getattr(models.target, "_quickdraft_int8", {}).get("backend")
+            how = f"torch {models.dtype}" + (f"/{backend}" if backend else "")
+        cache = "growing KV cache"
+        if isinstance(target, StaticModelRunner):
+            cache = "static KV cache" + (", compiled steps" if target.compiled else "")
+        return f"{how}, {models.device}, {cache}"
+
+    @property
+    def batch_invariant(self) -> bool:
+        """Whether a k-token verify forward gives bitwise the logits of k one-token steps, and a
+        warm prefill those of a cold one: then every greedy strategy is token-identical to
+        `ar` by construction. True for torch's int8 (integer matmuls, row-wise attention);
+        elsewhere identity is a measured rate (docs/performance.md)."""
+        target = self.engine.target
+        return bool(getattr(target, "_prefill_kwargs", None)) and self.models.dtype == "int8"
+
+    @property
+    def compute(self) -> dict[str, Any]:
+        models = self.models
+        kernel = models.kernel
+        return {
+            "runtime": models.runtime,
+            "dtype": models.dtype,
+            "kernel": kernel.label if kernel is not None else None,
+            "reason": kernel.reason if kernel is not None else models.runtime_reason,
+            "runtimeReason": models.runtime_reason,
+        }
+
+    def close(self) -> None:
+        """Release what the models hold outside Python's memory (llama.cpp's contexts and
+        weights)."""
+        self.engine.close()  # contexts first: they point into the models' weights
+        for model in (self.models.target, self.models.draft):
+            close = getattr(model, "close", None)  # LlamaCppModel; torch modules have none
+            if callable(close):
+                close()
+
+
+def local_completer(models: LoadedModels, config: QuickdraftConfig | None = None) -> Completer:
+    """A Completer over models loaded on this machine."""
+    return Completer(LocalBackend(models, config), config)
