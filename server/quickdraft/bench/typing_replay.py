@@ -34,7 +34,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import sys
 import time
 from dataclasses import dataclass, field
@@ -45,9 +44,9 @@ from typing import Any
 from quickdraft.bench import typing_report
 from quickdraft.bench.holes import Hole
 from quickdraft.bench.lsp_client import Request, StdioLspClient
+from quickdraft.bench.provenance import provenance
 from quickdraft.errors import ConfigError, LanguageServerError
 from quickdraft.lsp.documents import UTF16, Document, units
-from quickdraft.machine import cpu_model, speed_flags
 from quickdraft.models.store import write_json_atomic
 
 PREFIX = "quickdraft bench --typing"
@@ -492,18 +491,9 @@ class TypingBench:
         print(f"{PREFIX}: {message}" if not message.startswith(" ") else message, file=sys.stderr)
 
     def _environment(self) -> dict[str, Any]:
-        from quickdraft import __version__
-        from quickdraft.bench.runner import _git_commit
-
         options = self.options
         return {
-            "cpu": cpu_model(),
-            "cpu_flags": speed_flags(),
-            "cpu_count": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "quickdraft": __version__,
-            "git_commit": _git_commit(),
+            **provenance(),
             "repo": str(options.repo),
             "holes": [hole.to_dict() for hole in self.holes],
             "server_command": options.server_command,
