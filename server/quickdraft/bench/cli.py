@@ -34,7 +34,7 @@ from quickdraft.bench.runner import (
     parse_lengths,
     parse_strategies,
 )
-from quickdraft.bench.typing_replay import add_typing_arguments, run_typing
+from quickdraft.bench.typing_cli import LAYOUTS, add_typing_arguments, parse_names, run_typing
 from quickdraft.bench.variants import with_variants
 from quickdraft.cli_args import (
     REMOTE_MODEL_KEYS,
@@ -231,15 +231,7 @@ def remote_model_settings(data: dict, url: str | None) -> dict | None:
 
 
 def parse_layouts(value: str | None) -> list[str]:
-    if not value:
-        return []
-    names = [name.strip() for name in value.split(",") if name.strip()]
-    unknown = [name for name in names if name not in ("append", "classic")]
-    if unknown or not names:
-        raise ConfigError(
-            f"--layouts: unknown {', '.join(unknown) or 'empty list'} (known: append, classic)"
-        )
-    return list(dict.fromkeys(names))
+    return parse_names(value, "", LAYOUTS, "--layouts") if value else []
 
 
 def gguf_source(loaded) -> str | None:
