@@ -648,7 +648,7 @@ def write_plots(
 ) -> list[str]:
     """latency_cdf.png, speedup_by_language.png and (with a sweep) acceptance_vs_draft_length.png."""
     try:
-        import matplotlib
+        import matplotlib  # optional (the `bench` extra); heavy for every other command
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
