@@ -29,7 +29,6 @@ from quickdraft.context.cursor import (
     PARTNER,
     STRING,
     CursorContext,
-    LexSpec,
     LexState,
     indent_width,
     is_identifier_char,
@@ -39,6 +38,7 @@ from quickdraft.context.cursor import (
     previous_line,
     width,
 )
+from quickdraft.context.syntax import Lexicon
 
 Mode = Literal["line", "block"]
 MultilineSetting = Literal["auto", "always", "never"]
@@ -300,7 +300,7 @@ def _single_line(text: str, line_before: str) -> str:
     return ""
 
 
-def _local_state_at(spec: LexSpec, start: LexState, text: str, position: int) -> tuple[int, bool]:
+def _local_state_at(spec: Lexicon, start: LexState, text: str, position: int) -> tuple[int, bool]:
     """(brackets opened by the completion and still open, inside a string it opened) at
     `position` of the completion."""
     local: list[str] = []

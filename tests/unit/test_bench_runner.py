@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from quickdraft.bench import report
 from quickdraft.bench.holes import sample_holes
 from quickdraft.bench.peers import Peer, PeerOutput
 from quickdraft.bench.runner import RUN_KEYS, Bench, BenchOptions, parse_lengths, parse_strategies
@@ -55,12 +56,22 @@ class FakeCompletion:
     mode: str = "line"
 
 
-class FakeEngine:
+@dataclass
+class Asked:
+    """One `complete` call as the fake saw it: the request, and the engine resets before it."""
+
+    request: object
+    strategy: str
+    resets: int
+    stats: FakeStats
+
+
+class FakeBackend:
+    """The local backend's cold start: KV cache and remembered completions gone."""
+
     def __init__(self) -> None:
         self.resets = 0
         self.cached: list[int] = []
-
-        self.ngram = types.SimpleNamespace(forget_completions=lambda: None)
 
     def reset_cache(self) -> None:
         self.resets += 1
@@ -73,7 +84,7 @@ class FakeCompleter:
 
     def __init__(self, config: QuickdraftConfig, *, interrupt_after: int | None = None) -> None:
         self.config = config
-        self.engine = FakeEngine()
+        self.backend = FakeBackend()
         self.tokenizer = types.SimpleNamespace(
             encode=lambda text, **kw: list(text.encode()),
             decode=lambda ids, **kw: bytes(ids).decode("latin-1"),
@@ -89,6 +100,7 @@ class FakeCompleter:
             describe=lambda: {"target": "fake", "draft": "fake"},
         )
         self.calls: list[tuple[str, str]] = []
+        self.asked: list[Asked] = []
         self.interrupt_after = interrupt_after
         self.draft_lengths: list[int | None] = []
 
@@ -134,11 +146,11 @@ class FakeCompleter:
         text = rest[:12]
         prompt = self.build_prompt_ids(request)
         reused = 0
-        for a, b in zip(self.engine.cached, prompt, strict=False):
+        for a, b in zip(self.backend.cached, prompt, strict=False):
             if a != b:
                 break
             reused += 1
-        self.engine.cached = prompt
+        self.backend.cached = prompt
         tokens = list(text.encode())
         forwards = len(tokens) if strategy == "ar" else max(1, len(tokens) // 3)
         drafted = {} if strategy == "ar" else {"ngram": 6, "draft": 3}
@@ -146,6 +158,7 @@ class FakeCompleter:
         stats = FakeStats(
             len(prompt), len(prompt) - reused, reused, len(tokens), forwards, drafted, accepted
         )
+        self.asked.append(Asked(request, strategy, self.backend.resets, stats))
         return FakeCompletion(text, tokens, stats)
 
 
@@ -263,20 +276,43 @@ def test_strategies_interleave_and_start_cold(repo, tmp_path):
     orders = [tuple(calls) for calls in per_hole.values()]
     firsts = [order[0] for order in orders]
     assert len(set(firsts)) > 1, "the strategy order rotates from hole to hole"
-    assert completer.engine.resets == len(completer.calls)
+    assert completer.backend.resets == len(completer.calls)
 
 
-def test_keystroke_replay_reuses_the_prefix(repo, tmp_path):
-    bench, _ = make_bench(repo, tmp_path, holes=3)
+def test_keystroke_replay_types_into_the_cold_runs_cache(repo, tmp_path):
+    bench, completer = make_bench(repo, tmp_path, holes=3)
     bench.run()
     replay = json.loads((tmp_path / "out" / "replay.json").read_text())
     assert replay["strategy"] == "hybrid"
+    holes = {(hole.file, hole.line, hole.col): hole for hole in bench.holes}
+    assert len(replay["holes"]) == len(holes)
     for record in replay["holes"]:
-        assert record["cold"]["reused_tokens"] == 0
-        for step in record["typed"]:
-            assert step["chars"] in (1, 3)
-            assert step["reused_tokens"] > 0
-            assert step["prefill_tokens"] < record["cold"]["prefill_tokens"] + step["chars"] + 1
+        hole = holes[(record["file"], record["line"], record["col"])]
+        typed = [chars for chars in (1, 3) if len(hole.truth) > chars]
+        assert [step["chars"] for step in record["typed"]] == typed
+        # The primary's run of the hole (a reset just before it), then one request per typed
+        # step right after it, with nothing reset in between: the replay keeps the cache.
+        asked = completer.asked
+        at = max(
+            i
+            for i, a in enumerate(asked)
+            if a.request.uri == hole.uri and a.strategy == "hybrid" and a.request.text == hole.text
+        )
+        cold, steps = asked[at], asked[at + 1 : at + 1 + len(typed)]
+        assert cold.resets == asked[at - 1].resets + 1
+        assert record["cold"]["reused_tokens"] == cold.stats.reused_tokens
+        assert record["cold"]["prefill_tokens"] == cold.stats.prefill_tokens
+        for step, chars, asked_step in zip(record["typed"], typed, steps, strict=True):
+            assert asked_step.strategy == "hybrid"
+            assert asked_step.resets == cold.resets
+            text, line, col = hole.typed(chars)
+            assert asked_step.request.text == text
+            assert (asked_step.request.line, asked_step.request.character) == (line, col)
+            # What the engine reported for that request is what the replay records.
+            assert step["reused_tokens"] == asked_step.stats.reused_tokens
+            assert step["prefill_tokens"] == asked_step.stats.prefill_tokens
+            assert step["prompt_tokens"] == asked_step.stats.prompt_tokens
+            assert step["new_tokens"] == asked_step.stats.new_tokens
     assert "Keystroke replay" in (tmp_path / "out" / "report.md").read_text()
 
 
@@ -285,13 +321,14 @@ def test_sweep_writes_a_loadable_config_snippet(repo, tmp_path):
     bench.run()
     out = tmp_path / "out"
     snippet = json.loads((out / "draft_length.json").read_text())
+    sweep = json.loads((out / "sweep.json").read_text())
+    # The snippet is the sweep's recommendation (how that is chosen: test_bench_report), for
+    # every language swept, and it loads as configuration.
+    assert snippet == report.config_snippet(sweep)
+    assert set(snippet["languages"]) == {hole["language"] for hole in sweep["holes"]}
     config = load_config(snippet)
     for language, lang in snippet["languages"].items():
-        # A swept length, or None where the adaptive policy did as well (timing decides which:
-        # this test checks the snippet's form, not the verdict).
-        assert lang["draft_length"] in (None, 1, 4)
         assert config.draft_length_for(language) == lang["draft_length"]
-    sweep = json.loads((out / "sweep.json").read_text())
     assert set(sweep["summary"]["python"]) == {"ngram", "draft", "hybrid"}
     assert set(sweep["summary"]["python"]["hybrid"]) == {"1", "4", "adaptive"}
     assert {1, 4} <= set(completer.draft_lengths)

@@ -10,19 +10,18 @@ import sys
 import pytest
 
 from quickdraft.bench import typing_report
+from quickdraft.bench.editor import EditorDocument
 from quickdraft.bench.lsp_client import StdioLspClient
-from quickdraft.bench.typing_replay import (
-    EditorDocument,
+from quickdraft.bench.typing_cli import model_flags, parse_variants
+from quickdraft.bench.typing_plan import (
     auto_indent,
     guess_indent_unit,
-    merge_settings,
-    model_flags,
     other_file_spot,
-    parse_variants,
     plan_keystrokes,
     suggestion_matches,
     typing_truth,
 )
+from quickdraft.bench.typing_replay import merge_settings
 from quickdraft.errors import ConfigError, LanguageServerError
 from quickdraft.lsp.documents import UTF16, Document
 

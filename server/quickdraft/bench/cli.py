@@ -23,12 +23,29 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from quickdraft.bench import report
+from quickdraft.bench.holes import resolve_languages, sample_holes
+from quickdraft.bench.runner import (
+    ALL_STRATEGIES,
+    REMOTE,
+    Bench,
+    BenchOptions,
+    make_peers,
+    parse_lengths,
+    parse_strategies,
+)
+from quickdraft.bench.typing_cli import LAYOUTS, add_typing_arguments, parse_names, run_typing
+from quickdraft.bench.variants import with_variants
 from quickdraft.cli_args import (
+    REMOTE_MODEL_KEYS,
+    ProgressLines,
     add_config_argument,
     add_model_arguments,
     config_dict_from_args,
     config_file_from_args,
+    parse_runtimes,
 )
+from quickdraft.config import load_config
 from quickdraft.errors import ConfigError
 
 QUICK_HOLES = 3
@@ -36,8 +53,6 @@ QUICK_MAX_TOKENS = 16
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from quickdraft.bench.runner import ALL_STRATEGIES
-
     parser = subparsers.add_parser(
         "bench",
         help="benchmark the strategies (and transformers/llama.cpp peers) on a repository",
@@ -93,29 +108,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument("--no-replay", action="store_true", help="skip the keystroke replay")
     group.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up runs")
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
-    from quickdraft.bench.typing_replay import add_typing_arguments
-
     add_typing_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.typing:
-        from quickdraft.bench.typing_replay import run_typing
-
         return run_typing(args)
-    from quickdraft.bench.holes import resolve_languages, sample_holes
-    from quickdraft.bench.runner import (
-        REMOTE,
-        Bench,
-        BenchOptions,
-        parse_lengths,
-        parse_strategies,
-        with_variants,
-    )
-    from quickdraft.cli_args import parse_runtimes
-    from quickdraft.config import load_config
-
     repo = Path(args.repo).expanduser()
     if not repo.is_dir():
         raise ConfigError(f"--repo: {repo} is not a directory")
@@ -159,8 +158,8 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
 
+    # These import torch: every other command would pay for it.
     from quickdraft.backends import load_completer
-    from quickdraft.cli_args import ProgressLines
     from quickdraft.completer import Completer
     from quickdraft.local_backend import LocalBackend
 
@@ -203,8 +202,6 @@ def run(args: argparse.Namespace) -> int:
         warmup=not args.no_warmup,
         progress=not args.no_progress,
     )
-    from quickdraft.bench.runner import make_peers
-
     peers = make_peers(completer, strategies, gguf_source(loaded))
     bench = Bench(completer, holes, options, peers=peers, remote=remote, variants=others)
     cost_model = completer.backend.engine.cost_model
@@ -231,8 +228,6 @@ def run(args: argparse.Namespace) -> int:
 def remote_model_settings(data: dict, url: str | None) -> dict | None:
     """Take the serving engine's settings out of `data["model"]` (the local models keep the
     rest): the `model` settings of the `remote` strategy, or None without a URL."""
-    from quickdraft.cli_args import REMOTE_MODEL_KEYS
-
     model = data.get("model", {})
     remote = {key: model.pop(key) for key in REMOTE_MODEL_KEYS if key in model}
     if url is None:
@@ -241,15 +236,7 @@ def remote_model_settings(data: dict, url: str | None) -> dict | None:
 
 
 def parse_layouts(value: str | None) -> list[str]:
-    if not value:
-        return []
-    names = [name.strip() for name in value.split(",") if name.strip()]
-    unknown = [name for name in names if name not in ("append", "classic")]
-    if unknown or not names:
-        raise ConfigError(
-            f"--layouts: unknown {', '.join(unknown) or 'empty list'} (known: append, classic)"
-        )
-    return list(dict.fromkeys(names))
+    return parse_names(value, "", LAYOUTS, "--layouts") if value else []
 
 
 def gguf_source(loaded) -> str | None:
@@ -262,8 +249,6 @@ def gguf_source(loaded) -> str | None:
 
 def summary_table(results: dict) -> str:
     """A short plain-text table for the terminal (report.md has the full one)."""
-    from quickdraft.bench import report
-
     summary = results["summary"]
     rows = [("strategy", "p50 ms", "p90 ms", "tok/fwd", "speedup", "same as ar", "exact")]
     for name, s in summary.items():

@@ -16,124 +16,24 @@ through one `random.Random(seed)`.
 
 from __future__ import annotations
 
-import importlib
 import os
 import random
 import re
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
 
+from quickdraft.context.syntax import (
+    GRAMMARS,
+    LANGUAGES,
+    Language,
+    get_parser,
+    language_for_path,
+)
+from quickdraft.errors import ConfigError, QuickdraftError
+
 KINDS: tuple[str, ...] = ("line", "block", "args")
 
-
-@dataclass(frozen=True)
-class LanguageSpec:
-    language_id: str
-    """The LSP language id, as the editor sends it."""
-    extensions: tuple[str, ...]
-    aliases: tuple[str, ...]
-    grammar: tuple[str, str]
-    """(module, function) returning the tree-sitter language pointer."""
-    blocks: frozenset[str]
-    """Node types whose body is a `block` hole."""
-    calls: frozenset[str]
-    """Parent node types whose argument list is an `args` hole."""
-    arglists: frozenset[str] = frozenset({"argument_list", "arguments"})
-    indent_block: bool = False
-    """Python: a block is delimited by indentation, not braces."""
-
-
-LANGUAGES: dict[str, LanguageSpec] = {
-    spec.language_id: spec
-    for spec in (
-        LanguageSpec(
-            "python",
-            (".py",),
-            ("py", "python"),
-            ("tree_sitter_python", "language"),
-            frozenset({"block"}),
-            frozenset({"call"}),
-            indent_block=True,
-        ),
-        LanguageSpec(
-            "javascript",
-            (".js", ".mjs", ".cjs"),
-            ("js", "javascript"),
-            ("tree_sitter_javascript", "language"),
-            frozenset({"statement_block"}),
-            frozenset({"call_expression", "new_expression"}),
-        ),
-        LanguageSpec(
-            "javascriptreact",
-            (".jsx",),
-            ("js", "jsx", "javascriptreact"),
-            ("tree_sitter_javascript", "language"),
-            frozenset({"statement_block"}),
-            frozenset({"call_expression", "new_expression"}),
-        ),
-        LanguageSpec(
-            "typescript",
-            (".ts", ".mts", ".cts"),
-            ("ts", "typescript"),
-            ("tree_sitter_typescript", "language_typescript"),
-            frozenset({"statement_block"}),
-            frozenset({"call_expression", "new_expression"}),
-        ),
-        LanguageSpec(
-            "typescriptreact",
-            (".tsx",),
-            ("ts", "tsx", "typescriptreact"),
-            ("tree_sitter_typescript", "language_tsx"),
-            frozenset({"statement_block"}),
-            frozenset({"call_expression", "new_expression"}),
-        ),
-        LanguageSpec(
-            "rust",
-            (".rs",),
-            ("rs", "rust"),
-            ("tree_sitter_rust", "language"),
-            frozenset({"block"}),
-            frozenset({"call_expression"}),
-        ),
-        LanguageSpec(
-            "go",
-            (".go",),
-            ("go", "golang"),
-            ("tree_sitter_go", "language"),
-            frozenset({"block"}),
-            frozenset({"call_expression"}),
-        ),
-        LanguageSpec(
-            "java",
-            (".java",),
-            ("java",),
-            ("tree_sitter_java", "language"),
-            frozenset({"block", "constructor_body"}),
-            frozenset({"method_invocation", "object_creation_expression"}),
-        ),
-        LanguageSpec(
-            "c",
-            (".c", ".h"),
-            ("c",),
-            ("tree_sitter_c", "language"),
-            frozenset({"compound_statement"}),
-            frozenset({"call_expression"}),
-        ),
-        LanguageSpec(
-            "cpp",
-            (".cc", ".cpp", ".cxx", ".hpp", ".hh", ".hxx"),
-            ("cpp", "c++", "cxx"),
-            ("tree_sitter_cpp", "language"),
-            frozenset({"compound_statement"}),
-            frozenset({"call_expression"}),
-        ),
-    )
-}
-
-# Also opened as context (stubs, declarations), never sampled for holes.
-CONTEXT_ONLY_SUFFIXES: dict[str, str] = {".pyi": "python", ".d.ts": "typescript"}
 
 SKIP_DIRS = frozenset(
     {
@@ -271,43 +171,36 @@ def resolve_languages(names: str | list[str] | None) -> list[str]:
         name = raw.strip().lower()
         if not name:
             continue
-        matches = [lid for lid, spec in LANGUAGES.items() if name == lid or name in spec.aliases]
+        matches = [lid for lid, lang in LANGUAGES.items() if name == lid or name in lang.aliases]
         if not matches:
-            from quickdraft.errors import ConfigError
-
-            known = sorted({a for spec in LANGUAGES.values() for a in spec.aliases})
+            known = sorted({a for lang in LANGUAGES.values() for a in lang.aliases})
             raise ConfigError(f"--languages: unknown language {raw!r} (known: {', '.join(known)})")
         out.extend(m for m in matches if m not in out)
     return out
 
 
 def language_of(path: str | Path) -> str | None:
-    """The language id of a source file that can hold holes (None for anything else)."""
-    name = str(path).lower()
-    if any(name.endswith(suffix) for suffix in CONTEXT_ONLY_SUFFIXES):
+    """The language id of a source file that can hold holes (None for anything else: stubs and
+    declarations too)."""
+    language = language_for_path(str(path))
+    if language is None or str(path).lower().endswith(language.declaration_extensions):
         return None
-    for spec in LANGUAGES.values():
-        if name.endswith(spec.extensions):
-            return spec.language_id
-    return None
+    return language.id
 
 
 def context_language_of(path: str | Path) -> str | None:
     """Like `language_of`, but also knows stubs and declaration files."""
-    name = str(path).lower()
-    for suffix, language in CONTEXT_ONLY_SUFFIXES.items():
-        if name.endswith(suffix):
-            return language
-    return language_of(name)
+    language = language_for_path(str(path))
+    return language.id if language is not None else None
 
 
-@cache
 def _parser(language_id: str):
-    import tree_sitter
-
-    module_name, function = LANGUAGES[language_id].grammar
-    module = importlib.import_module(module_name)
-    return tree_sitter.Parser(tree_sitter.Language(getattr(module, function)()))
+    grammar = LANGUAGES[language_id].grammar
+    parser = get_parser(grammar)
+    if parser is None:
+        module = GRAMMARS[grammar].module
+        raise QuickdraftError(f"the tree-sitter grammar of {language_id} ({module}) does not load")
+    return parser
 
 
 # --- files ----------------------------------------------------------------------------------
@@ -382,7 +275,7 @@ def _body_children(node) -> list:
 
 def candidate_spans(source: bytes, language_id: str) -> dict[str, list[_Span]]:
     """Every hole the file offers, by kind, as byte spans (start = cursor, end = end of truth)."""
-    spec = LANGUAGES[language_id]
+    language = LANGUAGES[language_id]
     tree = _parser(language_id).parse(source)
     spans: dict[str, list[_Span]] = {kind: [] for kind in KINDS}
     line_starts = [0] + [m.end() for m in re.finditer(rb"\n", source)]
@@ -395,14 +288,14 @@ def candidate_spans(source: bytes, language_id: str) -> dict[str, list[_Span]]:
         if node.has_error:
             continue
         kind_type = node.type
-        if kind_type in spec.blocks:
-            span = _block_span(node, spec, source)
+        if kind_type in language.body_types:
+            span = _block_span(node, language, source)
             if span is not None:
                 spans["block"].append(span)
         elif (
-            kind_type in spec.arglists
+            kind_type in language.argument_list_types
             and node.parent is not None
-            and node.parent.type in spec.calls
+            and node.parent.type in language.call_types
         ):
             kids = node.children
             if len(kids) >= 3 and kids[0].type == "(" and kids[-1].type == ")":
@@ -432,11 +325,11 @@ def candidate_spans(source: bytes, language_id: str) -> dict[str, list[_Span]]:
     return spans
 
 
-def _block_span(node, spec: LanguageSpec, source: bytes) -> _Span | None:
+def _block_span(node, language: Language, source: bytes) -> _Span | None:
     children = _body_children(node)
     if not children:
         return None
-    if spec.indent_block:
+    if language.lexicon.indentation:
         header_row = node.parent.start_point[0] if node.parent is not None else -1
     else:
         braces = [c for c in node.children if c.type == "{"]
@@ -446,7 +339,7 @@ def _block_span(node, spec: LanguageSpec, source: bytes) -> _Span | None:
     first, last = children[0], children[-1]
     if first.start_point[0] <= header_row:
         return None  # one-liner: no line break to put the cursor after
-    if not spec.indent_block:
+    if not language.lexicon.indentation:
         closing = [c for c in node.children if c.type == "}"]
         if not closing or closing[-1].start_point[0] <= last.end_point[0]:
             return None

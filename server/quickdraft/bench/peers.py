@@ -109,7 +109,7 @@ class _ForwardCounter:
 
 def _stopping_criteria(prompt_len: int, stop_ids, max_new_tokens: int, stop: StopCheck | None):
     """Ends `generate` once the emission rule would have stopped (the server's stop rule)."""
-    import torch
+    import torch  # torch and transformers are heavy: only a transformers peer's run pays
     from transformers import StoppingCriteria, StoppingCriteriaList
 
     class RuleCriteria(StoppingCriteria):
@@ -167,7 +167,7 @@ class HFPeer(Peer):
         return values
 
     def run(self, prompt_ids, max_new_tokens, stop_ids, stop) -> PeerOutput:
-        import torch
+        import torch  # torch and transformers are heavy: only a transformers peer's run pays
         from transformers import GenerationConfig
         from transformers.utils import logging as transformers_logging
 
@@ -258,7 +258,7 @@ class LlamaCppPeer(Peer):
         if self.name == "llama-cpp-lookup":
             info["num_pred_tokens"] = PROMPT_LOOKUP_TOKENS
         try:
-            import llama_cpp
+            import llama_cpp  # optional (the `llama` extra)
 
             info["llama_cpp_python"] = getattr(llama_cpp, "__version__", None)
         except ImportError:
@@ -267,7 +267,7 @@ class LlamaCppPeer(Peer):
 
     def _load(self):
         if self._llama is None:
-            import llama_cpp
+            import llama_cpp  # optional (the `llama` extra)
 
             kwargs: dict[str, Any] = dict(
                 model_path=str(self.gguf_path), n_ctx=self.n_ctx, verbose=False, logits_all=True

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from quickdraft.bench.variants import split_variant
+
 PEER_NAMES = ("hf-assisted", "hf-prompt-lookup", "llama-cpp", "llama-cpp-lookup")
 FIRST_TOKEN_TIMED = (*PEER_NAMES, "remote")
 """Strategies whose "prefill" is the time to their first token (which it therefore includes)."""
@@ -103,8 +105,6 @@ def identity_by_path(
     variant, "" for the first, to its path's name) and engine strategy:
     {path: {strategy: {"identical", "holes", "rate"}}}. Identity is a property of the path:
     exact where its forward is batch-invariant, measured elsewhere."""
-    from quickdraft.bench.runner import split_variant
-
     out: dict[str, dict[str, Any]] = {}
     for name in strategies_in(holes):
         strategy, variant = split_variant(name)
@@ -648,7 +648,7 @@ def write_plots(
 ) -> list[str]:
     """latency_cdf.png, speedup_by_language.png and (with a sweep) acceptance_vs_draft_length.png."""
     try:
-        import matplotlib
+        import matplotlib  # optional (the `bench` extra); heavy for every other command
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt

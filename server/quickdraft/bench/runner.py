@@ -12,55 +12,26 @@ for the holes that finished before it ends the command.
 from __future__ import annotations
 
 import dataclasses
-import os
-import platform
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from quickdraft.bench import report
 from quickdraft.bench.holes import Hole
 from quickdraft.bench.peers import PEERS, HFPeer, LlamaCppPeer, Peer
+from quickdraft.bench.provenance import provenance
 from quickdraft.bench.session import Outcome, Session
+from quickdraft.bench.variants import baseline_of, split_variant
 from quickdraft.config import STRATEGIES
 from quickdraft.errors import ConfigError, QuickdraftError
-from quickdraft.machine import cpu_model, speed_flags
 from quickdraft.models.store import write_json_atomic
 
 REMOTE = "remote"
 """A serving engine (`--remote-url`) through the same `Completer` pipeline (quickdraft.remote)."""
-VARIANT_MARK = "@"
-"""`hybrid@llamacpp`, `hybrid@append`: a strategy on another variant of the setup than the
-first (`--runtime torch,llamacpp`, `--layouts classic,append`). It is compared with `ar` of its
-own variant for identity (`ar@llamacpp`), and with the first variant's `ar` for speed and for
-the text it inserts (`same_text_as_ar`)."""
-
-
-def split_variant(name: str) -> tuple[str, str | None]:
-    """ "hybrid@llamacpp" -> ("hybrid", "llamacpp"); "hybrid" -> ("hybrid", None)."""
-    strategy, mark, variant = name.partition(VARIANT_MARK)
-    return strategy, (variant if mark else None)
-
-
-def baseline_of(name: str) -> str:
-    """The `ar` run a strategy's tokens are compared with: the one of its own variant."""
-    _, variant = split_variant(name)
-    return "ar" if variant is None else f"ar{VARIANT_MARK}{variant}"
-
-
-def with_variants(strategies: list[str], variants: list[str]) -> list[str]:
-    """The strategy list extended with the engine strategies on each further variant."""
-    extra = [
-        f"{name}{VARIANT_MARK}{variant}"
-        for variant in variants
-        for name in strategies
-        if name in STRATEGIES
-    ]
-    return [*strategies, *extra]
-
 
 ALL_STRATEGIES: tuple[str, ...] = (*STRATEGIES, *PEERS, REMOTE)
 DRAFTING = ("ngram", "draft", "hybrid")
@@ -123,23 +94,8 @@ class BenchOptions:
     progress: bool = True
 
 
-def _git_commit() -> str | None:
-    try:
-        here = Path(__file__).resolve().parent
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
 def describe_environment(completer: Any, options: BenchOptions) -> dict[str, Any]:
-    import torch
+    import torch  # torch and transformers are heavy: `quickdraft serve` imports this module
 
     try:
         import transformers
@@ -147,7 +103,6 @@ def describe_environment(completer: Any, options: BenchOptions) -> dict[str, Any
         transformers_version = transformers.__version__
     except ImportError:  # pragma: no cover
         transformers_version = None
-    from quickdraft import __version__
 
     models = getattr(completer, "models", None)
     described: Any = None
@@ -160,16 +115,10 @@ def describe_environment(completer: Any, options: BenchOptions) -> dict[str, Any
         "dtype": str(getattr(models, "dtype", "")),
         "torch": torch.__version__,
         "transformers": transformers_version,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu": cpu_model(),
-        "cpu_flags": speed_flags(),
-        "cpu_count": os.cpu_count(),
+        **provenance(),
         "torch_threads": torch.get_num_threads(),
         "models": described,
         "preset": getattr(models, "preset", None) and getattr(models.preset, "name", models.preset),
-        "quickdraft": __version__,
-        "git_commit": _git_commit(),
         "repo": str(options.repo),
         "seed": options.seed,
         "holes_requested": options.holes,
@@ -350,8 +299,6 @@ class Bench:
         self.out.mkdir(parents=True, exist_ok=True)
         bar = None
         if self.options.progress:
-            from tqdm import tqdm
-
             bar = tqdm(
                 total=len(self.holes) * self._units_per_hole(),
                 unit="run",

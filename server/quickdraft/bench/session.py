@@ -56,7 +56,7 @@ class PeerPlan:
 def request_for(
     hole: Hole, text: str | None = None, line: int | None = None, col: int | None = None
 ):
-    from quickdraft.completer import CompletionRequest
+    from quickdraft.completer import CompletionRequest  # imports torch: `serve` imports this
 
     return CompletionRequest(
         uri=hole.uri,

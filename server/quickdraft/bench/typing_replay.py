@@ -1,11 +1,11 @@
 """`quickdraft bench --typing`: typing sessions replayed through the real language server.
 
 For every variant (prompt layout x strategy x work ahead on/off) a fresh `quickdraft serve` runs
-as a subprocess with the bench's model flags, and this module talks to it over stdio exactly as
-VS Code does (lsp_client.py): `initialize` with the settings tree as `initializationOptions`,
-`didOpen`, incremental `didChange` with UTF-16 ranges and versions, an automatic
-`textDocument/inlineCompletion` after every edit, and `$/cancelRequest` for a request still
-open when the next keystroke comes.
+as a subprocess with the bench's model flags (typing_server.py), and this module talks to it over
+stdio exactly as VS Code does (lsp_client.py, editor.py): `initialize` with the settings tree as
+`initializationOptions`, `didOpen`, incremental `didChange` with UTF-16 ranges and versions, an
+automatic `textDocument/inlineCompletion` after every edit, and `$/cancelRequest` for a request
+still open when the next keystroke comes.
 
 Each hole (sample_holes: the rest of a line, or the first lines of a block) is replayed as:
 
@@ -25,16 +25,13 @@ Each hole (sample_holes: the rest of a line, or the first lines of a block) is r
 Every request is recorded with when it was answered or superseded, the `$/quickdraft/stats`
 the server sent for it (matched by `requestId`), and whether its suggestion agreed with the
 hidden text. results.json is rewritten after every hole, so a crash or an interrupt keeps what
-was measured; report.md and the plot come from typing_report.py.
+was measured; report.md and the plot come from typing_report.py. The keystrokes are planned in
+typing_plan.py; the command line is typing_cli.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
-import os
-import platform
 import sys
 import time
 from dataclasses import dataclass, field
@@ -43,56 +40,27 @@ from pathlib import Path
 from typing import Any
 
 from quickdraft.bench import typing_report
+from quickdraft.bench.editor import EditorDocument, first_item, inline_params, item_text
 from quickdraft.bench.holes import Hole
-from quickdraft.bench.lsp_client import Request, StdioLspClient
-from quickdraft.errors import ConfigError, LanguageServerError
-from quickdraft.lsp.documents import UTF16, Document, units
-from quickdraft.machine import cpu_model, speed_flags
+from quickdraft.bench.lsp_client import Request
+from quickdraft.bench.provenance import provenance
+from quickdraft.bench.typing_plan import (
+    Keystroke,
+    auto_indent,
+    guess_indent_unit,
+    other_file_spot,
+    plan_keystrokes,
+    suggestion_matches,
+    typing_truth,
+)
+from quickdraft.bench.typing_server import TypingServer
+from quickdraft.errors import LanguageServerError
 from quickdraft.models.store import write_json_atomic
 
 PREFIX = "quickdraft bench --typing"
-LAYOUTS = ("append", "classic")
-WORK_AHEAD = {"on": True, "off": False}
-DEFAULT_HOLES = 4
-QUICK_HOLES = 2
-HOLE_KINDS = ("line", "block")
-WARMUP_URI = "file:///quickdraft-bench/warmup.py"
-WARMUP_TEXT = "def add(a, b):\n    return "
 SETTLE_S = 30.0
 """How long the answers still owed at the end of a hole are waited for before they count as
 unanswered."""
-OPENERS = (":", "{", "[", "(")
-
-# VS Code's client capabilities, as far as the server can see them.
-CLIENT_CAPABILITIES: dict[str, Any] = {
-    "general": {"positionEncodings": ["utf-16"]},
-    "textDocument": {
-        "synchronization": {
-            "dynamicRegistration": True,
-            "willSave": True,
-            "willSaveWaitUntil": True,
-            "didSave": True,
-        },
-        "completion": {
-            "dynamicRegistration": True,
-            "contextSupport": True,
-            "completionItem": {"snippetSupport": True, "labelDetailsSupport": True},
-        },
-        "inlineCompletion": {"dynamicRegistration": True},
-    },
-    "workspace": {
-        "configuration": True,
-        "didChangeConfiguration": {"dynamicRegistration": True},
-        "workspaceFolders": True,
-    },
-    "window": {
-        "workDoneProgress": True,
-        "showMessage": {"messageActionItem": {"additionalPropertiesSupport": True}},
-    },
-}
-
-
-# --- variants -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -114,33 +82,6 @@ class Variant:
         }
 
 
-def _names(value: str | None, default: str, allowed: tuple[str, ...], flag: str) -> list[str]:
-    names = [n.strip() for n in (value or default).split(",") if n.strip()]
-    unknown = [n for n in names if n not in allowed]
-    if unknown or not names:
-        raise ConfigError(
-            f"{flag}: unknown {', '.join(unknown) or 'empty list'} (known: {', '.join(allowed)})"
-        )
-    return list(dict.fromkeys(names))
-
-
-def parse_variants(
-    layouts: str | None, strategies: str | None, work_ahead: str | None
-) -> list[Variant]:
-    """Every combination of the comma-separated choices, layouts outermost."""
-    from quickdraft.config import STRATEGIES
-
-    chosen_layouts = _names(layouts, ",".join(LAYOUTS), LAYOUTS, "--typing-layouts")
-    chosen_strategies = _names(strategies, "ar,hybrid", STRATEGIES, "--strategies")
-    ahead = _names(work_ahead, "on,off", tuple(WORK_AHEAD), "--typing-work-ahead")
-    return [
-        Variant(layout, strategy, WORK_AHEAD[on])
-        for layout in chosen_layouts
-        for strategy in chosen_strategies
-        for on in ahead
-    ]
-
-
 def merge_settings(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     """`extra` laid over `base`, section by section (neither is modified)."""
     merged = dict(base)
@@ -150,298 +91,6 @@ def merge_settings(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any
         else:
             merged[key] = value
     return merged
-
-
-# --- what the editor does -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Keystroke:
-    kind: str
-    """`char`, `enter` (a line break and the indentation the editor adds) or `indent` (the
-    indentation put right in one go, as Tab or Backspace do)."""
-    delete: int
-    """Characters before the cursor it replaces."""
-    insert: str
-    done: int
-    """Characters of the hidden text in the document once it is typed."""
-    comparable: bool
-    """The text before the cursor is then the file's own, so a suggestion can be judged."""
-
-
-def leading_whitespace(line: str) -> str:
-    return line[: len(line) - len(line.lstrip(" \t"))]
-
-
-def guess_indent_unit(text: str) -> str:
-    """What the editor inserts for one level of indentation in `text` (tab, or 2-8 spaces)."""
-    tabs = spaces = 0
-    steps: dict[int, int] = {}
-    previous = 0
-    for line in text.split("\n"):
-        if not line.strip():
-            continue
-        indent = leading_whitespace(line)
-        if indent.startswith("\t"):
-            tabs += 1
-            continue
-        if indent:
-            spaces += 1
-        width = len(indent)
-        if 2 <= width - previous <= 8:
-            steps[width - previous] = steps.get(width - previous, 0) + 1
-        previous = width
-    if tabs > spaces:
-        return "\t"
-    if not steps:
-        return "    "
-    return " " * max(steps, key=lambda step: (steps[step], -step))
-
-
-def auto_indent(line: str, unit: str) -> str:
-    """The indentation an editor puts on the new line when Enter is pressed at the end of
-    `line`: the line's own, one level more after an opening bracket or a colon."""
-    base = leading_whitespace(line)
-    return base + unit if line.rstrip().endswith(OPENERS) else base
-
-
-def plan_keystrokes(truth: str, line_before: str, unit: str) -> list[Keystroke]:
-    """The keystrokes that type `truth` after `line_before` (the cursor line up to the cursor),
-    then press Enter once more."""
-    keys: list[Keystroke] = []
-    current = line_before
-    position = 0
-    for number, line in enumerate(truth.split("\n")):
-        column = 0
-        if number:
-            auto, actual = auto_indent(current, unit), leading_whitespace(line)
-            fits = actual.startswith(auto)
-            keys.append(
-                Keystroke("enter", 0, "\n" + auto, position + len(auto) if fits else position, fits)
-            )
-            if auto != actual:
-                keys.append(Keystroke("indent", len(auto), actual, position + len(actual), True))
-            column = len(actual)
-            current = ""
-        for char in line[column:]:
-            column += 1
-            keys.append(Keystroke("char", 0, char, position + column, True))
-        current += line
-        position += len(line) + 1
-    keys.append(Keystroke("enter", 0, "\n" + auto_indent(current, unit), len(truth), False))
-    return keys
-
-
-def typing_truth(truth: str, max_lines: int) -> str:
-    """The part of a hole's hidden text that is typed: its first `max_lines` lines."""
-    return "\n".join(truth.split("\n")[:max_lines]).rstrip()
-
-
-def suggestion_matches(suggestion: str, remaining: str) -> bool:
-    """The suggestion agrees with what is typed next: it is the start of the remaining hidden
-    text, or the rest of the hidden text's line is the start of the suggestion."""
-    body = suggestion.rstrip()
-    if not body.strip():
-        return False
-    rest_of_line = remaining.split("\n", 1)[0].rstrip()
-    return remaining.startswith(body) or bool(rest_of_line) and body.startswith(rest_of_line)
-
-
-def other_file_spot(text: str) -> int:
-    """Where the bench asks in another open file: the end of its middle non-blank line."""
-    lines = text.split("\n")
-    filled = [n for n, line in enumerate(lines) if line.strip()]
-    if not filled:
-        return 0
-    number = filled[len(filled) // 2]
-    return sum(len(line) + 1 for line in lines[:number]) + len(lines[number].rstrip("\r"))
-
-
-class EditorDocument:
-    """The editor's copy of one open document; every edit becomes VS Code's didChange."""
-
-    def __init__(self, uri: str, language: str, text: str) -> None:
-        self.document = Document(uri, text, language, 1, UTF16)
-
-    @property
-    def uri(self) -> str:
-        return self.document.uri
-
-    @property
-    def text(self) -> str:
-        return self.document.text
-
-    def position(self, offset: int) -> dict[str, int]:
-        line, character = self.document.position_at(offset)
-        return {"line": line, "character": character}
-
-    def offset(self, position: dict[str, int]) -> int:
-        return self.document.offset_at(position["line"], position["character"], strict=False)
-
-    def did_open(self) -> dict[str, Any]:
-        doc = self.document
-        return {
-            "textDocument": {
-                "uri": doc.uri,
-                "languageId": doc.language_id,
-                "version": doc.version,
-                "text": doc.text,
-            }
-        }
-
-    def edit(self, start: int, end: int, text: str) -> dict[str, Any]:
-        """Replace `start`..`end` (code point offsets) with `text`: the didChange params."""
-        replaced = self.text[start:end]
-        change = {
-            "range": {"start": self.position(start), "end": self.position(end)},
-            "rangeLength": units(replaced),
-            "text": text,
-        }
-        self.document.text = self.text[:start] + text + self.text[end:]
-        self.document._line_starts = None
-        self.document.version += 1
-        return {
-            "textDocument": {"uri": self.uri, "version": self.document.version},
-            "contentChanges": [change],
-        }
-
-
-def inline_params(doc: EditorDocument, offset: int) -> dict[str, Any]:
-    """`textDocument/inlineCompletion` as VS Code sends it while the user types."""
-    return {
-        "context": {"triggerKind": 2},  # InlineCompletionTriggerKind.Automatic
-        "textDocument": {"uri": doc.uri},
-        "position": doc.position(offset),
-    }
-
-
-def first_item(result: Any) -> dict[str, Any] | None:
-    items = result.get("items") if isinstance(result, dict) else result
-    if not items:
-        return None
-    item = items[0]
-    return item if isinstance(item, dict) else None
-
-
-def item_text(item: dict[str, Any]) -> str:
-    text = item.get("insertText", "")
-    return text.get("value", "") if isinstance(text, dict) else str(text or "")
-
-
-# --- the server -----------------------------------------------------------------------------
-
-
-def server_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-class TypingServer:
-    """One `quickdraft serve` for one variant, started and initialized as VS Code does."""
-
-    def __init__(
-        self, command: list[str], settings: dict[str, Any], log_path: Path, say, *, root: Path
-    ) -> None:
-        self.settings = settings
-        self.say = say
-        self.root = root
-        self.stats: dict[Any, dict[str, Any]] = {}
-        self.errors: list[str] = []
-        self.status: dict[str, Any] | None = None
-        self.models: dict[str, Any] | None = None
-        self.client = StdioLspClient(
-            command,
-            log_path=log_path,
-            env=server_env(),
-            notifications=self._notified,
-            settings=settings,
-        )
-
-    def _notified(self, method: str, params: Any, received: float) -> None:
-        params = params if isinstance(params, dict) else {}
-        if method == "$/quickdraft/stats":
-            self.stats[params.get("requestId")] = params
-        elif method == "window/logMessage":
-            message = str(params.get("message", ""))
-            if message.startswith(("models ready", "loading models")):
-                self.say(f"  server: {message}")
-        elif method == "window/showMessage":
-            message = str(params.get("message", ""))
-            if params.get("type") == 1:
-                self.errors.append(message)
-            self.say(f"  server says: {message}")
-        elif method == "$/quickdraft/status":
-            self.status = params
-            if isinstance(params.get("models"), dict):
-                self.models = params["models"]
-            self.say(f"  server status: {params.get('state')}: {params.get('message', '')}")
-            if params.get("state") == "error":
-                self.errors.append(str(params.get("message") or "the server reported an error"))
-        elif method == "$/progress":
-            value = params.get("value") or {}
-            text = " ".join(str(value.get(k)) for k in ("title", "message") if value.get(k))
-            if text:
-                self.say(f"  server progress: {text}")
-
-    async def start(self, load_timeout: float) -> None:
-        await self.client.start()
-        root_uri = self.root.resolve().as_uri()
-        initialize = self.client.request(
-            "initialize",
-            {
-                "processId": os.getpid(),
-                "clientInfo": {"name": "quickdraft bench --typing", "version": "1"},
-                "rootUri": root_uri,
-                "workspaceFolders": [{"uri": root_uri, "name": self.root.name}],
-                "capabilities": CLIENT_CAPABILITIES,
-                "initializationOptions": self.settings,
-                "trace": "off",
-            },
-        )
-        answer = await self.client.wait(initialize, load_timeout, what="initialize")
-        if answer.error:
-            raise LanguageServerError(f"initialize failed: {answer.error.get('message')}")
-        self.client.notify("initialized", {})
-
-    def fatal(self) -> str | None:
-        """Why the server cannot serve completions, once it has said so."""
-        for message in self.errors:
-            if "could not load models" in message or "invalid configuration" in message:
-                return message
-        if self.status and self.status.get("state") == "error":
-            return str(self.status.get("message") or "the server reported an error")
-        return None
-
-    async def warm_up(self, load_timeout: float) -> float:
-        """One untimed request that waits for the models to load; returns the seconds it took."""
-        doc = EditorDocument(WARMUP_URI, "python", WARMUP_TEXT)
-        self.client.notify("textDocument/didOpen", doc.did_open())
-        started = time.perf_counter()
-        request = self.client.request(
-            "textDocument/inlineCompletion", inline_params(doc, len(WARMUP_TEXT))
-        )
-
-        def heartbeat(waited: float) -> None:
-            self.say(f"  still waiting for the models to load in the server ({waited:.0f} s)…")
-
-        await self.client.wait(
-            request, load_timeout, what="the first request (models loading)", heartbeat=heartbeat
-        )
-        self.client.notify("textDocument/didClose", {"textDocument": {"uri": doc.uri}})
-        reason = self.fatal()
-        if reason:
-            raise LanguageServerError(
-                f"the server cannot serve: {reason} (log: {self.client.log_path})"
-            )
-        return time.perf_counter() - started
-
-    async def close(self) -> None:
-        await self.client.close()
-
-
-# --- the replay -----------------------------------------------------------------------------
 
 
 @dataclass
@@ -492,18 +141,9 @@ class TypingBench:
         print(f"{PREFIX}: {message}" if not message.startswith(" ") else message, file=sys.stderr)
 
     def _environment(self) -> dict[str, Any]:
-        from quickdraft import __version__
-        from quickdraft.bench.runner import _git_commit
-
         options = self.options
         return {
-            "cpu": cpu_model(),
-            "cpu_flags": speed_flags(),
-            "cpu_count": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "quickdraft": __version__,
-            "git_commit": _git_commit(),
+            **provenance(),
             "repo": str(options.repo),
             "holes": [hole.to_dict() for hole in self.holes],
             "server_command": options.server_command,
@@ -877,170 +517,3 @@ class TypingBench:
                 )
             record["requests"].append(rec)
         self._live = []
-
-
-# --- the command ----------------------------------------------------------------------------
-
-
-def add_typing_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group(
-        "typing",
-        "with --typing: replay typing sessions through `quickdraft serve` over stdio LSP, as VS"
-        " Code drives it (--strategies picks strategies; default ar,hybrid)",
-    )
-    group.add_argument(
-        "--typing",
-        action="store_true",
-        help="the typing benchmark: a fresh server per variant, keystrokes over LSP",
-    )
-    group.add_argument(
-        "--typing-layouts", metavar="L,L", help="context.layout values (default append,classic)"
-    )
-    group.add_argument(
-        "--typing-work-ahead",
-        metavar="on,off",
-        help="cache.warmup and cache.prefetch on and/or off (default on,off)",
-    )
-    group.add_argument(
-        "--typing-pace-ms",
-        type=float,
-        default=120.0,
-        help="time between keystrokes (default 120)",
-    )
-    group.add_argument(
-        "--typing-await",
-        action="store_true",
-        help="wait for each keystroke's answer before the next (then the pace)",
-    )
-    group.add_argument(
-        "--typing-lines", type=int, default=3, help="hidden lines typed per hole (default 3)"
-    )
-    group.add_argument(
-        "--typing-timeout-s",
-        type=float,
-        default=600.0,
-        help="longest wait for one answer before the server counts as stuck (default 600)",
-    )
-    group.add_argument(
-        "--typing-load-timeout-s",
-        type=float,
-        default=1800.0,
-        help="longest wait for the server to load its models (default 1800)",
-    )
-
-
-def model_flags(args: argparse.Namespace) -> list[str]:
-    """The model flags the bench got, to start `quickdraft serve` with (every flag that
-    `add_model_arguments` defines, so new ones travel without changes here)."""
-    from quickdraft.cli_args import add_model_arguments
-
-    probe = argparse.ArgumentParser(add_help=False)
-    add_model_arguments(probe)
-    flags: list[str] = []
-    for action in probe._actions:
-        if not action.option_strings:
-            continue
-        value = getattr(args, action.dest, None)
-        if value is None or value is False:
-            continue
-        flag = max(action.option_strings, key=len)
-        flags += [flag] if action.nargs == 0 else [flag, str(value)]
-    return flags
-
-
-def base_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The settings tree from --config and --max-tokens (validated here, at the edge)."""
-    from quickdraft.config import load_config
-
-    settings: dict[str, Any] = {}
-    if getattr(args, "config", None) is not None:
-        try:
-            settings = json.loads(Path(args.config).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"--config: cannot read {args.config}: {exc}") from None
-        if not isinstance(settings, dict):
-            raise ConfigError(f"--config: {args.config} must hold a JSON object")
-    if getattr(args, "max_new_tokens", None):
-        settings = merge_settings(settings, {"decoding": {"maxNewTokens": args.max_new_tokens}})
-    load_config(settings)  # ConfigError names the key
-    return settings
-
-
-def run_typing(args: argparse.Namespace) -> int:
-    """`quickdraft bench --typing ...`: returns the exit status."""
-    from quickdraft.bench.holes import resolve_languages, sample_holes
-    from quickdraft.config import load_config
-
-    repo = Path(args.repo).expanduser()
-    if not repo.is_dir():
-        raise ConfigError(f"--repo: {repo} is not a directory")
-    wanted = (
-        args.holes if args.holes is not None else (QUICK_HOLES if args.quick else DEFAULT_HOLES)
-    )
-    if wanted < 1:
-        raise ConfigError(f"--holes: must be at least 1, got {wanted}")
-    if args.sweep_draft_length:
-        raise ConfigError(
-            "--sweep-draft-length: not with --typing (it times strategies in-process)"
-        )
-    if args.typing_pace_ms < 0:
-        raise ConfigError(f"--typing-pace-ms: must not be negative, got {args.typing_pace_ms}")
-    if args.typing_lines < 1:
-        raise ConfigError(f"--typing-lines: must be at least 1, got {args.typing_lines}")
-    variants = parse_variants(args.typing_layouts, args.strategies, args.typing_work_ahead)
-    settings = base_settings(args)
-    for variant in variants:
-        load_config(merge_settings(settings, variant.settings()))
-    languages = resolve_languages(args.languages) if args.languages else None
-    holes = [
-        hole
-        for hole in sample_holes(
-            repo,
-            wanted * 2,
-            languages=languages,
-            seed=args.seed,
-            kinds=HOLE_KINDS,
-            open_files=args.open_files,
-        )
-        if "\r" not in hole.text and typing_truth(hole.truth, args.typing_lines).strip()
-    ][:wanted]
-    if not holes:
-        raise ConfigError(f"--repo: found no completion points in {repo}")
-    flags = model_flags(args)
-    if args.quick and "--no-calibrate" not in flags:
-        flags.append("--no-calibrate")
-    out = args.out or Path("bench-out") / datetime.now().strftime("typing-%Y%m%d-%H%M%S")
-    options = TypingOptions(
-        repo=repo.resolve(),
-        out=Path(out),
-        variants=variants,
-        server_command=[sys.executable, "-m", "quickdraft.cli", "serve", *flags],
-        settings=settings,
-        pace_ms=args.typing_pace_ms,
-        await_answers=args.typing_await,
-        max_lines=args.typing_lines,
-        request_timeout_s=args.typing_timeout_s,
-        load_timeout_s=args.typing_load_timeout_s,
-        progress=not args.no_progress,
-    )
-    bench = TypingBench(holes, options)
-    bench.say(
-        f"{len(holes)} holes from {repo}, {len(variants)} variants "
-        f"({', '.join(v.name for v in variants)}), "
-        + (
-            "each keystroke awaited"
-            if args.typing_await
-            else f"a keystroke every {args.typing_pace_ms:.0f} ms"
-        )
-    )
-    try:
-        results = bench.run()
-    except KeyboardInterrupt:
-        bench.say(f"interrupted; what was measured is in {options.out}")
-        raise
-    print(typing_report.summary_table(results))
-    print(f"\nresults: {options.out / 'results.json'}  report: {options.out / 'report.md'}")
-    failed = typing_report.failures(results)
-    for line in failed:
-        print(f"{PREFIX}: {line}", file=sys.stderr)
-    return 1 if failed else 0

@@ -395,7 +395,7 @@ def _cdf(axis, values: list[float], label: str) -> None:
 def write_plot(directory: Path, results: dict[str, Any]) -> list[str]:
     """typing_latency_cdf.png: keystroke latency and prefill tokens, one curve per variant."""
     try:
-        import matplotlib
+        import matplotlib  # optional (the `bench` extra); heavy for every other command
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt

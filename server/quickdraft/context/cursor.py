@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 import quickdraft.context.syntax as syntax
+from quickdraft.context.syntax import Lexicon
 
 OPENERS = "([{"
 PARTNER = {"(": ")", "[": "]", "{": "}"}
@@ -28,52 +29,29 @@ SUFFIX_WINDOW_CHARS = 20_000
 # --- lexer ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class LexSpec:
-    line_comments: tuple[str, ...] = ()
-    block_comment: tuple[str, str] | None = None
-    quotes: str = ""
-    multiline_quotes: str = ""
-    triple_quotes: bool = False
-    indentation: bool = False
-    block_opener: str = "{"
-
-    def pattern(self) -> re.Pattern[str]:
-        parts = [r"\\[\s\S]"]
-        if self.triple_quotes:
-            parts += ['"""', "'''"]
-        if self.block_comment:
-            parts += [re.escape(self.block_comment[0]), re.escape(self.block_comment[1])]
-        parts += [re.escape(marker) for marker in self.line_comments]
-        if self.quotes:
-            parts.append("[" + re.escape(self.quotes) + "]")
-        parts.append(r"[()\[\]{}\n]")
-        return re.compile("|".join(parts))
+def _pattern(lexicon: Lexicon) -> re.Pattern[str]:
+    """One regular expression for everything the lexer stops at in this language."""
+    parts = [r"\\[\s\S]"]
+    if lexicon.triple_quotes:
+        parts += ['"""', "'''"]
+    if lexicon.block_comment:
+        parts += [re.escape(lexicon.block_comment[0]), re.escape(lexicon.block_comment[1])]
+    parts += [re.escape(marker) for marker in lexicon.line_comments]
+    if lexicon.quotes:
+        parts.append("[" + re.escape(lexicon.quotes) + "]")
+    parts.append(r"[()\[\]{}\n]")
+    return re.compile("|".join(parts))
 
 
-_C_LIKE = LexSpec(("//",), ("/*", "*/"), "\"'", "")
-_SPECS: dict[str | None, LexSpec] = {
-    "python": LexSpec(
-        ("#",), None, "\"'", "", triple_quotes=True, indentation=True, block_opener=":"
-    ),
-    "javascript": LexSpec(("//",), ("/*", "*/"), "\"'`", "`"),
-    "typescript": LexSpec(("//",), ("/*", "*/"), "\"'`", "`"),
-    "tsx": LexSpec(("//",), ("/*", "*/"), "\"'`", "`"),
-    "rust": LexSpec(("//",), ("/*", "*/"), '"', '"'),  # '\'' is mostly lifetimes in Rust
-    "go": LexSpec(("//",), ("/*", "*/"), "\"'`", "`"),
-    "java": _C_LIKE,
-    "c": _C_LIKE,
-    "cpp": _C_LIKE,
-    None: LexSpec(),
-}
-_PATTERNS: dict[LexSpec, re.Pattern[str]] = {}
+_PATTERNS: dict[Lexicon, re.Pattern[str]] = {}
 
 CODE, STRING, BLOCK_COMMENT, LINE_COMMENT = range(4)
 
 
-def _spec_for(language_id: str | None) -> tuple[str | None, LexSpec]:
-    grammar = syntax.resolve_language(language_id)
-    return grammar, _SPECS.get(grammar, _SPECS[None])
+def _language_of(language_id: str | None) -> tuple[str | None, Lexicon]:
+    """(tree-sitter grammar or None, how the language writes comments and strings)."""
+    language = syntax.find_language(language_id)
+    return (language.grammar, language.lexicon) if language else (None, syntax.PLAIN_TEXT)
 
 
 @dataclass
@@ -87,14 +65,14 @@ class LexState:
         return LexState(self.mode, self.quote, self.local_string)
 
 
-def lex(spec: LexSpec, text: str, state: LexState, on_bracket, local: bool = False) -> None:
+def lex(spec: Lexicon, text: str, state: LexState, on_bracket, local: bool = False) -> None:
     """Advance `state` over `text`, calling on_bracket(position, char) for code brackets.
 
     on_bracket may return True to stop early (the state is then left at that bracket).
     """
     pattern = _PATTERNS.get(spec)
     if pattern is None:
-        pattern = _PATTERNS[spec] = spec.pattern()
+        pattern = _PATTERNS[spec] = _pattern(spec)
     block = spec.block_comment
     for match in pattern.finditer(text):
         token = match.group()
@@ -133,7 +111,7 @@ def pop_opener(stack: list[str], closer: str) -> bool:
     return False
 
 
-def _scan_prefix(spec: LexSpec, prefix: str) -> tuple[list[str], LexState]:
+def _scan_prefix(spec: Lexicon, prefix: str) -> tuple[list[str], LexState]:
     """Brackets still open at the end of the prefix (innermost last), and the lexer state."""
     window = prefix
     if len(prefix) > PREFIX_WINDOW_CHARS:
@@ -159,7 +137,7 @@ def _scan_prefix(spec: LexSpec, prefix: str) -> tuple[list[str], LexState]:
     return stack, state
 
 
-def _suffix_closers(spec: LexSpec, suffix: str, state: LexState) -> list[str]:
+def _suffix_closers(spec: Lexicon, suffix: str, state: LexState) -> list[str]:
     """Closers in the suffix that close brackets opened before it, in order."""
     window = suffix[:SUFFIX_WINDOW_CHARS]
     stack: list[str] = []
@@ -276,7 +254,7 @@ class CursorContext:
     suffix: str
     language_id: str | None
     grammar: str | None
-    spec: LexSpec
+    spec: Lexicon
     line_before: str
     """The cursor's line up to the cursor."""
     rest_of_line: str
@@ -292,7 +270,7 @@ class CursorContext:
 
     @classmethod
     def parse(cls, prefix: str, suffix: str, language_id: str | None) -> CursorContext:
-        grammar, spec = _spec_for(language_id)
+        grammar, spec = _language_of(language_id)
         line_before, rest_of_line = _split_cursor_line(prefix, suffix)
         open_brackets, state = _scan_prefix(spec, prefix)
         closable = _closable(open_brackets, _suffix_closers(spec, suffix, state))

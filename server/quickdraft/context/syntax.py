@@ -1,5 +1,10 @@
 """tree-sitter helpers: which grammar a document uses, and the few syntax questions we ask.
 
+`LANGUAGES` is the one table of the languages quickdraft knows (LSP languageId, file extensions,
+grammar, comment and string syntax, the nodes a benchmark hides text in); everything that asks
+what language a document is in (prompts, post-processing, the bench) reads it through
+`find_language` and friends.
+
 Grammars load lazily (the first time a language is seen) and parsers are cached per thread
 (a `Parser` is not safe to share between threads). A language without a grammar, or a grammar
 that fails to load, makes every helper answer "don't know" (`None`, empty lists), so callers fall
@@ -11,64 +16,202 @@ byte offsets tree-sitter works in stay inside this module.
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-# LSP languageId -> grammar name.
-LANGUAGE_IDS: dict[str, str] = {
-    "python": "python",
-    "javascript": "javascript",
-    "javascriptreact": "javascript",
-    "typescript": "typescript",
-    "typescriptreact": "tsx",
-    "rust": "rust",
-    "go": "go",
-    "java": "java",
-    "c": "c",
-    "cpp": "cpp",
+
+@dataclass(frozen=True)
+class Grammar:
+    """A tree-sitter grammar: the module of its wheel and the function that returns it."""
+
+    module: str
+    function: str = "language"
+
+    def load(self) -> Any:
+        return getattr(importlib.import_module(self.module), self.function)()
+
+
+GRAMMARS: dict[str, Grammar] = {
+    "python": Grammar("tree_sitter_python"),
+    "javascript": Grammar("tree_sitter_javascript"),
+    "typescript": Grammar("tree_sitter_typescript", "language_typescript"),
+    "tsx": Grammar("tree_sitter_typescript", "language_tsx"),
+    "rust": Grammar("tree_sitter_rust"),
+    "go": Grammar("tree_sitter_go"),
+    "java": Grammar("tree_sitter_java"),
+    "c": Grammar("tree_sitter_c"),
+    "cpp": Grammar("tree_sitter_cpp"),
+}
+"""Grammar name -> where it loads from."""
+
+
+@dataclass(frozen=True)
+class Lexicon:
+    """How a language writes comments and strings and opens a block: what rules that read text
+    without a parse need (post-processing's lexer). The defaults are plain text."""
+
+    line_comments: tuple[str, ...] = ()
+    block_comment: tuple[str, str] | None = None
+    """(opening, closing)."""
+    quotes: str = ""
+    """Characters that open and close a string."""
+    multiline_quotes: str = ""
+    """Those of `quotes` whose strings may run over a line break."""
+    triple_quotes: bool = False
+    """Python's triple-quoted strings."""
+    indentation: bool = False
+    """Blocks are delimited by indentation (Python), not by braces."""
+    block_opener: str = "{"
+    """What ends the header line of a block."""
+
+
+PLAIN_TEXT = Lexicon()
+_C_LEXICON = Lexicon(("//",), ("/*", "*/"), "\"'")
+_JS_LEXICON = Lexicon(("//",), ("/*", "*/"), "\"'`", "`")
+
+
+@dataclass(frozen=True)
+class Language:
+    """One language as an editor names it: its files, its grammar, how it writes comments and
+    strings, and the syntax nodes a benchmark hides text in."""
+
+    id: str
+    """The LSP languageId, as the editor sends it."""
+    grammar: str
+    """Its tree-sitter grammar's name (a key of GRAMMARS)."""
+    extensions: tuple[str, ...]
+    """Its source files (the bench samples completion points in them)."""
+    aliases: tuple[str, ...]
+    """Short names (`bench --languages py,ts`); an alias may name several languages."""
+    lexicon: Lexicon
+    body_types: frozenset[str]
+    """Node types whose body is a block of statements (a bench `block` hole)."""
+    call_types: frozenset[str]
+    """Node types of a call, whose argument list is a bench `args` hole."""
+    argument_list_types: frozenset[str] = frozenset({"argument_list", "arguments"})
+    declaration_extensions: tuple[str, ...] = ()
+    """Stubs and declarations (`.pyi`, `.d.ts`): the language's grammar, but nothing to complete
+    in a benchmark (opened next to the code as context)."""
+
+
+LANGUAGES: dict[str, Language] = {
+    language.id: language
+    for language in (
+        Language(
+            "python",
+            "python",
+            (".py", ".pyw"),
+            ("py", "python"),
+            Lexicon(
+                ("#",), None, "\"'", "", triple_quotes=True, indentation=True, block_opener=":"
+            ),
+            frozenset({"block"}),
+            frozenset({"call"}),
+            declaration_extensions=(".pyi",),
+        ),
+        Language(
+            "javascript",
+            "javascript",
+            (".js", ".mjs", ".cjs"),
+            ("js", "javascript"),
+            _JS_LEXICON,
+            frozenset({"statement_block"}),
+            frozenset({"call_expression", "new_expression"}),
+        ),
+        Language(
+            "javascriptreact",
+            "javascript",
+            (".jsx",),
+            ("js", "jsx", "javascriptreact"),
+            _JS_LEXICON,
+            frozenset({"statement_block"}),
+            frozenset({"call_expression", "new_expression"}),
+        ),
+        Language(
+            "typescript",
+            "typescript",
+            (".ts", ".mts", ".cts"),
+            ("ts", "typescript"),
+            _JS_LEXICON,
+            frozenset({"statement_block"}),
+            frozenset({"call_expression", "new_expression"}),
+            declaration_extensions=(".d.ts",),
+        ),
+        Language(
+            "typescriptreact",
+            "tsx",
+            (".tsx",),
+            ("ts", "tsx", "typescriptreact"),
+            _JS_LEXICON,
+            frozenset({"statement_block"}),
+            frozenset({"call_expression", "new_expression"}),
+        ),
+        Language(
+            "rust",
+            "rust",
+            (".rs",),
+            ("rs", "rust"),
+            Lexicon(("//",), ("/*", "*/"), '"', '"'),  # '\'' is mostly lifetimes in Rust
+            frozenset({"block"}),
+            frozenset({"call_expression"}),
+        ),
+        Language(
+            "go",
+            "go",
+            (".go",),
+            ("go", "golang"),
+            _JS_LEXICON,  # Go's raw strings are backquoted too
+            frozenset({"block"}),
+            frozenset({"call_expression"}),
+        ),
+        Language(
+            "java",
+            "java",
+            (".java",),
+            ("java",),
+            _C_LEXICON,
+            frozenset({"block", "constructor_body"}),
+            frozenset({"method_invocation", "object_creation_expression"}),
+        ),
+        Language(
+            "c",
+            "c",
+            (".c", ".h"),
+            ("c",),
+            _C_LEXICON,
+            frozenset({"compound_statement"}),
+            frozenset({"call_expression"}),
+        ),
+        Language(
+            "cpp",
+            "cpp",
+            (".cc", ".cpp", ".cxx", ".c++", ".hpp", ".hh", ".hxx", ".h++"),
+            ("cpp", "c++", "cxx"),
+            _C_LEXICON,
+            frozenset({"compound_statement"}),
+            frozenset({"call_expression"}),
+        ),
+    )
+}
+"""The one table of languages: LSP languageId -> Language."""
+
+_BY_EXTENSION: dict[str, Language] = {
+    extension: language
+    for language in LANGUAGES.values()
+    for extension in (*language.extensions, *language.declaration_extensions)
+    if extension.count(".") == 1  # `.d.ts` ends in `.ts`: found by that
 }
 
-# File extension -> grammar name, for documents whose languageId we don't know.
+# Derived views, by grammar name.
+LANGUAGE_IDS: dict[str, str] = {language.id: language.grammar for language in LANGUAGES.values()}
+"""LSP languageId -> grammar name."""
 EXTENSIONS: dict[str, str] = {
-    ".py": "python",
-    ".pyi": "python",
-    ".pyw": "python",
-    ".js": "javascript",
-    ".mjs": "javascript",
-    ".cjs": "javascript",
-    ".jsx": "javascript",
-    ".ts": "typescript",
-    ".mts": "typescript",
-    ".cts": "typescript",
-    ".tsx": "tsx",
-    ".rs": "rust",
-    ".go": "go",
-    ".java": "java",
-    ".c": "c",
-    ".h": "c",
-    ".cc": "cpp",
-    ".cpp": "cpp",
-    ".cxx": "cpp",
-    ".c++": "cpp",
-    ".hh": "cpp",
-    ".hpp": "cpp",
-    ".hxx": "cpp",
-    ".h++": "cpp",
+    suffix: language.grammar for suffix, language in _BY_EXTENSION.items()
 }
-
-GRAMMARS: tuple[str, ...] = (
-    "python",
-    "javascript",
-    "typescript",
-    "tsx",
-    "rust",
-    "go",
-    "java",
-    "c",
-    "cpp",
-)
+"""File extension -> grammar name, for documents whose languageId we don't know."""
 
 # Nodes that hold a list of statements or members: the "blocks" whose start/end/emptiness matter.
 BLOCK_TYPES = frozenset(
@@ -93,73 +236,54 @@ _FILLER_TYPES = frozenset(
 )
 
 
+def language_for_id(language_id: str | None) -> Language | None:
+    """The language of an LSP languageId (any case); None when no grammar knows it."""
+    return LANGUAGES.get(language_id.lower()) if language_id else None
+
+
+def language_for_path(path: str) -> Language | None:
+    """The language of a file by its extension (stubs and declarations included); None when no
+    grammar knows it."""
+    name = path.rsplit("/", 1)[-1].rsplit("\\", 1)[-1].lower()
+    dot = name.rfind(".")
+    return _BY_EXTENSION.get(name[dot:]) if dot > 0 else None
+
+
+def find_language(language_id: str | None, path: str | None = None) -> Language | None:
+    """The language of an LSP languageId, else of the path's extension; None = plain text."""
+    return language_for_id(language_id) or (language_for_path(path) if path else None)
+
+
 def language_id_for_path(path: str) -> str:
     """The LSP languageId an editor would give a file, from its extension ("plaintext" if
     no grammar knows it)."""
-    suffix = "." + path.rsplit(".", 1)[-1].lower() if "." in path else ""
-    grammar = EXTENSIONS.get(suffix)
-    if grammar is None:
-        return "plaintext"
-    return "typescriptreact" if grammar == "tsx" else grammar
+    language = language_for_path(path)
+    return language.id if language is not None else "plaintext"
 
 
 def resolve_language(language_id: str | None, path: str | None = None) -> str | None:
     """The grammar name for an LSP languageId, else for the path's extension; None = plain text."""
-    if language_id:
-        grammar = LANGUAGE_IDS.get(language_id.lower())
-        if grammar:
-            return grammar
-    if path:
-        name = path.rsplit("/", 1)[-1].rsplit("\\", 1)[-1].lower()
-        dot = name.rfind(".")
-        if dot > 0:
-            return EXTENSIONS.get(name[dot:])
-    return None
+    language = find_language(language_id, path)
+    return language.grammar if language is not None else None
 
 
 # --- grammar and parser loading -------------------------------------------------------------
-
-_LOADERS: dict[str, Callable[[], Any]] = {}
-
-
-def _loader(module: str, function: str = "language") -> Callable[[], Any]:
-    def load() -> Any:
-        import importlib
-
-        return getattr(importlib.import_module(module), function)()
-
-    return load
-
-
-_LOADERS.update(
-    {
-        "python": _loader("tree_sitter_python"),
-        "javascript": _loader("tree_sitter_javascript"),
-        "typescript": _loader("tree_sitter_typescript", "language_typescript"),
-        "tsx": _loader("tree_sitter_typescript", "language_tsx"),
-        "rust": _loader("tree_sitter_rust"),
-        "go": _loader("tree_sitter_go"),
-        "java": _loader("tree_sitter_java"),
-        "c": _loader("tree_sitter_c"),
-        "cpp": _loader("tree_sitter_cpp"),
-    }
-)
 
 _languages: dict[str, Any] = {}  # grammar -> tree_sitter.Language, or None when it failed to load
 _languages_lock = threading.Lock()
 _local = threading.local()
 
 
-def get_language(grammar: str | None) -> Any | None:
+def tree_sitter_language(grammar: str | None) -> Any | None:
     """The tree_sitter.Language for a grammar name, loaded once; None if unknown or broken."""
-    if grammar is None or grammar not in _LOADERS:
+    if grammar is None or grammar not in GRAMMARS:
         return None
     with _languages_lock:
         if grammar not in _languages:
             try:
-                from tree_sitter import Language
+                import tree_sitter
 
-                _languages[grammar] = Language(_LOADERS[grammar]())
+                _languages[grammar] = tree_sitter.Language(GRAMMARS[grammar].load())
             except Exception:  # a missing or incompatible grammar wheel: plain text, not a crash
                 _languages[grammar] = None
         return _languages[grammar]
@@ -167,7 +291,7 @@ def get_language(grammar: str | None) -> Any | None:
 
 def get_parser(grammar: str | None) -> Any | None:
     """A parser for the grammar, cached per thread; None when there is no grammar."""
-    language = get_language(grammar)
+    language = tree_sitter_language(grammar)
     if language is None:
         return None
     parsers = getattr(_local, "parsers", None)
