@@ -11,12 +11,14 @@ import argparse
 import os
 import sys
 
+from quickdraft import __version__, complete_cli
+from quickdraft.bench import cli as bench_cli
 from quickdraft.errors import QuickdraftError
+from quickdraft.lsp import cli as lsp_cli
+from quickdraft.models import cli as models_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from quickdraft import __version__
-
     parser = argparse.ArgumentParser(
         prog="quickdraft",
         description="Local code completion over LSP, fast by speculative decoding.",
@@ -24,11 +26,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"quickdraft {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # Each module adds its own subcommand and sets `func` on its parser.
-    from quickdraft import complete_cli
-    from quickdraft.bench import cli as bench_cli
-    from quickdraft.lsp import cli as lsp_cli
-    from quickdraft.models import cli as models_cli
-
     for module in (lsp_cli, complete_cli, bench_cli, models_cli):
         module.register(subparsers)
     return parser

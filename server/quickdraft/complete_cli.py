@@ -7,13 +7,20 @@ import json
 import sys
 from pathlib import Path
 
+from quickdraft.cli_args import (
+    ProgressLines,
+    add_config_argument,
+    add_decoding_arguments,
+    add_model_arguments,
+    config_dict_from_args,
+    config_file_from_args,
+)
+from quickdraft.config import load_config
 from quickdraft.context.syntax import language_id_for_path
 from quickdraft.errors import InputError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from quickdraft.cli_args import add_config_argument, add_decoding_arguments, add_model_arguments
-
     parser = subparsers.add_parser(
         "complete",
         help="complete the code at a cursor position in a file",
@@ -72,9 +79,6 @@ def read_source(path: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from quickdraft.cli_args import config_dict_from_args, config_file_from_args
-    from quickdraft.config import load_config
-
     # Cheap checks first: a bad path or position should not wait for models to load.
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise InputError(f"--max-tokens must be at least 1, got {args.max_new_tokens}")
@@ -91,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
         )
     config = load_config(config_dict_from_args(args), config_file_from_args(args))
 
+    # These import torch (seconds): a bad path or position is reported before that.
     from quickdraft.backends import load_completer
-    from quickdraft.cli_args import ProgressLines
     from quickdraft.completer import CompletionRequest
 
     progress = ProgressLines("quickdraft complete")

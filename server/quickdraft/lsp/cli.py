@@ -7,12 +7,13 @@ import logging
 import os
 import sys
 
+from quickdraft.cli_args import add_decoding_arguments, add_model_arguments, config_dict_from_args
+from quickdraft.config import load_config
 from quickdraft.errors import ConfigError
+from quickdraft.lsp.transport import Utf8SafeInput, serve_tcp
 
 
 def register(subparsers) -> None:
-    from quickdraft.cli_args import add_decoding_arguments, add_model_arguments
-
     parser = subparsers.add_parser(
         "serve",
         help="run the language server (stdio by default)",
@@ -47,15 +48,13 @@ def parse_host_port(value: str) -> tuple[str, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from quickdraft.cli_args import config_dict_from_args
-    from quickdraft.config import load_config
-
     defaults = load_config(config_dict_from_args(args))  # ConfigError: one line, exit 2
     address = parse_host_port(args.tcp) if args.tcp else None
 
     quiet_progress_bars()
     configure_logging(args.log_level, args.log_file)
 
+    # pygls' protocol types take a second to import: only `serve` pays for them.
     from quickdraft.lsp.server import create_server
 
     return serve(create_server(defaults), address)
@@ -68,6 +67,7 @@ def quiet_progress_bars() -> None:
     os.environ.setdefault("TQDM_DISABLE", "1")  # tqdm's own default, read at each bar
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
+        # transformers takes seconds to import; the server's worker imports it anyway.
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
@@ -98,8 +98,6 @@ def serve(server, address: tuple[str, int] | None = None) -> int:
     """
     try:
         if address is not None:
-            from quickdraft.lsp.transport import serve_tcp
-
             serve_tcp(server, *address)
         else:
             stdin, stdout = _claim_stdio()
@@ -121,6 +119,4 @@ def _claim_stdio():
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     sys.stdout = sys.stderr
-    from quickdraft.lsp.transport import Utf8SafeInput
-
     return Utf8SafeInput(sys.stdin.buffer), out

@@ -11,6 +11,7 @@ Lines end at `\\n`, `\\r\\n` or `\\r`, as the LSP specification says.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 from quickdraft.errors import PositionError
@@ -147,8 +148,6 @@ class Document:
 
     def line_column(self, offset: int) -> tuple[int, int]:
         """(line, column in code points) of the code point `offset` into `text`."""
-        import bisect
-
         offset = max(0, min(offset, len(self.text)))
         line = bisect.bisect_right(self.line_starts, offset) - 1
         return line, min(offset - self.line_starts[line], len(self.line_text(line)))
@@ -185,8 +184,6 @@ class Document:
         starts = self.line_starts if self._line_starts is not None else None
         if starts is None:
             return
-        import bisect
-
         # Lines from the one holding `start` (one more back: a "\r" before it may now pair
         # with an inserted "\n") to the one holding `end` are re-read.
         first = max(bisect.bisect_right(starts, start) - 2, 0)

@@ -14,6 +14,7 @@ Document sync bypasses pygls' own workspace: `documents.DocumentStore` is the on
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from typing import Any
@@ -30,6 +31,7 @@ from pygls.protocol.language_server import lsp_method
 
 from quickdraft import __version__
 from quickdraft.config import QuickdraftConfig
+from quickdraft.lsp import handlers
 from quickdraft.lsp.configuration import ConfigChange, ConfigurationManager
 from quickdraft.lsp.documents import UTF16, DocumentStore
 from quickdraft.lsp.service import CompletionService
@@ -228,8 +230,6 @@ class QuickdraftServer(LanguageServer):
             fresh = uri not in self._warm_targets
             self._warm_targets[uri] = target
         if fresh:
-            import asyncio
-
             loop = asyncio.get_running_loop()
             future = self.worker.submit_background(self._warm, uri)
 
@@ -241,6 +241,7 @@ class QuickdraftServer(LanguageServer):
             future.add_done_callback(warmed)
 
     def _warm(self, uri: str, cancel) -> int:  # worker thread, background
+        # completer imports torch (seconds): the server answers `initialize` before that.
         from quickdraft.completer import CompletionRequest
 
         with self._sync_lock:
@@ -283,8 +284,7 @@ class QuickdraftServer(LanguageServer):
     def load_models(self, config: QuickdraftConfig) -> None:
         """Load (or reload) the models on the worker; report each step and the outcome to the
         client (status notification, work-done progress, log)."""
-        import asyncio
-
+        # quickdraft.models imports torch (seconds); this runs once `initialize` is answered.
         from quickdraft.models.presets import describe_plan
 
         self.models_generation += 1
@@ -337,8 +337,6 @@ class QuickdraftServer(LanguageServer):
     def _watch_engine(self, completer: Any) -> None:
         """Tell the client the remote engine's state now and at every change (not per request:
         one `showMessage` per failure state; each failed request is logged by the service)."""
-        import asyncio
-
         status = getattr(completer.backend, "engine_status", None)
         if status is None:
             return
@@ -382,8 +380,6 @@ def create_server(
     defaults: QuickdraftConfig, loader: CompleterLoader = load_completer
 ) -> QuickdraftServer:
     """A server with every feature registered, models loaded with `loader` after initialize."""
-    from quickdraft.lsp import handlers
-
     server = QuickdraftServer(defaults, loader)
     handlers.register_all(server)
     return server

@@ -171,6 +171,7 @@ class CompletionService:
         return Answer(suggestion, cursor, cursor, cursor)
 
     def _submit(self, uri: str, document, text: str, offset: int, line: int, column: int) -> _Job:
+        # completer imports torch (seconds): the server answers `initialize` before that.
         from quickdraft.completer import CompletionRequest
 
         request = CompletionRequest(
@@ -212,6 +213,7 @@ class CompletionService:
         """Compute, in the background, the completion that follows accepting `suggestion`
         whole (and its first line, when it has several), and keep it in the typed-ahead cache:
         Tab then the next request costs no model time. A request of the user's stops it."""
+        # completer imports torch (seconds): the server answers `initialize` before that.
         from quickdraft.completer import CompletionRequest
 
         accepted = [suggestion]

@@ -55,6 +55,7 @@ class Utf8SafeStreamReader:
 def serve_tcp(server, host: str, port: int) -> None:
     """pygls' `start_tcp` (one client connection at a time, the server shut down when it
     ends), reading the client through Utf8SafeStreamReader."""
+    # pygls.io_ imports lsprotocol's types (half a second): only `serve --tcp` pays for it.
     from pygls.io_ import run_async
 
     server._stop_event = stop_event = threading.Event()

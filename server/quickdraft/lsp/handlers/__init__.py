@@ -4,18 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from quickdraft.lsp.handlers import completion, configuration, inline_completion, lifecycle, sync
+
 if TYPE_CHECKING:
     from quickdraft.lsp.server import QuickdraftServer
 
 
 def register_all(server: QuickdraftServer) -> None:
-    from quickdraft.lsp.handlers import (
-        completion,
-        configuration,
-        inline_completion,
-        lifecycle,
-        sync,
-    )
-
     for module in (lifecycle, sync, configuration, inline_completion, completion):
         module.register(server)
