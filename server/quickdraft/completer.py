@@ -411,13 +411,17 @@ class Completer:
         clock.lap("generate_ms")
         text = finalize(generated.raw_text, prepared.context, prepared.mode)
         clock.lap("postprocess_ms")
-        stages = clock.stages
-        generate_ms = stages.pop("generate_ms")
-        stats = generated.stats
+        stats, lapped = generated.stats, clock.stages
         # The backend splits generation into prefill and decode; what it did not account
         # for (its own bookkeeping) stays with decode, so the stages add up to the latency.
-        stages["prefill_ms"] = round(stats.prefill_ms, 2)
-        stages["decode_ms"] = round(max(0.0, generate_ms - stats.prefill_ms), 2)
+        stages = {
+            "context_ms": lapped["context_ms"],
+            "tokenize_ms": lapped["tokenize_ms"],
+            "index_ms": lapped["index_ms"],
+            "prefill_ms": round(stats.prefill_ms, 2),
+            "decode_ms": round(max(0.0, lapped["generate_ms"] - stats.prefill_ms), 2),
+            "postprocess_ms": lapped["postprocess_ms"],
+        }
         return Completion(
             text=text,
             tokens=generated.tokens,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from quickdraft.bench.report import STAGES
 from quickdraft.cli import main
 
 OURS = ("ar", "ngram", "draft", "hybrid")
@@ -25,6 +26,7 @@ RUN_KEYS = {
     "target_forwards",
     "accepted_by_source",
     "drafted_by_source",
+    "stages_ms",
     "identical_to_ar",
     "exact_match",
 }
@@ -37,6 +39,7 @@ SUMMARY_KEYS = {
     "identical_to_ar",
     "same_text_as_ar",
     "exact_match",
+    "stages_p50_ms",
 }
 
 
@@ -93,6 +96,8 @@ def test_quick_run_writes_results_report_and_plots(tiny_models, repo, tmp_path, 
         assert hole["file"] != "web/logo.png"
         for name in OURS:
             assert set(hole["runs"][name]) == RUN_KEYS
+            assert tuple(hole["runs"][name]["stages_ms"]) == STAGES  # timed per stage
+        assert hole["runs"]["hf-prompt-lookup"]["stages_ms"] == {}  # peers: timed whole
     for name in OURS:
         assert set(results["summary"][name]) == SUMMARY_KEYS
         # Greedy speculative decoding through the whole pipeline is plain decoding.
@@ -105,6 +110,7 @@ def test_quick_run_writes_results_report_and_plots(tiny_models, repo, tmp_path, 
         assert peer in results["env"]["skipped"]
     report = (out / "report.md").read_text()
     assert "## Per strategy" in report and "## Keystroke replay" in report
+    assert "## Where the time goes" in report
     assert (out / "latency_cdf.png").exists() and (out / "speedup_by_language.png").exists()
     replay = json.loads((out / "replay.json").read_text())
     assert all(step["reused_tokens"] > 0 for rec in replay["holes"] for step in rec["typed"])

@@ -157,6 +157,24 @@ def test_summary_per_strategy_and_language():
     assert summary["by_language"]["rust"]["hybrid"]["identical_to_ar"] == 0.0
 
 
+def test_each_stage_is_reported_by_its_median_over_holes():
+    stages = [
+        dict.fromkeys(report.STAGES, 1.0) | {"prefill_ms": prefill}
+        for prefill in (10.0, 30.0, 20.0)
+    ]
+    runs = [{"stages_ms": timed} for timed in stages] + [{"stages_ms": {}}]  # a peer: untimed
+    medians = report.stage_medians(runs)
+    assert medians == dict.fromkeys(report.STAGES, 1.0) | {"prefill_ms": 20.0}
+    assert report.stage_medians([{"stages_ms": {}}]) is None
+    holes = [{"runs": {"hybrid": run}} for run in runs[:3]]
+    rendered = "\n".join(report.render_stages(holes, {"hybrid": {"stages_p50_ms": medians}}))
+    assert (
+        "## Where the time goes" in rendered
+        and "| `hybrid` | 1.00 | 1.00 | 1.00 | 20.0 |" in rendered
+    )
+    assert report.render_stages(holes, {"hybrid": {"stages_p50_ms": None}}) == []
+
+
 def test_copy_heavy_holes_are_summarized_on_their_own():
     holes = [dict(h) for h in HOLES]
     assert report.summarize(holes)["copy_heavy"] == {}

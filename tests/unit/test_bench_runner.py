@@ -31,6 +31,7 @@ SUMMARY_KEYS = {
     "identical_to_ar",
     "same_text_as_ar",
     "exact_match",
+    "stages_p50_ms",
 }
 
 

@@ -52,9 +52,9 @@ def test_each_answer_says_what_its_stages_took(models):
         "context_ms",
         "tokenize_ms",
         "index_ms",
-        "postprocess_ms",
         "prefill_ms",
         "decode_ms",
+        "postprocess_ms",
     ]
     assert all(value >= 0 for value in stages.values())
     # Prefill is the engine's own figure; the stages together are the request's latency.

@@ -30,6 +30,7 @@ SUMMARY_KEYS = (
     "identical_to_ar",
     "same_text_as_ar",
     "exact_match",
+    "stages_p50_ms",
 )
 
 
@@ -66,6 +67,20 @@ def strategies_in(holes: list[dict[str, Any]]) -> list[str]:
     return seen
 
 
+STAGES = ("context_ms", "tokenize_ms", "index_ms", "prefill_ms", "decode_ms", "postprocess_ms")
+"""The pipeline's stages, in order (`Completion.stages`)."""
+
+
+def stage_medians(runs: list[dict[str, Any]]) -> dict[str, float] | None:
+    """The median of each stage over runs that were timed per stage (None: no such run)."""
+    timed = [run["stages_ms"] for run in runs if run.get("stages_ms")]
+    if not timed:
+        return None
+    return {
+        stage: _rounded(statistics.median(t.get(stage, 0.0) for t in timed)) for stage in STAGES
+    }
+
+
 def summarize_strategy(holes: list[dict[str, Any]], strategy: str) -> dict[str, Any]:
     runs = [hole["runs"][strategy] for hole in holes if strategy in hole["runs"]]
     latencies = [run["latency_ms"] for run in runs]
@@ -95,7 +110,31 @@ def summarize_strategy(holes: list[dict[str, Any]], strategy: str) -> dict[str, 
         "exact_match": _rounded(sum(run["exact_match"] for run in runs) / len(runs))
         if runs
         else None,
+        "stages_p50_ms": stage_medians(runs),
     }
+
+
+def render_stages(holes: list[dict[str, Any]], summary: dict[str, Any]) -> list[str]:
+    """Where each strategy's time goes: the median of every pipeline stage."""
+    rows = []
+    for name in strategies_in(holes):
+        stages = (summary.get(name) or {}).get("stages_p50_ms")
+        if stages:
+            rows.append([f"`{name}`", *(_ms(stages[stage]) for stage in STAGES)])
+    if not rows:
+        return []
+    header = ["strategy", *(stage.removesuffix("_ms") for stage in STAGES)]
+    return [
+        "## Where the time goes",
+        "",
+        *_table(header, rows),
+        "",
+        "Medians over holes, in ms, of each stage of `Completer.complete`: the prompt and the"
+        " cursor's context, tokenizing (with the continuation lookup), indexing open documents"
+        " for n-gram drafting, the engine's prefill, decoding (the rest of generation), and"
+        " post-processing. Peers are timed whole, so they have no row.",
+        "",
+    ]
 
 
 def identity_by_path(
@@ -330,6 +369,7 @@ def render_markdown(
         "",
     ]
     lines += render_identity(summary.get("identity_by_path") or {})
+    lines += render_stages(holes, summary)
     lines += ["## Per language", ""]
     lines += grouped_table(holes, "language", lambda hole: hole["language"])
     lines += ["## Per kind of hole", ""]

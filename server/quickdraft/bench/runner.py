@@ -46,6 +46,7 @@ RUN_KEYS = (
     "target_forwards",
     "accepted_by_source",
     "drafted_by_source",
+    "stages_ms",
     "identical_to_ar",
     "exact_match",
 )
@@ -165,6 +166,7 @@ def _run_record(outcome: Outcome, truth: str) -> dict[str, Any]:
         "target_forwards": outcome.target_forwards,
         "accepted_by_source": outcome.accepted_by_source,
         "drafted_by_source": outcome.drafted_by_source,
+        "stages_ms": outcome.stages_ms,
         "identical_to_ar": None,
         "exact_match": report.exact_match(outcome.completion, truth),
     }

@@ -35,6 +35,8 @@ class Outcome:
     prompt_tokens: int | None = None
     prefill_tokens: int | None = None
     reused_tokens: int | None = None
+    stages_ms: dict[str, float] = field(default_factory=dict)
+    """Milliseconds per pipeline stage (`Completion.stages`; empty for peers)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -187,10 +189,10 @@ class Session:
             prompt_tokens=stat("prompt_tokens"),
             prefill_tokens=stat("prefill_tokens"),
             reused_tokens=stat("reused_tokens"),
+            stages_ms=dict(getattr(completion, "stages", None) or {}),
             extra={
                 "stop_reason": getattr(completion, "stop_reason", None),
                 "skipped": getattr(completion, "skipped", None),
-                "stages_ms": dict(getattr(completion, "stages", None) or {}),
             },
         )
 
