@@ -32,7 +32,7 @@ from quickdraft.context.prompt import TokenCounter, offset_of
 from quickdraft.context.snippets import uri_to_path
 from quickdraft.decoding import GenerationStats
 from quickdraft.errors import InputError
-from quickdraft.postprocess import StopRule, decide_mode, finalize
+from quickdraft.postprocess import StopRule, decide_mode, finalize, finish
 from quickdraft.text import unusable_reason, without_lone_surrogates
 from quickdraft.tokens import PromptTokenizer
 
@@ -67,6 +67,11 @@ class Completion:
     latency_ms: float = 0.0
     skipped: str | None = None
     """Why no completion was attempted (language disabled, document too large, binary)."""
+    repeated: bool = False
+    """The model's output re-typed the existing line(s) after the cursor (the stop rule cut
+    them: a suggestion never repeats what the document already has)."""
+    repeat_trimmed: bool = False
+    """Cutting the repeat changed what is shown (else the repeat would have been shown)."""
     stages: dict[str, float] = field(default_factory=dict)
     """Milliseconds per pipeline stage: context_ms (the prompt and the cursor's context),
     tokenize_ms, index_ms (open documents into the n-gram index), prefill_ms, decode_ms,
@@ -409,7 +414,7 @@ class Completer:
             prepared, strategy=strategy, cancel=cancel, deadline=deadline
         )
         clock.lap("generate_ms")
-        text = finalize(generated.raw_text, prepared.context, prepared.mode)
+        shown = finish(generated.raw_text, prepared.context, prepared.mode)
         clock.lap("postprocess_ms")
         stats, lapped = generated.stats, clock.stages
         # The backend splits generation into prefill and decode; what it did not account
@@ -423,7 +428,9 @@ class Completer:
             "postprocess_ms": lapped["postprocess_ms"],
         }
         return Completion(
-            text=text,
+            text=shown.text,
+            repeated=shown.repeated,
+            repeat_trimmed=shown.changed,
             tokens=generated.tokens,
             raw_text=generated.raw_text,
             mode=prepared.mode,

@@ -134,7 +134,9 @@ class StopRule:
 
     line mode: stop at the end of the first line that has content (at once if the cursor's line
     already has text and the model starts a new line).
-    both modes: stop when a line repeats the next line of the suffix.
+    both modes: stop when a line repeats the next line of the suffix (the document has it
+    already); when the cursor's own line, completed, is that next line, nothing is suggested.
+    `repeated` then says the model was re-typing existing code.
     block mode: stop when a line dedents below the block (in any language), or after the
     closing bracket of the enclosing block when the suffix doesn't already close it; at top
     level, when a new statement starts after a blank line.
@@ -144,7 +146,7 @@ class StopRule:
     complete yet; `cut(text, final=True)` treats the end of `text` as the end of generation.
     """
 
-    def __init__(self, context: CursorContext, mode: Mode):
+    def __init__(self, context: CursorContext, mode: Mode, *, check_repeats: bool = True):
         self.context = context
         self.mode = mode
         self.grammar, self.spec = context.grammar, context.spec
@@ -153,7 +155,9 @@ class StopRule:
         self.closable = context.closable
         following = context.next_line
         self.repeat_target: tuple[int, str] | None = None
-        if following is not None and not set(following.strip()) <= TRIVIAL:
+        self.repeated = False
+        """Whether the rule cut a line that repeats the suffix's next line."""
+        if check_repeats and following is not None and not set(following.strip()) <= TRIVIAL:
             self.repeat_target = (indent_width(following), following.strip())
         self.header_indent: int | None = None
         if self.line_before.strip():
@@ -167,6 +171,19 @@ class StopRule:
 
     def __call__(self, text: str) -> bool:
         return self.cut(text) is not None
+
+    def _completes_to_next_line(self, effective: str) -> bool:
+        """Whether the cursor's line with this completion of it (`effective`, and the rest of
+        the line after the cursor) reads as the suffix's next line: typing `s` above
+        `staging = Path(` must not suggest `taging = Path(`."""
+        if self.repeat_target is None or self.start_state.mode != CODE:
+            return False
+        indent = indent_width(effective)
+        whole = (effective + self.rest_of_line).strip()
+        return (indent, effective.strip()) == self.repeat_target or (
+            indent,
+            whole,
+        ) == self.repeat_target
 
     # -- the scan ---------------------------------------------------------------------------
 
@@ -205,9 +222,13 @@ class StopRule:
         has_text = bool(body.strip())
         before_line = offset - 1 if offset > 0 else 0  # cut before this line's "\n"
 
+        if header and complete and has_text and self._completes_to_next_line(effective):
+            self.repeated = True
+            return 0  # the cursor's line, completed, is the next line: the document has it
         if has_text and not header and p.lex.mode == CODE and not p.local:
             indent = indent_width(effective)
             if complete and self.repeat_target == (indent, effective.strip()):
+                self.repeated = True
                 return before_line  # the suffix's next line: the document already has it
             if self.mode == "block":
                 if p.base is None:
@@ -370,11 +391,35 @@ def _drop_broken_tail(text: str, prefix: str, suffix: str, grammar: str | None) 
     return text
 
 
+@dataclass(frozen=True)
+class Finished:
+    """A completion's text as shown, and whether it repeated code the document already has."""
+
+    text: str
+    repeated: bool = False
+    """The model's output re-typed the existing line(s) after the cursor (cut by the rule)."""
+    changed: bool = False
+    """The repeat rule changed what is shown (without it, the repeat would have been shown)."""
+
+
+def finish(text: str, context: CursorContext, mode: Mode) -> Finished:
+    """`finalize`, and what the repeat rule did to this text (for stats and the bench)."""
+    rule = StopRule(context, mode)
+    shown = _finalize(text, context, mode, rule)
+    if not rule.repeated:
+        return Finished(shown)
+    unchecked = _finalize(text, context, mode, StopRule(context, mode, check_repeats=False))
+    return Finished(shown, repeated=True, changed=unchecked != shown)
+
+
 def finalize(text: str, context: CursorContext, mode: Mode) -> str:
     """The text to insert: cut where the StopRule stops, without what the suffix already has,
     without trailing whitespace; a single line in line mode."""
+    return _finalize(text, context, mode, StopRule(context, mode))
+
+
+def _finalize(text: str, context: CursorContext, mode: Mode, rule: StopRule) -> str:
     prefix, suffix = context.prefix, context.suffix
-    rule = StopRule(context, mode)
     cut = rule.cut(text, final=True)
     if cut is not None:
         text = text[:cut]

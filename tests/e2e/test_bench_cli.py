@@ -27,6 +27,8 @@ RUN_KEYS = {
     "accepted_by_source",
     "drafted_by_source",
     "stages_ms",
+    "repeated",
+    "repeat_trimmed",
     "identical_to_ar",
     "exact_match",
 }
@@ -40,6 +42,8 @@ SUMMARY_KEYS = {
     "same_text_as_ar",
     "exact_match",
     "stages_p50_ms",
+    "repeated",
+    "repeat_trimmed",
 }
 
 

@@ -175,6 +175,22 @@ def test_each_stage_is_reported_by_its_median_over_holes():
     assert report.render_stages(holes, {"hybrid": {"stages_p50_ms": None}}) == []
 
 
+def test_repeats_of_existing_code_are_counted_among_the_runs_that_judged_them():
+    runs = [
+        {"repeated": True, "repeat_trimmed": True},
+        {"repeated": True, "repeat_trimmed": False},
+        {"repeated": False, "repeat_trimmed": False},
+        {"repeated": None, "repeat_trimmed": None},  # a peer: not judged
+    ]
+    assert report._share(runs, "repeated") == round(2 / 3, 3)
+    assert report._share(runs, "repeat_trimmed") == round(1 / 3, 3)
+    holes = [{"runs": {"hybrid": run}} for run in runs]
+    summary = {"hybrid": {"repeated": 0.667, "repeat_trimmed": 0.333}}
+    rendered = "\n".join(report.render_repeats(holes, summary))
+    assert "## Repeats of existing code" in rendered and "| `hybrid` | 67% | 33% |" in rendered
+    assert report.render_repeats(holes, {"hybrid": {"repeated": None}}) == []
+
+
 def test_copy_heavy_holes_are_summarized_on_their_own():
     holes = [dict(h) for h in HOLES]
     assert report.summarize(holes)["copy_heavy"] == {}

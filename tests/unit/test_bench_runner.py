@@ -32,6 +32,8 @@ SUMMARY_KEYS = {
     "same_text_as_ar",
     "exact_match",
     "stages_p50_ms",
+    "repeated",
+    "repeat_trimmed",
 }
 
 

@@ -100,6 +100,38 @@ def test_line_mode_does_not_repeat_the_next_line():
     assert finalize("y += 1\n", prefix, suffix, "python", "line") == "y += 1"
 
 
+def test_completing_the_cursors_line_into_the_next_line_suggests_nothing():
+    # Typing `s` on a new line above `staging = Path(`: the model re-types that line.
+    prefix = "def stage():\n    s"
+    suffix = "\n    staging = Path(\n        tempfile.mkdtemp()\n    )\n"
+    context = CursorContext.parse(prefix, suffix, "python")
+    for mode in ("line", "block"):
+        shown = postprocess.finish("taging = Path(\n", context, mode)
+        assert shown == postprocess.Finished("", repeated=True, changed=True), mode
+        assert StopRule(prefix, suffix, "python", mode)("taging = Path(\n")
+    # A different line is suggested as it is, and says it repeated nothing.
+    other = postprocess.finish("ource = Path(root)\n", context, "line")
+    assert other == postprocess.Finished("ource = Path(root)")
+    # With text after the cursor, the completed line is judged whole.
+    mid = CursorContext.parse("    x = f(", ")\n    x = f(a)\n", "python")
+    assert postprocess.finish("a)", mid, "line").text == ""
+    assert postprocess.finish("b)", mid, "line").text == "b"
+
+
+def test_a_repeat_of_the_next_line_later_in_a_block_is_cut_and_reported():
+    context = CursorContext.parse("def f(x):\n    ", "\n    return y\n", "python")
+    shown = postprocess.finish("y = x * 2\n    return y\n", context, "block")
+    assert shown == postprocess.Finished("y = x * 2", repeated=True, changed=True)
+    # Without the rule the repeat would have been shown: that is what `changed` counts.
+    plain = postprocess._finalize(
+        "y = x * 2\n    return y\n",
+        context,
+        "block",
+        postprocess.StopRule(context, "block", check_repeats=False),
+    )
+    assert plain == "y = x * 2\n    return y"
+
+
 def test_line_mode_stops_at_once_when_the_model_leaves_a_non_blank_line():
     assert stops_after("x = compute(a)", "\n", "python", "line", "\ny = 2\n") == "\n"
 

@@ -31,6 +31,8 @@ SUMMARY_KEYS = (
     "same_text_as_ar",
     "exact_match",
     "stages_p50_ms",
+    "repeated",
+    "repeat_trimmed",
 )
 
 
@@ -111,7 +113,38 @@ def summarize_strategy(holes: list[dict[str, Any]], strategy: str) -> dict[str, 
         if runs
         else None,
         "stages_p50_ms": stage_medians(runs),
+        "repeated": _share(runs, "repeated"),
+        "repeat_trimmed": _share(runs, "repeat_trimmed"),
     }
+
+
+def _share(runs: list[dict[str, Any]], key: str) -> float | None:
+    """The share of runs where `key` is true, among those that judged it."""
+    judged = [run[key] for run in runs if run.get(key) is not None]
+    return _rounded(sum(judged) / len(judged)) if judged else None
+
+
+def render_repeats(holes: list[dict[str, Any]], summary: dict[str, Any]) -> list[str]:
+    """How often each strategy's raw output re-typed existing code, and how often cutting it
+    changed what was shown."""
+    rows = [
+        [f"`{name}`", _pct(summary[name]["repeated"]), _pct(summary[name]["repeat_trimmed"])]
+        for name in strategies_in(holes)
+        if (summary.get(name) or {}).get("repeated") is not None
+    ]
+    if not rows:
+        return []
+    return [
+        "## Repeats of existing code",
+        "",
+        *_table(["strategy", "raw output repeated the next line", "shown text changed"], rows),
+        "",
+        "A suggestion never repeats what the document already has: the stop rule cuts a line"
+        " that is the suffix's next line, and suggests nothing when the cursor's line, completed,"
+        " would be that line. Shown text changed: without the rule the repeat would have been"
+        " shown.",
+        "",
+    ]
 
 
 def render_stages(holes: list[dict[str, Any]], summary: dict[str, Any]) -> list[str]:
@@ -370,6 +403,7 @@ def render_markdown(
     ]
     lines += render_identity(summary.get("identity_by_path") or {})
     lines += render_stages(holes, summary)
+    lines += render_repeats(holes, summary)
     lines += ["## Per language", ""]
     lines += grouped_table(holes, "language", lambda hole: hole["language"])
     lines += ["## Per kind of hole", ""]

@@ -47,6 +47,8 @@ RUN_KEYS = (
     "accepted_by_source",
     "drafted_by_source",
     "stages_ms",
+    "repeated",
+    "repeat_trimmed",
     "identical_to_ar",
     "exact_match",
 )
@@ -167,6 +169,8 @@ def _run_record(outcome: Outcome, truth: str) -> dict[str, Any]:
         "accepted_by_source": outcome.accepted_by_source,
         "drafted_by_source": outcome.drafted_by_source,
         "stages_ms": outcome.stages_ms,
+        "repeated": outcome.repeated,
+        "repeat_trimmed": outcome.repeat_trimmed,
         "identical_to_ar": None,
         "exact_match": report.exact_match(outcome.completion, truth),
     }

@@ -37,6 +37,10 @@ class Outcome:
     reused_tokens: int | None = None
     stages_ms: dict[str, float] = field(default_factory=dict)
     """Milliseconds per pipeline stage (`Completion.stages`; empty for peers)."""
+    repeated: bool | None = None
+    """The raw output re-typed the existing line(s) after the cursor (None: not judged)."""
+    repeat_trimmed: bool | None = None
+    """Cutting that repeat changed what is shown."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -190,6 +194,8 @@ class Session:
             prefill_tokens=stat("prefill_tokens"),
             reused_tokens=stat("reused_tokens"),
             stages_ms=dict(getattr(completion, "stages", None) or {}),
+            repeated=getattr(completion, "repeated", None),
+            repeat_trimmed=getattr(completion, "repeat_trimmed", None),
             extra={
                 "stop_reason": getattr(completion, "stop_reason", None),
                 "skipped": getattr(completion, "skipped", None),

@@ -326,6 +326,8 @@ def stats_payload(completion: Any, *, latency_ms: float, source: str) -> dict[st
         "prefillTokens": int(stats.get("prefill_tokens", 0) or 0),
         "reusedTokens": int(stats.get("reused_tokens", 0) or 0),
         "mode": getattr(completion, "mode", None),
+        "repeated": bool(getattr(completion, "repeated", False)),
+        "repeatTrimmed": bool(getattr(completion, "repeat_trimmed", False)),
         "stopReason": getattr(completion, "stop_reason", None) or stats.get("stop_reason"),
         # Milliseconds per pipeline stage of this request's own generation (none when it was
         # answered from work done before): context_ms, tokenize_ms, index_ms, prefill_ms,
