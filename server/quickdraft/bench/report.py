@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from quickdraft.config import STRATEGIES
+
 PEER_NAMES = ("hf-assisted", "hf-prompt-lookup", "llama-cpp", "llama-cpp-lookup")
 FIRST_TOKEN_TIMED = (*PEER_NAMES, "remote")
 """Strategies whose "prefill" is the time to their first token (which it therefore includes)."""
@@ -190,7 +192,7 @@ def details(holes: list[dict[str, Any]], strategy: str) -> dict[str, Any]:
     }
 
 
-ENGINE_STRATEGIES = ("ar", "ngram", "draft", "hybrid")
+ENGINE_STRATEGIES = STRATEGIES  # the engine's strategies: config.STRATEGIES, one definition
 NOISY_PREFILL_SPREAD = 1.5
 
 
