@@ -17,6 +17,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_origin
+from urllib.parse import urlsplit
 
 from quickdraft.errors import ConfigError
 
@@ -24,6 +25,9 @@ Strategy = Literal["ar", "ngram", "draft", "hybrid"]
 STRATEGIES: tuple[str, ...] = get_args(Strategy)
 Runtime = Literal["auto", "torch", "llamacpp"]
 RUNTIMES: tuple[str, ...] = get_args(Runtime)
+FAMILIES: tuple[str, ...] = ("qwen2.5-coder", "deepseek-coder", "starcoder2", "codellama")
+"""The FIM families `model.family` may name (each preset is of one; context/fim.py has each
+one's template)."""
 
 
 @dataclass
@@ -300,10 +304,6 @@ def check_remote_backend(model: ModelConfig) -> None:
     key, and a way to know the model family (a preset, or tokenizer files)."""
     if model.backend != "openai":
         return
-    from urllib.parse import urlsplit
-
-    from quickdraft.models.presets import FAMILIES
-
     if not model.url:
         raise ConfigError(
             "model.url: backend openai needs the engine's address, e.g. http://gpu-box:8000/v1"

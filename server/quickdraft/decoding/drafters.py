@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from quickdraft.decoding.healing import TokenBytes, constrain
-from quickdraft.decoding.runner import Runner, common_prefix_length, make_runner
+from quickdraft.decoding.runner import Runner, common_prefix_length
 from quickdraft.decoding.verify import warp
 
 
@@ -31,8 +30,8 @@ class ModelDrafter:
     sequence (rejected drafts fall away) and the missing accepted tokens are computed.
     """
 
-    def __init__(self, model: Any, target_vocab_size: int, runner: Runner | None = None) -> None:
-        self.runner = runner if runner is not None else make_runner(model)
+    def __init__(self, runner: Runner, target_vocab_size: int) -> None:
+        self.runner = runner
         self.target_vocab_size = target_vocab_size
 
     def reset(self) -> None:

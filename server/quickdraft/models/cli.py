@@ -217,10 +217,10 @@ def build_random_model(source, dtype: str, device, int8_backend: str | None = No
     import torch
     from transformers import AutoModelForCausalLM
 
-    from quickdraft.models.loading import _TORCH_DTYPES
     from quickdraft.models.quantize import quantize_model
+    from quickdraft.models.torch_loading import TORCH_DTYPES
 
-    load_dtype = torch.float32 if dtype == "int8" else _TORCH_DTYPES[dtype]
+    load_dtype = torch.float32 if dtype == "int8" else TORCH_DTYPES[dtype]
     params = source.arch.approx_params()
     need = params * (torch.finfo(load_dtype).bits // 8)
     available = _available_memory() if device.type == "cpu" else None
@@ -246,12 +246,8 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
     from quickdraft.cli_args import ProgressLines
     from quickdraft.config import DecodingConfig, ModelConfig
     from quickdraft.models import cpu_kernels
-    from quickdraft.models.loading import (
-        load_models,
-        physical_cores,
-        resolve_device,
-        resolve_dtype,
-    )
+    from quickdraft.models.loading import load_models, physical_cores, resolve_device
+    from quickdraft.models.torch_loading import best_int8_backend, resolve_dtype
 
     progress = ProgressLines("quickdraft models stepcost")
     started = time.monotonic()
@@ -272,8 +268,6 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
         if device.type == "cpu" and (args.dtype == "auto" or dtype == "int8"):
             kernel = measure_kernels()
             if dtype == "int8":
-                from quickdraft.models.loading import best_int8_backend
-
                 backend = kernel.int8_backend or best_int8_backend(kernel)
         progress(f"building {args.preset} with random weights ({dtype})")
         target = build_random_model(preset.target, dtype, device, backend)

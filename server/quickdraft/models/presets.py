@@ -17,8 +17,6 @@ from typing import Any
 
 from quickdraft.errors import ModelNotFoundError
 
-FAMILIES: tuple[str, ...] = ("qwen2.5-coder", "deepseek-coder", "starcoder2", "codellama")
-
 
 @dataclass(frozen=True)
 class PypiRecipe:
