@@ -326,6 +326,11 @@ class Engine:
                 sequence, lookup_context, new, request, budget, generator, owed
             )
             drafts = proposal.tokens if proposal is not None else []
+            if proposal is not None and proposal.source == "draft":
+                # The draft model stops at a cancel or the deadline; then so does the step.
+                reason = self._stopped(request)
+                if reason is not None:
+                    break
 
             # 2. Verify: one target forward over [pending, d1..dk] -> logits (k+1, V); while
             #    healing, row i allows only tokens consistent with the bytes still owed after
@@ -485,6 +490,8 @@ class Engine:
             generator=generator,
             min_confidence=self.config.draft_min_confidence,
             healing=(self.token_bytes, owed) if owed else None,
+            cancel=request.cancel,
+            deadline=request.deadline,
         )
 
     # --- calibration ---------------------------------------------------------------------
