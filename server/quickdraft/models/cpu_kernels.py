@@ -37,6 +37,7 @@ import torch
 
 from quickdraft.machine import OtherLoad, cpu_flags, cpu_model
 from quickdraft.models import store
+from quickdraft.models.quantize import Int8Linear, exact_int8_backends
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +147,6 @@ def _cache_path(key: str, home: Path | None = None) -> Path:
 def _layer(candidate: str, shape: LayerShape, generator: torch.Generator) -> tuple[list, float]:
     """The candidate's linear modules for one layer (sliced when large) and the time factor
     that scales a slice's time back to the whole layer."""
-    from quickdraft.models.quantize import Int8Linear
-
     total = sum(k * n for k, n in shape.linears())
     fraction = min(1.0, MAX_BENCH_PARAMETERS / total)
     modules = []
@@ -187,8 +186,6 @@ def _time_layer(modules: list, rows: int, hidden: int, dtype: torch.dtype, repea
 
 
 def candidates() -> list[str]:
-    from quickdraft.models.quantize import exact_int8_backends
-
     names = ["float32"]
     if native_bfloat16():
         names.append("bfloat16")

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from transformers import AttentionInterface
 
 from quickdraft.decoding.runner import PREFILL_KWARG, ROWWISE_ATTENTION
 from quickdraft.models.precision import cast_floating
@@ -372,8 +373,6 @@ def _masked_rows(query, key, value, positions, scaling, window):
 
 
 def _register_attention() -> None:
-    from transformers import AttentionInterface
-
     if ROWWISE_ATTENTION not in AttentionInterface._global_mapping:
         AttentionInterface.register(ROWWISE_ATTENTION, rowwise_attention)
 
