@@ -27,8 +27,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, runtime_list: bool =
     group.add_argument("--draft", help="draft model (same tokenizer); 'none' for n-gram only")
     group.add_argument("--device", help="auto, cpu, cuda or cuda:N (default auto)")
     runtime_help = (
-        "llamacpp runs the GGUF files through llama.cpp (pip install 'quickdraft[llama]'); "
-        "auto (default): llama.cpp on a CPU when installed and measured faster, else torch"
+        "llamacpp runs the GGUF files through llama.cpp (pip install -e '.[llama]'); "
+        "auto (default): llama.cpp on a CPU when installed and estimated faster, else torch"
     )
     if runtime_list:
         group.add_argument(

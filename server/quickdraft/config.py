@@ -43,9 +43,10 @@ class ModelConfig:
     device: str = "auto"
     """`auto` (CUDA if present, else CPU), `cpu`, `cuda`, `cuda:N`."""
     runtime: Runtime = "auto"
-    """`llamacpp` runs the GGUF files themselves through llama.cpp (`pip install
-    'quickdraft[llama]'`); `torch` runs transformers models. `auto`: llama.cpp on a CPU when it
-    is installed and measured faster there, else torch (always torch with CUDA)."""
+    """`llamacpp` runs the GGUF files themselves through llama.cpp (`pip install -e
+    '.[llama]'`); `torch` runs transformers models. `auto`: llama.cpp on a CPU when it is
+    installed and its estimated cost of a typical completion (from its measured forwards) is
+    below torch's estimate (from one layer's timed linears), else torch (always with CUDA)."""
     dtype: Literal["auto", "float32", "bfloat16", "float16", "int8"] = "auto"
     """torch runtime only. `auto` is bfloat16 on CUDA; on a CPU, the fastest of exact int8,
     bfloat16 and float32 as measured on this machine (`quickdraft models stepcost` shows it)."""
