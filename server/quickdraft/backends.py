@@ -11,8 +11,7 @@ from __future__ import annotations
 from quickdraft.completer import Completer
 from quickdraft.config import QuickdraftConfig
 from quickdraft.local_backend import LocalBackend
-from quickdraft.models import load_models
-from quickdraft.models.loading import Progress
+from quickdraft.models.loading import Progress, load_models
 from quickdraft.remote import load_remote_completer
 
 
@@ -20,7 +19,11 @@ def load_completer(config: QuickdraftConfig, *, progress: Progress | None = None
     """Load what `config` names; every step is told to `progress`."""
     if config.model.backend == "openai":
         return load_remote_completer(config, progress=progress)
-    backend = LocalBackend(load_models(config.model, progress=progress), config)
+    # The runtimes' costs are compared on a prompt of the size this configuration sends.
+    models = load_models(
+        config.model, progress=progress, prompt_tokens=config.context.max_prompt_tokens
+    )
+    backend = LocalBackend(models, config)
     if config.model.calibrate and config.decoding.strategy != "ar":
         backend.calibrate(progress=progress)
     return Completer(backend, config)

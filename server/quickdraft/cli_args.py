@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +27,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, runtime_list: bool =
     group.add_argument("--draft", help="draft model (same tokenizer); 'none' for n-gram only")
     group.add_argument("--device", help="auto, cpu, cuda or cuda:N (default auto)")
     runtime_help = (
-        "llamacpp runs the GGUF files through llama.cpp (pip install 'quickdraft[llama]'); "
-        "auto (default): llama.cpp on a CPU when installed and measured faster, else torch"
+        "llamacpp runs the GGUF files through llama.cpp (pip install -e '.[llama]'); "
+        "auto (default): llama.cpp on a CPU when installed and estimated faster, else torch"
     )
     if runtime_list:
         group.add_argument(
@@ -185,14 +187,9 @@ class ProgressLines:
     start, so a wait of minutes always says what it is doing."""
 
     def __init__(self, prefix: str = "quickdraft"):
-        import time
-
         self.prefix = prefix
         self._started = time.monotonic()
 
     def __call__(self, message: str) -> None:
-        import sys
-        import time
-
         elapsed = time.monotonic() - self._started
         print(f"{self.prefix}: [{elapsed:5.1f} s] {message}", file=sys.stderr, flush=True)

@@ -17,6 +17,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_origin
+from urllib.parse import urlsplit
 
 from quickdraft.errors import ConfigError
 
@@ -24,6 +25,9 @@ Strategy = Literal["ar", "ngram", "draft", "hybrid"]
 STRATEGIES: tuple[str, ...] = get_args(Strategy)
 Runtime = Literal["auto", "torch", "llamacpp"]
 RUNTIMES: tuple[str, ...] = get_args(Runtime)
+FAMILIES: tuple[str, ...] = ("qwen2.5-coder", "deepseek-coder", "starcoder2", "codellama")
+"""The FIM families `model.family` may name (each preset is of one; context/fim.py has each
+one's template)."""
 
 
 @dataclass
@@ -39,9 +43,10 @@ class ModelConfig:
     device: str = "auto"
     """`auto` (CUDA if present, else CPU), `cpu`, `cuda`, `cuda:N`."""
     runtime: Runtime = "auto"
-    """`llamacpp` runs the GGUF files themselves through llama.cpp (`pip install
-    'quickdraft[llama]'`); `torch` runs transformers models. `auto`: llama.cpp on a CPU when it
-    is installed and measured faster there, else torch (always torch with CUDA)."""
+    """`llamacpp` runs the GGUF files themselves through llama.cpp (`pip install -e
+    '.[llama]'`); `torch` runs transformers models. `auto`: llama.cpp on a CPU when it is
+    installed and its estimated cost of a typical completion (from its measured forwards) is
+    below torch's estimate (from one layer's timed linears), else torch (always with CUDA)."""
     dtype: Literal["auto", "float32", "bfloat16", "float16", "int8"] = "auto"
     """torch runtime only. `auto` is bfloat16 on CUDA; on a CPU, the fastest of exact int8,
     bfloat16 and float32 as measured on this machine (`quickdraft models stepcost` shows it)."""
@@ -300,10 +305,6 @@ def check_remote_backend(model: ModelConfig) -> None:
     key, and a way to know the model family (a preset, or tokenizer files)."""
     if model.backend != "openai":
         return
-    from urllib.parse import urlsplit
-
-    from quickdraft.models.presets import FAMILIES
-
     if not model.url:
         raise ConfigError(
             "model.url: backend openai needs the engine's address, e.g. http://gpu-box:8000/v1"

@@ -1,12 +1,16 @@
-"""The machine quickdraft runs on, described once: the CPU's model name and its flags.
+"""The machine quickdraft runs on, described once: the CPU's model name and its flags, and how
+busy other processes keep it while something is measured.
 
 Kernel choice (`models.cpu_kernels`), the runtimes' measurements, calibration keys and every
-benchmark report name the CPU through these functions, so they all say the same thing.
+benchmark report name the CPU through these functions, so they all say the same thing; each of
+those measurements asks `OtherLoad` whether it was taken on a busy machine.
 """
 
 from __future__ import annotations
 
+import os
 import platform
+import time
 from functools import cache
 from pathlib import Path
 
@@ -46,3 +50,35 @@ def speed_flags() -> list[str]:
     """Which of `SPEED_FLAGS` this CPU has, in that order (for reports)."""
     flags = cpu_flags()
     return [flag for flag in SPEED_FLAGS if flag in flags]
+
+
+def _busy_jiffies() -> tuple[int, int] | None:
+    """(CPU time all processes spent busy, this process's CPU time), in clock ticks."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        values = [int(v) for v in fields]
+        idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+        own = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        return sum(values[:8]) - idle, int(own[11]) + int(own[12])  # utime + stime
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class OtherLoad:
+    """How busy the other processes kept this machine's CPUs while the block ran: the share
+    of all cores' time they used (0 = idle machine). None where /proc is unavailable."""
+
+    def __enter__(self) -> OtherLoad:
+        self._start = _busy_jiffies()
+        self._wall = time.perf_counter()
+        self.share: float | None = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        end = _busy_jiffies()
+        wall = time.perf_counter() - self._wall
+        if self._start is None or end is None or wall <= 0:
+            return
+        ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        others = (end[0] - self._start[0]) - (end[1] - self._start[1])
+        self.share = max(0.0, others / ticks / (wall * (os.cpu_count() or 1)))

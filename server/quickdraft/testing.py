@@ -14,7 +14,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
+from gguf import GGUFWriter
+from tokenizers import Tokenizer, decoders, pre_tokenizers
+from tokenizers import models as tokenizer_models
+from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache, PreTrainedTokenizerFast
+
+from quickdraft.models.loading import LoadedModels
 
 # The Qwen2.5-Coder special tokens, so the `qwen2.5-coder` FIM template works on tiny models.
 TINY_SPECIAL_TOKENS = [
@@ -37,15 +44,12 @@ TINY_MERGE = ("Ā", "ā")
 def build_tiny_tokenizer():
     """A byte-level BPE tokenizer: 256 byte tokens, one merge that ordinary text never uses,
     and the special tokens."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     vocab = {symbol: index for index, symbol in enumerate(sorted(alphabet))}
     # One merge, of the bytes 0x00 and 0x01 (no text the tests use holds them): GGUF readers
     # (llama.cpp, transformers) refuse a BPE vocabulary without merges.
     vocab[TINY_MERGE[0] + TINY_MERGE[1]] = len(vocab)
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[TINY_MERGE]))
+    core = Tokenizer(tokenizer_models.BPE(vocab=vocab, merges=[TINY_MERGE]))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=core)
@@ -68,8 +72,6 @@ def build_tiny_model(
     eos_token_id: int | None = None,
 ):
     """A randomly initialised causal LM of a real architecture (qwen2, llama, starcoder2)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
     common = dict(
         vocab_size=vocab_size,
         hidden_size=hidden,
@@ -117,8 +119,6 @@ def save_tiny_pair(
 
 def build_tiny_loaded_models():
     """What `quickdraft.models.load_models` returns, for tiny in-memory models (no files)."""
-    from quickdraft.models.loading import LoadedModels
-
     tokenizer = build_tiny_tokenizer()
     vocab = len(tokenizer)
     stops = {
@@ -142,8 +142,6 @@ def forward_batch_and_steps(model, ids: torch.Tensor, n: int, k: int):
     """Logits of tokens n..n+k-1 of `ids` (shape (1, >= n+k)) on top of a cache holding the
     first n: computed in one k-token forward, then again as k one-token steps. Returns
     (batch, steps), each (k, V); a batch-invariant model gives them bitwise equal."""
-    from transformers import DynamicCache
-
     with torch.inference_mode():
         cache = DynamicCache(config=model.config)
         model(input_ids=ids[:, :n], cache=cache)
@@ -163,9 +161,6 @@ def ngram_source_tokens(index, source: str) -> list[int] | None:
 
 def write_tiny_gguf(path: Path, *, seed: int = 0, layers: int = 2, hidden: int = 64):
     """A real GGUF file (qwen2 architecture, F32 tensors, GPT-2 style tokenizer metadata)."""
-    import numpy as np
-    from gguf import GGUFWriter
-
     heads, kv_heads = 4, 2
     tok = build_tiny_tokenizer()
     vocab = tok.get_vocab()

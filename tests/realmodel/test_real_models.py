@@ -42,7 +42,7 @@ def loaded():
     reason = _missing()
     if reason:
         pytest.skip(reason)
-    from quickdraft.models import load_models
+    from quickdraft.models.loading import load_models
 
     # int8 whatever the CPU measures fastest: its exact kernels make speculation identical.
     return load_models(ModelConfig(preset="qwen2.5-coder-1.5b", runtime="torch", dtype="int8"))
@@ -108,7 +108,7 @@ def llama_pair():
     reason = _missing()
     if reason:
         pytest.skip(reason)
-    from quickdraft.models import load_models
+    from quickdraft.models.loading import load_models
 
     loaded = load_models(ModelConfig(preset="qwen2.5-coder-1.5b", runtime="llamacpp"))
     if loaded.target_info.gguf is None:

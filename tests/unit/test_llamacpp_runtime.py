@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from quickdraft.decoding import llamacpp
+from quickdraft.models import llamacpp_probe
+from quickdraft.models.llamacpp import LlamaCppModel
 
 pytestmark = pytest.mark.skipif(
     not llamacpp.available(), reason="llama-cpp-python is not installed (quickdraft[llama])"
@@ -34,7 +36,7 @@ def tiny(tmp_path_factory):
 def model(tiny):
     directory, *_ = tiny
     # Without the extra (AMX/repack) buffers: the probe decides those on real models.
-    return llamacpp.LlamaCppModel(directory / "target.gguf", threads=1, extra_bufts=False)
+    return LlamaCppModel(directory / "target.gguf", threads=1, extra_bufts=False)
 
 
 def test_forward_gives_every_position_like_transformers(tiny, model):
@@ -98,7 +100,7 @@ def test_engine_runs_every_strategy_on_llamacpp(tiny, model):
     from quickdraft.decoding import Engine, GenerationRequest
 
     directory, _, _, tokenizer = tiny
-    draft = llamacpp.LlamaCppModel(directory / "draft.gguf", threads=1, extra_bufts=False)
+    draft = LlamaCppModel(directory / "draft.gguf", threads=1, extra_bufts=False)
     engine = Engine(model, draft, stop_token_ids={tokenizer.eos_token_id})
     prompt = tokenizer.encode(TEXT * 2)
     outputs = {}
@@ -118,7 +120,7 @@ def test_load_models_with_the_llamacpp_runtime(tiny, tmp_path, monkeypatch):
     from quickdraft.completer import CompletionRequest
     from quickdraft.config import ModelConfig, QuickdraftConfig
     from quickdraft.local_backend import local_completer
-    from quickdraft.models import load_models
+    from quickdraft.models.loading import load_models
 
     directory, *_ = tiny
     monkeypatch.setenv("QUICKDRAFT_HOME", str(tmp_path / "home"))
@@ -133,7 +135,7 @@ def test_load_models_with_the_llamacpp_runtime(tiny, tmp_path, monkeypatch):
         progress=steps.append,
     )
     assert loaded.runtime == "llamacpp" and loaded.dtype == "gguf"
-    assert isinstance(loaded.target, llamacpp.LlamaCppModel) and loaded.draft is not None
+    assert isinstance(loaded.target, LlamaCppModel) and loaded.draft is not None
     assert loaded.family == "qwen2.5-coder" and loaded.stop_token_ids
     assert any("llama.cpp" in step for step in steps)
     info = loaded.describe()
@@ -151,9 +153,9 @@ def test_load_models_with_the_llamacpp_runtime(tiny, tmp_path, monkeypatch):
 
 def test_probe_measures_in_a_child_process_and_caches(tiny, tmp_path):
     directory, *_ = tiny
-    result = llamacpp.probe(directory / "target.gguf", 1, context=32, home=tmp_path)
-    assert set(result.target_ms) == set(llamacpp.PROBE_SIZES)
+    result = llamacpp_probe.probe(directory / "target.gguf", 1, context=32, home=tmp_path)
+    assert set(result.target_ms) == set(llamacpp_probe.PROBE_SIZES)
     assert result.prefill_tokens_per_s > 0
     if not result.busy:
-        cached = llamacpp.probe(directory / "target.gguf", 1, context=32, home=tmp_path)
+        cached = llamacpp_probe.probe(directory / "target.gguf", 1, context=32, home=tmp_path)
         assert cached.target_ms == result.target_ms

@@ -126,7 +126,7 @@ def test_torch_estimate_scales_a_layer_to_the_model():
 
 
 def fake_probe(ms: float):
-    from quickdraft.decoding.llamacpp import ProbeResult
+    from quickdraft.models.llamacpp_probe import ProbeResult
 
     return ProbeResult(
         extra_bufts=False,
@@ -141,9 +141,10 @@ def fake_probe(ms: float):
 @pytest.mark.parametrize(("llama_ms", "expected"), [(50.0, "llamacpp"), (5000.0, "torch")])
 def test_auto_runtime_takes_the_faster_measured_runtime(tmp_path, monkeypatch, llama_ms, expected):
     from quickdraft.decoding import llamacpp
+    from quickdraft.models import llamacpp_probe
 
     monkeypatch.setattr(llamacpp, "available", lambda: True)
-    monkeypatch.setattr(llamacpp, "probe", lambda *a, **k: fake_probe(llama_ms))
+    monkeypatch.setattr(llamacpp_probe, "probe", lambda *a, **k: fake_probe(llama_ms))
     kernel = cpu_kernels.KernelChoice("float32", None, "", timings_ms={"float32": FP32})
     shape = ModelShape(1536, 8960, 12, 2, 28, 151936)
     gguf = tmp_path / "m.gguf"
@@ -163,6 +164,7 @@ def test_auto_runtime_takes_the_faster_measured_runtime(tmp_path, monkeypatch, l
 def test_auto_runtime_falls_back_to_torch_with_its_reason(tmp_path, monkeypatch):
     from quickdraft.decoding import llamacpp
     from quickdraft.errors import ModelError
+    from quickdraft.models import llamacpp_probe
 
     def unused():
         raise AssertionError("not needed")
@@ -180,6 +182,6 @@ def test_auto_runtime_falls_back_to_torch_with_its_reason(tmp_path, monkeypatch)
     def crashing(*a, **k):
         raise ModelError("llama.cpp cannot run m.gguf here: crashed (signal 11)")
 
-    monkeypatch.setattr(llamacpp, "probe", crashing)
+    monkeypatch.setattr(llamacpp_probe, "probe", crashing)
     failed = choose_runtime("auto", device_type="cpu", gguf=tmp_path / "m.gguf", **args)
     assert failed.runtime == "torch" and "signal 11" in failed.reason

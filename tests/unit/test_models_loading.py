@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -73,7 +74,7 @@ def test_dtype_choices(pair):
     assert int8.target.config._attn_implementation == ROWWISE_ATTENTION
     assert int8.describe()["target"]["parameters"] == fp32.describe()["target"]["parameters"]
     with pytest.raises(ConfigError, match="int8 runs on CPU only"):
-        from quickdraft.models.loading import resolve_dtype
+        from quickdraft.models.torch_loading import resolve_dtype
 
         resolve_dtype("int8", torch.device("cuda"), None)
 
@@ -117,6 +118,34 @@ def test_auto_dtype_on_cpu_is_what_this_machine_measured_fastest(tmp_path, monke
     monkeypatch.setattr(cpu_kernels, "measure", None)  # would fail if called
     again = load_models(ModelConfig(target=str(tmp_path / "m"), runtime="torch"))
     assert again.kernel.cached and again.dtype == loaded.dtype
+
+
+@pytest.mark.parametrize("winner", ["float32", "bfloat16", "int8/onednn"])
+def test_without_llamacpp_or_fast_int8_the_load_says_once_how_to_add_llamacpp(
+    tmp_path, monkeypatch, caplog, winner
+):
+    """Torch in float32 (or bfloat16) where llama.cpp would serve better: the load progress and
+    the log say so once, with the command that adds llama.cpp (README: Install)."""
+    from quickdraft.decoding import llamacpp
+
+    monkeypatch.setattr(llamacpp, "available", lambda: False)
+    fake_kernels(monkeypatch, winner)
+    tok = build_tiny_tokenizer()
+    model = build_tiny_model(len(tok), dtype=torch.bfloat16)
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    caplog.set_level(logging.INFO)
+    steps: list[str] = []
+    load_models(ModelConfig(target=str(tmp_path / "m"), draft="none"), progress=steps.append)
+    command = "pip install -e '.[llama]'"
+    said = [step for step in steps if command in step]
+    logged = [r for r in caplog.records if command in r.getMessage()]
+    if winner.startswith("int8"):  # fast exact int8: torch serves well, nothing to suggest
+        assert said == []
+        return
+    assert len(said) == 1 and len(logged) == 1
+    assert "llama.cpp is not installed" in said[0] and "no fast exact int8" in said[0]
+    assert winner in said[0]
 
 
 def test_a_half_precision_checkpoint_keeps_one_embedding_copy(tmp_path):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from quickdraft.bench.variants import split_variant
+from quickdraft.config import STRATEGIES
 
 PEER_NAMES = ("hf-assisted", "hf-prompt-lookup", "llama-cpp", "llama-cpp-lookup")
 FIRST_TOKEN_TIMED = (*PEER_NAMES, "remote")
@@ -262,7 +263,7 @@ def details(holes: list[dict[str, Any]], strategy: str) -> dict[str, Any]:
     }
 
 
-ENGINE_STRATEGIES = ("ar", "ngram", "draft", "hybrid")
+ENGINE_STRATEGIES = STRATEGIES  # the engine's strategies: config.STRATEGIES, one definition
 NOISY_PREFILL_SPREAD = 1.5
 
 

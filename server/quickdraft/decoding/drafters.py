@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from quickdraft.decoding.healing import TokenBytes, constrain
-from quickdraft.decoding.runner import Runner, common_prefix_length, make_runner
+from quickdraft.decoding.runner import Runner, common_prefix_length, stopped
 from quickdraft.decoding.verify import warp
 
 
@@ -28,11 +28,13 @@ class ModelDrafter:
     """Proposes tokens with its own KV cache, which follows the accepted sequence.
 
     Before proposing, the cache is cropped to the longest prefix it shares with the current
-    sequence (rejected drafts fall away) and the missing accepted tokens are computed.
+    sequence (rejected drafts fall away) and the missing accepted tokens are computed. Both the
+    catch-up (in chunks) and the proposal forwards stop at a cancel or a deadline, checked
+    between forwards, as the target's prefill does.
     """
 
-    def __init__(self, model: Any, target_vocab_size: int, runner: Runner | None = None) -> None:
-        self.runner = runner if runner is not None else make_runner(model)
+    def __init__(self, runner: Runner, target_vocab_size: int) -> None:
+        self.runner = runner
         self.target_vocab_size = target_vocab_size
 
     def reset(self) -> None:
@@ -62,12 +64,18 @@ class ModelDrafter:
         generator: torch.Generator | None = None,
         min_confidence: float = 0.0,
         healing: tuple[TokenBytes, bytes] | None = None,
+        cancel: threading.Event | None = None,
+        deadline: float | None = None,
     ) -> Proposal:
-        """Up to k tokens continuing `sequence` (fewer if confidence drops below the floor).
+        """Up to k tokens continuing `sequence` (fewer if confidence drops below the floor, or
+        when `cancel` or `deadline` stops it: none if they stop the catch-up).
         `healing`: (token bytes, bytes owed): propose only tokens the constraint allows."""
         tokens: list[int] = []
         probs: list[torch.Tensor] = []
-        logits = self._to_target_vocab(self.runner.logits_after(sequence))  # (V,)
+        caught_up = self.runner.logits_after(sequence, cancel=cancel, deadline=deadline)
+        if caught_up is None:
+            return Proposal("draft", [])
+        logits = self._to_target_vocab(caught_up)  # (V,)
         table, owed = healing if healing is not None else (None, b"")
         while len(tokens) < k:
             if owed:
@@ -87,7 +95,8 @@ class ModelDrafter:
             tokens.append(token)
             if owed:
                 owed = table.advance(owed, token)
-            if len(tokens) < k:
-                logits = self._to_target_vocab(self.runner.forward([token])[-1])
+            if len(tokens) == k or stopped(cancel, deadline):
+                break
+            logits = self._to_target_vocab(self.runner.forward([token])[-1])
         stacked = torch.stack(probs) if (temperature > 0 and probs) else None
         return Proposal("draft", tokens, stacked)

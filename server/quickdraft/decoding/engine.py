@@ -32,10 +32,19 @@ from quickdraft.decoding.costmodel import (
 )
 from quickdraft.decoding.drafters import ModelDrafter, Proposal
 from quickdraft.decoding.healing import TokenBytes, constrain
+from quickdraft.decoding.llamacpp import LlamaCppRunner, LlamaCppWeights
 from quickdraft.decoding.ngram import LIVE, LIVE_AFTER, NgramIndex, NgramMatch
-from quickdraft.decoding.runner import Runner, make_runner
+from quickdraft.decoding.runner import (
+    DEFAULT_SLOT_BYTES,
+    PREFILL_CHUNK,
+    ModelRunner,
+    Runner,
+    StaticModelRunner,
+    stopped,
+)
 from quickdraft.decoding.verify import accept_greedy, accept_sampling, warp
 from quickdraft.errors import ConfigError, InputError
+from quickdraft.machine import OtherLoad
 
 SOURCES = ("ngram", "draft")
 
@@ -122,6 +131,29 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def make_runner(
+    model: Any,
+    static_cache_tokens: int | None = None,
+    compile_steps: bool = False,
+    slot_bytes: int = DEFAULT_SLOT_BYTES,
+) -> Runner:
+    """The runner for `model`: a torch runner for a torch module (on a preallocated static
+    cache when `static_cache_tokens` is set), llama.cpp's for a model loaded in llama.cpp
+    (`llamacpp.LlamaCppWeights`). `slot_bytes`: the memory the caches of documents not in use
+    may keep."""
+    if isinstance(model, torch.nn.Module):
+        device = next(model.parameters()).device
+        chunk = PREFILL_CHUNK if device.type == "cpu" else 512
+        if static_cache_tokens is None:
+            return ModelRunner(model, prefill_chunk=chunk, slot_bytes=slot_bytes)
+        return StaticModelRunner(
+            model, capacity=static_cache_tokens, compile_steps=compile_steps, prefill_chunk=chunk
+        )
+    if isinstance(model, LlamaCppWeights):
+        return LlamaCppRunner(model, slot_bytes=slot_bytes)
+    raise TypeError(f"no runner for a {type(model).__name__}: a torch module or a llama.cpp model")
+
+
 class Engine:
     """A target model, an optional draft model, an n-gram index, and the loop that joins them.
 
@@ -142,7 +174,8 @@ class Engine:
         token_bytes: TokenBytes | None = None,
         cache_bytes: int = 1 << 30,
     ) -> None:
-        """`target`, `draft`: torch causal LMs, or `decoding.llamacpp.LlamaCppModel`s.
+        """`target`, `draft`: torch causal LMs, or GGUF models loaded in llama.cpp
+        (`models.llamacpp.LlamaCppModel`, the `llamacpp.LlamaCppWeights` contract).
 
         `static_cache_tokens`: run torch models on preallocated KV caches of that many
         positions, with decode/verify steps compiled when `compile_steps` (accelerators);
@@ -156,7 +189,7 @@ class Engine:
 
         self.target = runner(target, "target")
         self.drafter = (
-            ModelDrafter(draft, self.target.vocab_size, runner(draft, "draft"))
+            ModelDrafter(runner(draft, "draft"), self.target.vocab_size)
             if draft is not None
             else None
         )
@@ -241,11 +274,9 @@ class Engine:
             raise InputError(f"temperature must be >= 0, got {request.temperature}")
 
     def _stopped(self, request: GenerationRequest) -> str | None:
-        if request.cancel is not None and request.cancel.is_set():
-            return "cancelled"
-        if request.deadline is not None and time.monotonic() >= request.deadline:
-            return "deadline"
-        return None
+        if not stopped(request.cancel, request.deadline):
+            return None
+        return "cancelled" if request.cancel is not None and request.cancel.is_set() else "deadline"
 
     def _generate(self, request: GenerationRequest) -> GenerationResult:
         started = time.perf_counter()
@@ -295,6 +326,11 @@ class Engine:
                 sequence, lookup_context, new, request, budget, generator, owed
             )
             drafts = proposal.tokens if proposal is not None else []
+            if proposal is not None and proposal.source == "draft":
+                # The draft model stops at a cancel or the deadline; then so does the step.
+                reason = self._stopped(request)
+                if reason is not None:
+                    break
 
             # 2. Verify: one target forward over [pending, d1..dk] -> logits (k+1, V); while
             #    healing, row i allows only tokens consistent with the bytes still owed after
@@ -454,6 +490,8 @@ class Engine:
             generator=generator,
             min_confidence=self.config.draft_min_confidence,
             healing=(self.token_bytes, owed) if owed else None,
+            cancel=request.cancel,
+            deadline=request.deadline,
         )
 
     # --- calibration ---------------------------------------------------------------------
@@ -470,8 +508,6 @@ class Engine:
         ones, and the cost model says which were. A machine kept busy by other processes
         meanwhile is noted (`CostModel.busy`): such figures are not this machine's truth.
         """
-        from quickdraft.models.cpu_kernels import OtherLoad
-
         self.select_slot("quickdraft:calibration")
         with OtherLoad() as load:
             deadline = time.monotonic() + budget_s

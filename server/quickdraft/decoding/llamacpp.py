@@ -1,8 +1,8 @@
-"""llama.cpp as the engine's runtime: the GGUF file itself, mmapped once, no conversion.
+"""llama.cpp as the engine's runtime: a KV cache per slot over a GGUF model, and its forwards.
 
-`LlamaCppModel` loads a GGUF through llama-cpp-python's low-level API (`pip install
-'quickdraft[llama]'`); `LlamaCppRunner` gives the engine the same contract as the torch
-`ModelRunner`:
+`LlamaCppRunner` gives the engine the same contract as the torch `ModelRunner` (runner.Runner)
+over any model with the `LlamaCppWeights` contract below (`models.llamacpp.LlamaCppModel`
+loads a GGUF through llama-cpp-python's low-level API, `pip install -e '.[llama]'`):
 
     extend(tokens)     longest-prefix reuse: keep the cached prefix, compute the rest in chunks
     forward([t0..tk])  one llama_decode of k+1 tokens, logits of every position -> (k+1, V)
@@ -20,33 +20,24 @@ last bits from k one-token steps (up to ~0.4 on the Qwen2.5-Coder 1.5B), so a ne
 and a speculative strategy can differ from plain decoding on this runtime. The bench measures
 how often (docs/performance.md).
 
-Some builds crash in an "extra buffer type" (weights repacked for AMX) on some machines. Which
-settings work, and what a forward costs, is measured once per machine in a child process
-(`probe`), where a crash costs nothing but a retry without the extra buffers.
+This module also owns the library itself (`library()`: imported on first use, its log routed to
+Python's logging), which model loading (models/llamacpp.py) shares.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import hashlib
-import json
 import logging
-import os
-import subprocess
-import sys
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy
 import torch
 
-from quickdraft.decoding.runner import common_prefix_length
+from quickdraft.decoding.runner import extend_in_chunks, logits_after
 from quickdraft.errors import ModelError
 
 log = logging.getLogger(__name__)
@@ -57,12 +48,29 @@ MAX_SLOTS = 8
 """Sequences (documents' caches) one context holds."""
 MIN_CONTEXT = 4096
 """A context holds at least this many tokens, whatever the memory budget."""
+INSTALL_HINT = "pip install -e '.[llama]'"
+"""The command that adds llama.cpp to a quickdraft checkout (README, "Install")."""
+
+
+@runtime_checkable
+class LlamaCppWeights(Protocol):
+    """What the runner needs of a GGUF model loaded in llama.cpp (models.llamacpp.LlamaCppModel
+    is one): its handle, and enough of its shape to size a context."""
+
+    handle: Any
+    """The `llama_model *` every context over it shares."""
+    threads: int
+    vocab_size: int
+    n_ctx: int
+    """Tokens a context should hold at least (before the slots' memory budget)."""
+    n_ctx_train: int
+    kv_bytes_per_token: int
 
 
 def available() -> bool:
     """Whether llama-cpp-python can be imported here."""
     try:
-        import llama_cpp  # noqa: F401
+        import llama_cpp  # noqa: F401  (optional: installed with quickdraft[llama])
     except (ImportError, OSError):
         return False
     return True
@@ -70,38 +78,34 @@ def available() -> bool:
 
 def version() -> str | None:
     try:
-        import llama_cpp
+        import llama_cpp  # optional: installed with quickdraft[llama]
     except (ImportError, OSError):
         return None
     return str(getattr(llama_cpp, "__version__", "unknown"))
-
-
-def _lib():
-    try:
-        import llama_cpp
-    except (ImportError, OSError) as exc:
-        raise ModelError(
-            "the llama.cpp runtime needs llama-cpp-python: pip install 'quickdraft[llama]' "
-            f"(builds llama.cpp, 12-30 minutes on 2 cores, once) ({exc})"
-        ) from exc
-    return llama_cpp
 
 
 _LOG_LEVEL_WARN = 3  # ggml_log_level: 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 cont
 _log_callback = None
 _ABORTING = threading.Event()
 """Set while a forward is being aborted on purpose (its request was cancelled)."""
-_backend_ready = False
+_library = None
 
 
-def _init_backend() -> None:
-    """Initialise llama.cpp once, routing its log (which otherwise floods stderr with
-    info lines that editors show as errors) to Python's logging, warnings and errors only.
-    (Models load on one thread: the language server's worker, or the CLI's.)"""
-    global _backend_ready, _log_callback
-    if _backend_ready:
-        return
-    lib = _lib()
+def library():
+    """llama-cpp-python's module, its backend initialised once with its log (which otherwise
+    floods stderr with info lines that editors show as errors) routed to Python's logging,
+    warnings and errors only. (Models load on one thread: the language server's worker, or
+    the CLI's.) Raises ModelError where it is not installed."""
+    global _library, _log_callback
+    if _library is not None:
+        return _library
+    try:
+        import llama_cpp  # optional: installed with quickdraft[llama], builds for minutes
+    except (ImportError, OSError) as exc:
+        raise ModelError(
+            f"the llama.cpp runtime needs llama-cpp-python: {INSTALL_HINT} "
+            f"(builds llama.cpp, 12-30 minutes on 2 cores, once) ({exc})"
+        ) from exc
 
     @ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
     def forward_log(level: int, text: bytes, _data: Any) -> None:
@@ -113,94 +117,25 @@ def _init_backend() -> None:
                 log.log(logging.WARNING if level == 3 else logging.ERROR, "llama.cpp: %s", message)
 
     _log_callback = forward_log  # keep a reference: llama.cpp holds the pointer
-    lib.llama_log_set(forward_log, None)
-    lib.llama_backend_init()
-    _backend_ready = True
-
-
-@dataclass
-class LlamaCppModel:
-    """A GGUF model loaded once; every runner (KV cache) made from it shares its weights."""
-
-    path: Path
-    threads: int
-    extra_bufts: bool = True
-    n_ctx: int = 4096
-    _handle: Any = field(default=None, repr=False)
-    vocab_size: int = 0
-    layers: int = 0
-    hidden_size: int = 0
-    parameters: int = 0
-    size_bytes: int = 0
-    description: str = ""
-    n_ctx_train: int = 0
-    kv_bytes_per_token: int = 0
-
-    def __post_init__(self) -> None:
-        lib = _lib()
-        _init_backend()
-        params = lib.llama_model_default_params()
-        params.use_extra_bufts = bool(self.extra_bufts)
-        params.n_gpu_layers = -1  # Metal on Apple silicon; a CPU build ignores it
-        handle = lib.llama_model_load_from_file(str(self.path).encode(), params)
-        if not handle:
-            raise ModelError(f"llama.cpp could not load {self.path}")
-        self._handle = handle
-        vocab = lib.llama_model_get_vocab(handle)
-        self.vocab_size = int(lib.llama_vocab_n_tokens(vocab))
-        self.layers = int(lib.llama_model_n_layer(handle))
-        self.hidden_size = int(lib.llama_model_n_embd(handle))
-        self.parameters = int(lib.llama_model_n_params(handle))
-        self.size_bytes = int(lib.llama_model_size(handle))
-        self.n_ctx_train = int(lib.llama_model_n_ctx_train(handle))
-        heads = max(int(lib.llama_model_n_head(handle)), 1)
-        kv_heads = int(lib.llama_model_n_head_kv(handle)) or heads
-        # f16 keys and values, every layer
-        self.kv_bytes_per_token = 2 * self.layers * kv_heads * (self.hidden_size // heads) * 2
-        buffer = ctypes.create_string_buffer(256)
-        lib.llama_model_desc(handle, buffer, ctypes.sizeof(buffer))
-        self.description = buffer.value.decode("utf-8", "replace")
-
-    @property
-    def handle(self):
-        return self._handle
-
-    def close(self) -> None:
-        if self._handle:
-            _lib().llama_model_free(self._handle)
-            self._handle = None
-
-    def __del__(self) -> None:  # pragma: no cover - interpreter shutdown order varies
-        with contextlib.suppress(Exception):
-            self.close()
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "runtime": "llamacpp",
-            "path": str(self.path),
-            "description": self.description,
-            "parameters": self.parameters,
-            "file_bytes": self.size_bytes,
-            "layers": self.layers,
-            "hidden_size": self.hidden_size,
-            "vocab_rows": self.vocab_size,
-            "extra_buffers": self.extra_bufts,
-        }
+    llama_cpp.llama_log_set(forward_log, None)
+    llama_cpp.llama_backend_init()
+    _library = llama_cpp
+    return llama_cpp
 
 
 class LlamaCppRunner:
-    """One llama.cpp context over a `LlamaCppModel`: a sequence (a KV cache) per slot, with the
-    exact tokens each holds; the engine's `ModelRunner` contract (see the module docstring)."""
+    """One llama.cpp context over a loaded GGUF model: a sequence (a KV cache) per slot, with the
+    exact tokens each holds; the engine's `Runner` contract (see the module docstring)."""
 
     def __init__(
         self,
-        model: LlamaCppModel,
+        model: LlamaCppWeights,
         *,
         n_ctx: int | None = None,
         prefill_chunk: int = PREFILL_CHUNK,
         slot_bytes: int | None = None,
     ) -> None:
-        lib = _lib()
+        lib = library()
         self.lib = lib
         self.model = model
         self.device = torch.device("cpu")
@@ -371,36 +306,30 @@ class LlamaCppRunner:
         As `ModelRunner.extend`; a cancel also stops the forward that is running (llama.cpp
         checks it between graph nodes), leaving the cache holding a prefix of `tokens`.
         """
-        reused = common_prefix_length(self.tokens, tokens)
-        self.keep(reused)
-        logits = None
-        position = reused
         self._cancel = cancel
         try:
-            while position < len(tokens):
-                if (cancel is not None and cancel.is_set()) or (
-                    deadline is not None and time.monotonic() >= deadline
-                ):
-                    break
-                chunk = tokens[position : position + self.prefill_chunk]
-                try:
-                    logits = self.forward(chunk, last_only=True)[-1]
-                except ForwardCancelled:
-                    position = len(self.tokens)
-                    logits = None
-                    break
-                position += len(chunk)
+            return extend_in_chunks(
+                self, tokens, self._prefill_forward, cancel=cancel, deadline=deadline
+            )
         finally:
             self._cancel = None
-        return reused, position - reused, logits
 
-    def logits_after(self, tokens: Sequence[int]) -> torch.Tensor:
-        """Logits for the token that follows `tokens`; the cache then holds `tokens`."""
-        if common_prefix_length(self.tokens, tokens) >= len(tokens):
-            self.keep(len(tokens) - 1)
-        _, _, logits = self.extend(tokens)
-        assert logits is not None
-        return logits
+    def _prefill_forward(self, chunk: Sequence[int]) -> torch.Tensor | None:
+        """The last logits of one prefill chunk; None when a cancel stopped it part way."""
+        try:
+            return self.forward(chunk, last_only=True)[-1]
+        except ForwardCancelled:
+            return None
+
+    def logits_after(
+        self,
+        tokens: Sequence[int],
+        *,
+        cancel: threading.Event | None = None,
+        deadline: float | None = None,
+    ) -> torch.Tensor | None:
+        """As `ModelRunner.logits_after`."""
+        return logits_after(self, tokens, self.extend, cancel=cancel, deadline=deadline)
 
     def close(self) -> None:
         if self._ctx:
@@ -415,187 +344,3 @@ class LlamaCppRunner:
 
 class ForwardCancelled(Exception):
     """llama.cpp stopped a forward because its request was cancelled."""
-
-
-# --- the probe: settings that work here, and what a forward costs --------------------------
-
-
-@dataclass
-class ProbeResult:
-    """What a child process measured of one GGUF model on this machine."""
-
-    extra_bufts: bool
-    target_ms: dict[int, float]
-    """Forward time (ms) by new tokens, over a `context`-token cache."""
-    prefill_tokens_per_s: float
-    context: int
-    threads: int
-    load_seconds: float
-    busy: bool = False
-    crashed_with_extra_bufts: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["target_ms"] = {str(k): v for k, v in self.target_ms.items()}
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ProbeResult:
-        data = dict(data)
-        data["target_ms"] = {int(k): float(v) for k, v in data["target_ms"].items()}
-        return cls(**data)
-
-
-PROBE_SIZES = (1, 2, 4, 8, 16)
-
-
-def _measure(path: Path, threads: int, extra_bufts: bool, context: int) -> dict[str, Any]:
-    """In the probe process: load, prefill `context` tokens, time forwards of PROBE_SIZES."""
-    from quickdraft.models.cpu_kernels import OtherLoad
-
-    started = time.perf_counter()
-    model = LlamaCppModel(Path(path), threads=threads, extra_bufts=extra_bufts, n_ctx=context + 64)
-    runner = LlamaCppRunner(model, n_ctx=context + 64)
-    load_seconds = time.perf_counter() - started
-    generator = torch.Generator().manual_seed(0)
-    high = max(2, min(model.vocab_size, 30000))
-    tokens = torch.randint(1, high, (context + 20,), generator=generator).tolist()
-    runner.forward(tokens[:8], last_only=True)  # warm-up
-    runner.reset()
-    # One load figure for the whole probe: /proc/stat counts in 10 ms ticks, too coarse for
-    # a share taken over a single forward of a few milliseconds.
-    target_ms: dict[int, float] = {}
-    with OtherLoad() as load:
-        t0 = time.perf_counter()
-        runner.extend(tokens[:context])
-        prefill = time.perf_counter() - t0
-        for n in PROBE_SIZES:
-            best = float("inf")
-            for _ in range(3):
-                runner.keep(context)
-                t0 = time.perf_counter()
-                logits = runner.forward(tokens[context : context + n])
-                best = min(best, time.perf_counter() - t0)
-                if not torch.isfinite(logits).all():
-                    raise ModelError("llama.cpp returned non-finite logits")
-            target_ms[n] = round(best * 1000, 2)
-    for smaller, larger in zip(PROBE_SIZES, PROBE_SIZES[1:], strict=False):
-        target_ms[larger] = max(target_ms[larger], target_ms[smaller])
-    busy = load.share is not None and load.share > 0.2
-    return ProbeResult(
-        extra_bufts=extra_bufts,
-        target_ms=target_ms,
-        prefill_tokens_per_s=round(context / prefill, 1),
-        context=context,
-        threads=threads,
-        load_seconds=round(load_seconds, 2),
-        busy=busy,
-    ).to_dict()
-
-
-def _probe_key(path: Path, threads: int, context: int) -> str:
-    from quickdraft.machine import cpu_flags, cpu_model
-
-    stat = path.stat()
-    parts = [
-        "1",
-        cpu_model(),
-        ",".join(sorted(cpu_flags())),
-        version() or "",
-        path.name,
-        str(stat.st_size),
-        str(threads),
-        str(context),
-    ]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
-
-
-def probe(
-    path: Path,
-    threads: int,
-    *,
-    context: int = 256,
-    home: Path | None = None,
-    use_cache: bool = True,
-    timeout_s: float = 240.0,
-) -> ProbeResult:
-    """Load `path` in a child process and measure it (once per machine, then cached).
-
-    A crash with llama.cpp's extra buffer types is retried without them. Raises ModelError
-    when the model cannot run at all.
-    """
-    from quickdraft.models import store
-
-    path = Path(path)
-    cache = (
-        (home or store.quickdraft_home())
-        / "llamacpp"
-        / f"{_probe_key(path, threads, context)}.json"
-    )
-    if use_cache and cache.is_file():
-        try:
-            return ProbeResult.from_dict(json.loads(cache.read_text()))
-        except (OSError, ValueError, TypeError, KeyError):
-            log.warning("ignoring unreadable llama.cpp probe %s", cache)
-    crashed = False
-    errors = []
-    for extra_bufts in (True, False):
-        command = [
-            sys.executable,
-            "-m",
-            "quickdraft.decoding.llamacpp",
-            str(path),
-            "--threads",
-            str(threads),
-            "--context",
-            str(context),
-        ]
-        if not extra_bufts:
-            command.append("--no-extra-bufts")
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        try:
-            done = subprocess.run(
-                command, capture_output=True, text=True, timeout=timeout_s, env=env
-            )
-        except subprocess.TimeoutExpired:
-            errors.append(f"timed out after {timeout_s:.0f} s")
-            continue
-        if done.returncode == 0:
-            try:
-                result = ProbeResult.from_dict(json.loads(done.stdout.strip().splitlines()[-1]))
-            except (ValueError, IndexError, KeyError, TypeError) as exc:
-                errors.append(f"unreadable output ({exc})")
-                continue
-            result.crashed_with_extra_bufts = crashed
-            if use_cache and not result.busy:
-                cache.parent.mkdir(parents=True, exist_ok=True)
-                cache.write_text(json.dumps(result.to_dict(), indent=2))
-            return result
-        tail = (done.stderr or "").strip().splitlines()[-1:] or [""]
-        reason = (
-            f"crashed (signal {-done.returncode})"
-            if done.returncode < 0
-            else f"failed (exit {done.returncode}): {tail[0]}"
-        )
-        errors.append(("with" if extra_bufts else "without") + f" extra buffers {reason}")
-        crashed = crashed or (extra_bufts and done.returncode < 0)
-    raise ModelError(f"llama.cpp cannot run {path.name} here: " + "; ".join(errors))
-
-
-def _probe_main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(description="measure a GGUF model in llama.cpp (internal)")
-    parser.add_argument("path", type=Path)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--context", type=int, default=256)
-    parser.add_argument("--no-extra-bufts", action="store_true")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    result = _measure(args.path, args.threads, not args.no_extra_bufts, args.context)
-    print(json.dumps(result))
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover - run by `probe` in a child process
-    sys.exit(_probe_main())

@@ -12,11 +12,12 @@ first within a memory budget (`slot_bytes`); beyond it the oldest are dropped.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -36,7 +37,8 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
 
 class Runner(Protocol):
     """What the engine needs of a model with a KV cache: `ModelRunner`, `StaticModelRunner`
-    (torch) and `decoding.llamacpp.LlamaCppRunner` (llama.cpp)."""
+    (torch) and `decoding.llamacpp.LlamaCppRunner` (llama.cpp); `engine.make_runner` makes the
+    one a model needs. decoding defines this contract; models/ only loads what runs on it."""
 
     device: torch.device
     vocab_size: int
@@ -64,7 +66,75 @@ class Runner(Protocol):
         deadline: float | None = None,
     ) -> tuple[int, int, torch.Tensor | None]: ...
 
-    def logits_after(self, tokens: Sequence[int]) -> torch.Tensor: ...
+    def logits_after(
+        self,
+        tokens: Sequence[int],
+        *,
+        cancel: threading.Event | None = None,
+        deadline: float | None = None,
+    ) -> torch.Tensor | None: ...
+
+
+def stopped(cancel: threading.Event | None, deadline: float | None) -> bool:
+    """Whether `cancel` is set or `deadline` (time.monotonic()) has passed."""
+    return (cancel is not None and cancel.is_set()) or (
+        deadline is not None and time.monotonic() >= deadline
+    )
+
+
+def extend_in_chunks(
+    runner: Runner,
+    tokens: Sequence[int],
+    forward_chunk: Callable[[Sequence[int]], torch.Tensor | None],
+    *,
+    reused: int | None = None,
+    cancel: threading.Event | None = None,
+    deadline: float | None = None,
+) -> tuple[int, int, torch.Tensor | None]:
+    """Every runner's `extend`: keep the first `reused` cached tokens (None: the longest prefix
+    the cache shares with `tokens`), then compute the rest by `forward_chunk` (a prefill
+    forward, returning the chunk's last logits, or None when a cancel stopped it part way),
+    checking `cancel` and `deadline` before each chunk.
+
+    Chunks end on multiples of `runner.prefill_chunk`: a warm prefill is cut as a cold one is
+    (row-wise attention computes prefill rows in aligned blocks, cheapest whole). Returns
+    (reused, computed, logits after the last token or None if nothing was computed); the cache
+    then holds a prefix of `tokens`, all of it unless stopped.
+    """
+    if reused is None:
+        reused = common_prefix_length(runner.tokens, tokens)
+    runner.keep(reused)
+    logits = None
+    position = reused
+    while position < len(tokens) and not stopped(cancel, deadline):
+        end = (position // runner.prefill_chunk + 1) * runner.prefill_chunk
+        chunk = tokens[position:end]
+        logits = forward_chunk(chunk)
+        if logits is None:  # stopped inside the forward: the cache holds what it computed
+            position = len(runner.tokens)
+            break
+        position += len(chunk)
+    return reused, position - reused, logits
+
+
+def logits_after(
+    runner: Runner,
+    tokens: Sequence[int],
+    extend: Callable[..., tuple[int, int, torch.Tensor | None]],
+    *,
+    cancel: threading.Event | None = None,
+    deadline: float | None = None,
+) -> torch.Tensor | None:
+    """Every runner's `logits_after`: the logits for the token that follows `tokens`, the cache
+    then holding `tokens` (by `extend`, reusing whatever it held). None when `cancel` or
+    `deadline` stopped the catch-up first (the cache then holds a prefix of `tokens`)."""
+    if common_prefix_length(runner.tokens, tokens) >= len(tokens):
+        # Everything is cached but we need the last position's logits: recompute it.
+        runner.keep(len(tokens) - 1)
+    _, _, logits = extend(tokens, cancel=cancel, deadline=deadline)
+    if len(runner.tokens) != len(tokens):
+        return None
+    return logits
 
 
 PREFILL_CHUNK = 128
@@ -75,30 +145,8 @@ superseding request waits for at most one chunk. Accelerators take larger chunks
 DEFAULT_SLOT_BYTES = 256 << 20
 
 
-def make_runner(
-    model: Any,
-    static_cache_tokens: int | None = None,
-    compile_steps: bool = False,
-    slot_bytes: int = DEFAULT_SLOT_BYTES,
-):
-    """The runner for `model`: llama.cpp's for a `LlamaCppModel`, else a torch runner (on a
-    preallocated static cache when `static_cache_tokens` is set). `slot_bytes`: the memory the
-    caches of documents not in use may keep."""
-    from quickdraft.decoding.llamacpp import LlamaCppModel, LlamaCppRunner
-
-    if isinstance(model, LlamaCppModel):
-        return LlamaCppRunner(model, slot_bytes=slot_bytes)
-    device = next(model.parameters()).device
-    chunk = PREFILL_CHUNK if device.type == "cpu" else 512
-    if static_cache_tokens is None:
-        return ModelRunner(model, prefill_chunk=chunk, slot_bytes=slot_bytes)
-    return StaticModelRunner(
-        model, capacity=static_cache_tokens, compile_steps=compile_steps, prefill_chunk=chunk
-    )
-
-
 def _new_cache():
-    from transformers import DynamicCache
+    from transformers import DynamicCache  # seconds to import: only once a torch model runs
 
     return DynamicCache()
 
@@ -111,11 +159,19 @@ def kv_bytes_per_token(config: Any, element_bytes: int) -> int:
     return 2 * int(config.num_hidden_layers) * kv_heads * head_dim * element_bytes
 
 
-def _prefill_kwargs(model: torch.nn.Module) -> dict[str, bool]:
-    """What tells `model` a forward is a prefill: {} unless its attention computes prefill rows
-    its own way (quantize.rowwise_attention: batch-invariant whatever the chunking)."""
-    from quickdraft.models.quantize import PREFILL_KWARG, ROWWISE_ATTENTION
+ROWWISE_ATTENTION = "quickdraft_rowwise"
+"""The attention implementation (`config._attn_implementation`) of a model that computes
+prefill rows its own way (models.quantize.rowwise_attention: batch-invariant whatever the
+chunking); the runners tell such a model of every forward whether it is a prefill."""
 
+PREFILL_KWARG = "quickdraft_prefill"
+"""A model forward given `quickdraft_prefill=True` (transformers hands extra keyword arguments
+down to the attention function) is a prefill forward; False, a decode/verify step. The runners
+say it for every forward of a model with `ROWWISE_ATTENTION`."""
+
+
+def _prefill_kwargs(model: torch.nn.Module) -> dict[str, bool]:
+    """What tells `model` a forward is a prefill: {} unless its attention is row-wise."""
     config = getattr(model, "config", None)
     if getattr(config, "_attn_implementation", None) != ROWWISE_ATTENTION:
         return {}
@@ -261,31 +317,25 @@ class ModelRunner:
         reused = common_prefix_length(self.tokens, tokens)
         if self._prefill_kwargs and not reuse_steps:
             reused = min(reused, self.prefilled)
-        self.keep(reused)
-        logits = None
-        position = reused
-        while position < len(tokens):
-            if (cancel is not None and cancel.is_set()) or (
-                deadline is not None and time.monotonic() >= deadline
-            ):
-                break
-            # Chunks end on multiples of the chunk size: a warm prefill is cut as a cold one
-            # is (row-wise attention computes prefill rows in aligned blocks, cheapest whole).
-            end = (position // self.prefill_chunk + 1) * self.prefill_chunk
-            chunk = tokens[position:end]
-            logits = self.forward(chunk, last_only=True, prefill=True)[-1]
-            position += len(chunk)
-        return reused, position - reused, logits
+        return extend_in_chunks(
+            self, tokens, self._prefill_forward, reused=reused, cancel=cancel, deadline=deadline
+        )
 
-    def logits_after(self, tokens: Sequence[int]) -> torch.Tensor:
+    def _prefill_forward(self, chunk: Sequence[int]) -> torch.Tensor:
+        return self.forward(chunk, last_only=True, prefill=True)[-1]
+
+    def logits_after(
+        self,
+        tokens: Sequence[int],
+        *,
+        cancel: threading.Event | None = None,
+        deadline: float | None = None,
+    ) -> torch.Tensor | None:
         """Logits for the token that follows `tokens`; the cache then holds `tokens`, reusing
-        whatever it held (the draft model's use: its proposals need no exactness)."""
-        if common_prefix_length(self.tokens, tokens) >= len(tokens):
-            # Everything is cached but we need the last position's logits: recompute it.
-            self.keep(len(tokens) - 1)
-        _, _, logits = self._extend(tokens, reuse_steps=True)
-        assert logits is not None
-        return logits
+        whatever it held (the draft model's use: its proposals need no exactness). Computed
+        in chunks like `extend`; None when `cancel` or `deadline` stopped it first."""
+        extend = functools.partial(self._extend, reuse_steps=True)
+        return logits_after(self, tokens, extend, cancel=cancel, deadline=deadline)
 
 
 STEP_BUCKETS = (1, 2, 4, 8, 16)
@@ -336,7 +386,7 @@ class StaticModelRunner(ModelRunner):
                 # Inductor lowers oneDNN's int8 linear only with its packed weights frozen into
                 # the graph as constants; the setting must hold while dynamo traces, too.
                 def frozen_step(**kwargs):
-                    import torch._inductor.config as inductor_config
+                    import torch._inductor.config as inductor_config  # heavy: compiling only
 
                     with inductor_config.patch(freezing=True):
                         return compiled(**kwargs)
@@ -354,7 +404,7 @@ class StaticModelRunner(ModelRunner):
         self.reset()
 
     def _make_cache(self):
-        from transformers import StaticCache
+        from transformers import StaticCache  # seconds to import: only once a torch model runs
 
         self._written = 0  # positions the cache has written, padding included
         self._allocated = self.capacity
@@ -454,7 +504,7 @@ def _copy_static_cache(old: Any, new: Any, n: int) -> bool:
     """Copy the first n positions of every layer of a transformers 5 StaticCache into another
     (larger) one; False where the layers are not plain static layers of that version."""
     try:
-        from transformers.cache_utils import StaticLayer
+        from transformers.cache_utils import StaticLayer  # transformers 5 only
     except ImportError:  # transformers 4.x: no layer objects
         return False
     old_layers, new_layers = getattr(old, "layers", None), getattr(new, "layers", None)

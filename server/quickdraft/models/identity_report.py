@@ -36,8 +36,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import AutoModelForCausalLM
 
-from quickdraft.models.presets import ArchConfig
+from quickdraft.config import ModelConfig
+from quickdraft.decoding import Engine
+from quickdraft.decoding.identity import measure_identity
+from quickdraft.decoding.runner import ROWWISE_ATTENTION, StaticModelRunner
+from quickdraft.models.loading import load_models
+from quickdraft.models.presets import PRESETS, ArchConfig, get_preset
+from quickdraft.models.quantize import quantize_model, use_rowwise_attention
 
 TINY_TARGET = ArchConfig("qwen2", 256, 4, 8, 2, 704, 512, max_position_embeddings=4096)
 TINY_DRAFT = ArchConfig("qwen2", 128, 2, 4, 2, 352, 512, max_position_embeddings=4096)
@@ -106,8 +113,6 @@ def code_prompts(
 def _random_model(
     arch: ArchConfig, dtype: torch.dtype, device: torch.device, seed: int, scale: float
 ):
-    from transformers import AutoModelForCausalLM
-
     torch.manual_seed(seed)
     with device:
         model = AutoModelForCausalLM.from_config(arch.to_hf_config(), dtype=torch.float32)
@@ -128,8 +133,6 @@ class PairBuilder:
         if spec == "tiny":
             self.archs = (TINY_TARGET, TINY_DRAFT)
         elif spec.startswith("random:"):
-            from quickdraft.models.presets import get_preset
-
             preset = get_preset(spec.removeprefix("random:"))
             self.archs = (preset.target.arch, preset.draft.arch if preset.draft else None)
         else:
@@ -143,8 +146,6 @@ class PairBuilder:
         return self.tokenizer.encode(text)
 
     def build(self, path: ComputePath):
-        from quickdraft.models.quantize import quantize_model, use_rowwise_attention
-
         dtype = DTYPES[path.dtype]
         if self.archs is not None:
             target_arch, draft_arch = self.archs
@@ -157,10 +158,6 @@ class PairBuilder:
             if path.dtype == "int8":
                 target, draft = quantize_model(target), draft and quantize_model(draft)
         else:
-            from quickdraft.config import ModelConfig
-            from quickdraft.models import load_models
-            from quickdraft.models.presets import PRESETS
-
             where = {"preset": self.spec} if self.spec in PRESETS else {"target": self.spec}
             loaded = load_models(
                 ModelConfig(
@@ -181,11 +178,6 @@ class PairBuilder:
 
 
 def measure_path(models: PairBuilder, path: ComputePath, prompts, args) -> dict[str, Any]:
-    from quickdraft.decoding import Engine
-    from quickdraft.decoding.identity import measure_identity
-    from quickdraft.decoding.runner import StaticModelRunner
-    from quickdraft.models.quantize import ROWWISE_ATTENTION
-
     started = time.monotonic()
     target, draft = models.build(path)
     engine = Engine(

@@ -28,13 +28,12 @@ import warnings
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from quickdraft.models.quantize import quantize_model
 
 
 def _load(path: str):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     return model, tokenizer
@@ -52,7 +51,7 @@ def _make_variant(path: str, name: str):
     if name == "quantize_dynamic":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            from torch.ao.quantization import quantize_dynamic
+            from torch.ao.quantization import quantize_dynamic  # deprecated: warns on import
 
             return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
     if name == "bfloat16":
@@ -64,8 +63,6 @@ def _make_variant(path: str, name: str):
 
 @torch.inference_mode()
 def _prefill(model, ids):
-    from transformers import DynamicCache
-
     cache = DynamicCache(config=model.config)
     model(input_ids=ids, cache=cache, use_cache=True)
     return cache

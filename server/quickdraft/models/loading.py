@@ -1,17 +1,10 @@
 """`load_models(ModelConfig) -> LoadedModels`: resolve references, load, check, quantize.
 
-A model reference is, in the order tried:
-
-1. a preset name: that preset's *target* model (as `target`, with no draft set, the whole
-   preset: target and draft), from `$QUICKDRAFT_HOME/models/`;
-2. an existing path: a `.gguf` file (its tokenizer, and for torch its converted weights, kept
-   once in `$QUICKDRAFT_HOME/converted/`) or a Hugging Face model directory;
-3. a Hub id `org/name`: `$QUICKDRAFT_HOME/models/org--name/` (fetched by `quickdraft models fetch
-   --source hub`), else the local Hugging Face cache, offline. Nothing is downloaded at load.
-
-Then the runtime (models/runtime.py: llama.cpp or torch) and, for torch on a CPU, the compute
-path (models/cpu_kernels.py: exact int8, bfloat16 or float32) are chosen by measuring this
-machine, and every step is reported to `progress` so an editor can say what is happening.
+References are resolved to files (models/references.py). Then the runtime (models/runtime.py:
+llama.cpp or torch) and, for torch on a CPU, the compute
+path (models/cpu_kernels.py: exact int8, bfloat16 or float32) are chosen for this machine,
+each runtime loads its models (models/llamacpp.py, models/torch_loading.py), and every step is
+reported to `progress` so an editor can say what is happening.
 
 Target and draft must share a tokenizer (TokenizerMismatchError otherwise). Their embedding
 tables may differ in size inside a family (Qwen2.5-Coder 0.5B has 151,936 rows, 7B 152,064);
@@ -25,46 +18,48 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import AutoConfig
 
 from quickdraft.config import ModelConfig
-from quickdraft.errors import ConfigError, ModelError, ModelNotFoundError, TokenizerMismatchError
-from quickdraft.models import convert, fetch, store
+from quickdraft.decoding import llamacpp
+from quickdraft.errors import ConfigError, ModelError
+from quickdraft.models import cpu_kernels
 from quickdraft.models.cpu_kernels import KernelChoice
-from quickdraft.models.precision import cast_floating, keep_stored_embedding
-from quickdraft.models.presets import PRESETS, STOP_TOKENS, ModelSource, Preset, default_preset
-from quickdraft.models.quantize import quantize_model
+from quickdraft.models.llamacpp import load_llamacpp_models
+from quickdraft.models.presets import STOP_TOKENS, Preset
+from quickdraft.models.references import (
+    ResolvedModel,
+    plan_references,
+    resolve_draft,
+    resolve_reference,
+)
+from quickdraft.models.runtime import (
+    TYPICAL_PROMPT_TOKENS,
+    ModelShape,
+    RuntimeChoice,
+    choose_runtime,
+)
+from quickdraft.models.tokenizers import (
+    check_tokenizers,
+    detect_family,
+    load_tokenizer,
+    stop_token_ids_for,
+)
+from quickdraft.models.torch_loading import (
+    KernelOnDemand,
+    Progress,
+    count_parameters,
+    ensure_weights,
+    load_torch_models,
+    torch_compute_path,
+)
 
 log = logging.getLogger(__name__)
-
-_TORCH_DTYPES = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "float64": torch.float64,
-}
-
-
-@dataclass
-class ResolvedModel:
-    """Where one model's files are, and what they are."""
-
-    reference: str
-    path: Path
-    """The model directory: tokenizer files, and weights once converted or downloaded."""
-    kind: str  # "preset-pypi" | "preset-hub" | "directory" | "gguf" | "hub-cache"
-    source: ModelSource | None = None
-    note: str = ""
-    gguf: Path | None = None
-    """The GGUF file, when there is one (llama.cpp runs it; torch converts it once)."""
-    own_gguf: bool = False
-    """The GGUF is quickdraft's own download (it may be deleted once converted), not a file
-    the user pointed at."""
 
 
 @dataclass
@@ -86,7 +81,7 @@ class LoadedModels:
     load_seconds: float = 0.0
     stop_tokens: list[str] = field(default_factory=list)
     runtime: str = "torch"
-    """"torch" or "llamacpp" (then `target` and `draft` are decoding.llamacpp.LlamaCppModel)."""
+    """"torch" or "llamacpp" (then `target` and `draft` are models.llamacpp.LlamaCppModel)."""
     runtime_reason: str = ""
     kernel: KernelChoice | None = None
     """The measured CPU compute path behind `dtype` (torch on a CPU with dtype auto)."""
@@ -147,22 +142,6 @@ class LoadedModels:
         )
 
 
-def count_parameters(model) -> int:
-    """Parameters, counting int8 weights (buffers of Int8Linear) as their element count."""
-    from quickdraft.models.quantize import Int8Linear
-
-    seen: set[int] = set()
-    total = 0
-    for p in model.parameters():
-        if id(p) not in seen:
-            seen.add(id(p))
-            total += p.numel()
-    for m in model.modules():
-        if isinstance(m, Int8Linear):
-            total += m.out_features * m.in_features + (m.bias.numel() if m.bias is not None else 0)
-    return total
-
-
 # --- devices, dtypes, threads -------------------------------------------------------------
 
 
@@ -198,353 +177,7 @@ def resolve_device(device: str) -> torch.device:
     return resolved
 
 
-def resolve_dtype(
-    dtype: str,
-    device: torch.device,
-    checkpoint_dtype: torch.dtype | None,
-    kernel: Callable[[], KernelChoice] | None = None,
-) -> str:
-    """The runtime dtype name for `dtype` on `device`.
-
-    `auto`: bfloat16 on CUDA; on CPU what `kernel()` measured fastest here (cpu_kernels),
-    except that a float64 checkpoint (the tiny test models of `quickdraft.testing`) stays
-    float64 so greedy identity tests stay exact.
-    """
-    if dtype == "auto":
-        if device.type == "cuda":
-            return "bfloat16"
-        if checkpoint_dtype == torch.float64:
-            return "float64"
-        return kernel().dtype if kernel is not None else "float32"
-    if dtype == "int8" and device.type != "cpu":
-        raise ConfigError("model.dtype: int8 runs on CPU only; use bfloat16 on CUDA")
-    return dtype
-
-
-# --- references -----------------------------------------------------------------------------
-
-
-def _fetch_hint(preset_name: str) -> str:
-    preset = PRESETS[preset_name]
-    source = "pypi" if preset.has_pypi else "hub"
-    return f"quickdraft models fetch {preset_name} --source {source}"
-
-
-def _preset_for_source(source: ModelSource) -> str:
-    """The first preset using `source` (as target, else as draft), to name in fetch hints."""
-    for name, preset in PRESETS.items():
-        if preset.target is source:
-            return name
-    for name, preset in PRESETS.items():
-        if preset.draft is source:
-            return name
-    raise KeyError(source.hub_id)  # pragma: no cover
-
-
-def resolve_source(source: ModelSource, reference: str, home: Path | None = None) -> ResolvedModel:
-    found = fetch.find_local_model(source, home)
-    if found is None:
-        name = _preset_for_source(source)
-        where = ", ".join(str(p) for _, p in fetch.local_model_dirs(source, home))
-        raise ModelNotFoundError(
-            f"weights of {source.hub_id} (preset {name}) are not downloaded (looked in {where}); "
-            f"fetch them with `{_fetch_hint(name)}`"
-        )
-    kind, path = found
-    note, gguf = "", None
-    if kind == "pypi" and source.pypi is not None:
-        note = source.pypi.note
-        gguf = store.gguf_of(path)
-        if gguf is None:
-            candidate = store.gguf_dir(home) / source.pypi.filename
-            gguf = candidate if candidate.is_file() else None
-    return ResolvedModel(reference, path, f"preset-{kind}", source, note, gguf, own_gguf=True)
-
-
-def _looks_like_path(reference: str) -> bool:
-    """Hub ids are exactly `org/name`; anything else with a slash or a .gguf is a path."""
-    return (
-        reference.startswith(("/", ".", "~"))
-        or reference.endswith(".gguf")
-        or reference.count("/") != 1
-    )
-
-
-def resolve_reference(reference: str, home: Path | None = None) -> ResolvedModel:
-    """Turn a model reference into a local directory, or raise ModelNotFoundError."""
-    if reference in PRESETS:
-        return resolve_source(PRESETS[reference].target, reference, home)
-    path = Path(reference).expanduser()
-    if path.exists():
-        if path.is_file():
-            if path.suffix != ".gguf":
-                raise ModelNotFoundError(
-                    f"{reference}: a model file must be a .gguf (or give the model's directory)"
-                )
-            gguf = Path(os.path.abspath(path))
-            directory = convert.converted_path_for(gguf, home)
-            return ResolvedModel(reference, directory, "gguf", note=f"from {path.name}", gguf=gguf)
-        if not (path / "config.json").is_file():
-            raise ModelNotFoundError(
-                f"{reference}: not a Hugging Face model directory (no config.json)"
-            )
-        return ResolvedModel(reference, path, "directory")
-    if _looks_like_path(reference):
-        known = ", ".join(PRESETS)
-        raise ModelNotFoundError(
-            f"{reference!r} is neither a preset ({known}), an existing file or directory, "
-            "nor a Hub id of the form org/name"
-        )
-    return _resolve_hub_id(reference, home)
-
-
-def _resolve_hub_id(hub_id: str, home: Path | None) -> ResolvedModel:
-    ours = fetch.hub_model_dir(hub_id, home)
-    if store.is_complete(ours):
-        return ResolvedModel(hub_id, ours, "preset-hub")
-    try:
-        from huggingface_hub import snapshot_download
-
-        cached = snapshot_download(hub_id, local_files_only=True)
-        if (Path(cached) / "config.json").is_file():
-            return ResolvedModel(hub_id, Path(cached), "hub-cache")
-    except Exception:  # not in the cache (LocalEntryNotFoundError and friends)
-        pass
-    hint = f"download it where the Hub is reachable (`hf download {hub_id}`) into the HF cache"
-    users = [n for n, p in PRESETS.items() if p.target.hub_id == hub_id]
-    if users:
-        hint = f"fetch it with `quickdraft models fetch {users[0]} --source hub`, or " + hint
-    pypi = [n for n, p in PRESETS.items() if p.target.hub_id == hub_id and p.has_pypi]
-    also = (
-        f"; preset {pypi[0]} has a PyPI route (a quantized Instruct variant): "
-        f"`{_fetch_hint(pypi[0])}`, then use --preset {pypi[0]}"
-        if pypi
-        else ""
-    )
-    raise ModelNotFoundError(
-        f"Hub model {hub_id} is not available locally (not in {ours} nor in the Hugging Face "
-        f"cache; nothing is downloaded at load time): {hint}{also}"
-    )
-
-
-# --- tokenizers -----------------------------------------------------------------------------
-
-_PROBES = [
-    "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
-    "function add(a, b) { return a + b; }  // JS\nconst x = `tmpl ${a}`;\n",
-    'fn main() {\n\tlet v: Vec<u8> = vec![1, 2, 3];\n\tprintln!("{:?}", v);\n}\n',
-    '#include <stdio.h>\nint main(void) { printf("%d\\n", 42); }\n',
-    "    \t  \n\n\n  trailing   spaces  ",
-    "Unicode: é ü ß 漢字 😀 — ∑",
-]
-
-
-def check_tokenizers(
-    target_tokenizer,
-    draft_tokenizer,
-    shared_vocab_size: int,
-    *,
-    target_name: str = "target",
-    draft_name: str = "draft",
-    extra_tokens: tuple[str, ...] = (),
-) -> None:
-    """Raise TokenizerMismatchError unless both tokenizers agree on ids below the shared size.
-
-    Below `shared_vocab_size`, every id both vocabularies define must be the same token, and
-    every token both define must have the same id. An id only one side defines (padding
-    entries, a few extra special tokens) is allowed: the target rejects a draft token it does
-    not know like any other wrong guess. Then the encodings of probe strings (code in several
-    languages, whitespace, Unicode, the family's special tokens) must be identical.
-    """
-    tv = {t: i for t, i in target_tokenizer.get_vocab().items() if i < shared_vocab_size}
-    dv = {t: i for t, i in draft_tokenizer.get_vocab().items() if i < shared_vocab_size}
-    t_by_id = {i: t for t, i in tv.items()}
-    d_by_id = {i: t for t, i in dv.items()}
-    conflicts = sorted(i for i in t_by_id.keys() & d_by_id.keys() if t_by_id[i] != d_by_id[i])
-    moved = sorted((tv[t], t) for t in tv.keys() & dv.keys() if tv[t] != dv[t])
-    smaller = min(len(tv), len(dv))
-    overlap = len(tv.keys() & dv.keys())
-    if conflicts or moved or overlap < 0.99 * smaller:
-        if conflicts:
-            idx = conflicts[0]
-            example = (
-                f"; e.g. id {idx} is {t_by_id[idx]!r} in {target_name} "
-                f"but {d_by_id[idx]!r} in {draft_name}"
-            )
-        elif moved:
-            idx, tok = moved[0]
-            example = f"; e.g. {tok!r} is id {idx} in {target_name} but {dv[tok]} in {draft_name}"
-        else:
-            example = f"; they share only {overlap:,} of {smaller:,} tokens"
-        raise TokenizerMismatchError(
-            f"{target_name} and {draft_name} do not share a tokenizer: "
-            f"{max(len(conflicts), len(moved)):,} of the first {shared_vocab_size:,} ids differ"
-            f"{example}. Pick a draft of the same model family (see `quickdraft models list`)"
-        )
-    probes = list(_PROBES) + ["".join(f"x{tok}y" for tok in extra_tokens)]
-    for probe in probes:
-        a = target_tokenizer.encode(probe, add_special_tokens=False)
-        b = draft_tokenizer.encode(probe, add_special_tokens=False)
-        if a != b:
-            raise TokenizerMismatchError(
-                f"{target_name} and {draft_name} tokenize text differently (probe {probe[:30]!r}: "
-                f"{a[:8]} vs {b[:8]}). Pick a draft of the same model family"
-            )
-        high = [i for i in a if i >= shared_vocab_size]
-        if high:
-            raise TokenizerMismatchError(
-                f"{target_name} encodes ordinary text to ids {high[:4]} beyond the {draft_name}'s "
-                f"{shared_vocab_size:,}-row embedding"
-            )
-
-
-def detect_family(tokenizer, model_type: str | None) -> str | None:
-    vocab = tokenizer.get_vocab()
-    if "<|fim_prefix|>" in vocab:
-        return "qwen2.5-coder"
-    if "<fim_prefix>" in vocab:
-        return "starcoder2"
-    if "<｜fim▁begin｜>" in vocab:
-        return "deepseek-coder"
-    if "▁<PRE>" in vocab or model_type == "llama" and "<s>" in vocab:
-        return "codellama"
-    return None
-
-
-def stop_token_ids_for(tokenizer, family: str, models: list[Any]) -> tuple[set[int], list[str]]:
-    """EOS ids (tokenizer, configs, generation configs) and the family's stop tokens in vocab."""
-    vocab = tokenizer.get_vocab()
-    ids: set[int] = set()
-    names: list[str] = []
-    for token in STOP_TOKENS.get(family, ()):
-        if token in vocab:
-            ids.add(vocab[token])
-            names.append(token)
-
-    def add(value):
-        if value is None:
-            return
-        for v in value if isinstance(value, (list, tuple, set)) else [value]:
-            if isinstance(v, int) and v >= 0:
-                ids.add(v)
-
-    add(tokenizer.eos_token_id)
-    for model in models:
-        if model is None:
-            continue
-        add(getattr(model.config, "eos_token_id", None))
-        gen = getattr(model, "generation_config", None)
-        if gen is not None:
-            add(getattr(gen, "eos_token_id", None))
-    id_to_token = {i: t for t, i in vocab.items()}
-    for i in sorted(ids):
-        token = id_to_token.get(i)
-        if token is not None and token not in names:
-            names.append(token)
-    return ids, names
-
-
 # --- loading --------------------------------------------------------------------------------
-
-
-def _checkpoint_dtype(path: Path) -> torch.dtype | None:
-    import json
-
-    try:
-        config = json.loads((path / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    name = config.get("dtype") or config.get("torch_dtype")
-    return _TORCH_DTYPES.get(name) if isinstance(name, str) else None
-
-
-def _load_one(resolved: ResolvedModel, dtype: str, device: torch.device, int8_backend: str | None):
-    """Load one torch model; half-precision checkpoints load as stored (half the peak memory)
-    and are cast afterwards, their input embedding kept as stored (StoredEmbedding)."""
-    from transformers import AutoModelForCausalLM
-
-    stored = _checkpoint_dtype(resolved.path)
-    half = stored if stored in (torch.bfloat16, torch.float16) else None
-    compute = torch.float32 if dtype == "int8" else _TORCH_DTYPES[dtype]
-    load_dtype = half if half is not None and device.type == "cpu" else compute
-    try:
-        model = AutoModelForCausalLM.from_pretrained(resolved.path, dtype=load_dtype)
-    except Exception as exc:
-        raise ModelError(
-            f"cannot load {resolved.reference} from {resolved.path}: {type(exc).__name__}: {exc}"
-        ) from exc
-    model = model.eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    if load_dtype != compute:
-        keep_stored_embedding(model, compute)
-    if dtype == "int8":
-        quantize_model(model, backend=int8_backend)  # casts the rest to float32
-    elif load_dtype != compute:
-        cast_floating(model, compute)
-    return model.to(device)
-
-
-def _load_tokenizer(resolved: ResolvedModel):
-    from transformers import AutoTokenizer
-
-    if resolved.gguf is not None and not store.is_complete(resolved.path):
-        convert.ensure_tokenizer(resolved.gguf, resolved.path)
-    try:
-        return AutoTokenizer.from_pretrained(resolved.path)
-    except Exception as exc:
-        raise ModelError(
-            f"cannot load the tokenizer of {resolved.reference} from {resolved.path}: "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
-
-
-def _ensure_weights(resolved: ResolvedModel, progress: Progress | None) -> None:
-    """Torch needs weights: convert a GGUF-only model once (models/convert.py)."""
-    from quickdraft.decoding import llamacpp
-
-    managed = resolved.kind in ("preset-pypi", "gguf")  # quickdraft's own directories
-    if store.has_weights(resolved.path) and (store.is_complete(resolved.path) or not managed):
-        return
-    if resolved.gguf is None:
-        raise ModelNotFoundError(
-            f"{resolved.reference}: {resolved.path} has no weights for the torch runtime and no "
-            "GGUF file to convert; fetch the model again (`quickdraft models fetch PRESET`)"
-        )
-    keep = not resolved.own_gguf or llamacpp.available()
-    convert.ensure_weights(resolved.path, resolved.gguf, keep_gguf=keep, progress=progress)
-    if not keep:
-        resolved.gguf = None
-
-
-def _plan(config: ModelConfig, device: torch.device) -> tuple[Preset | None, str, str | None]:
-    """(preset, target reference, draft reference or None) from the configuration."""
-    draft = config.draft
-    no_draft = isinstance(draft, str) and draft.strip().lower() == "none"
-    if no_draft:
-        draft = None
-    preset: Preset | None = None
-    if config.preset is not None:
-        if config.preset not in PRESETS:
-            raise ModelNotFoundError(
-                f"unknown preset {config.preset!r}; presets: {', '.join(PRESETS)}"
-            )
-        preset = PRESETS[config.preset]
-    target = config.target
-    if target is None and preset is None:
-        preset = PRESETS[default_preset(device.type)]
-    if target is not None and preset is None and target in PRESETS and draft is None:
-        preset = PRESETS[target]  # `--target qwen2.5-coder-1.5b` means the whole preset
-        target = None
-    if target is None:
-        target = preset.name
-    if draft is None and not no_draft and preset is not None and preset.draft is not None:
-        draft = f"{preset.name}:draft"  # the preset fills each of target and draft when unset
-    return preset, target, draft
-
-
-Progress = Callable[[str], None]
-"""Told, in a few words, what loading is doing now (shown to the user)."""
 
 
 def _say(progress: Progress | None, message: str) -> None:
@@ -553,50 +186,61 @@ def _say(progress: Progress | None, message: str) -> None:
         progress(message)
 
 
-def load_models(
-    config: ModelConfig, *, home: Path | None = None, progress: Progress | None = None
-) -> LoadedModels:
-    """Load target (and draft) as configured. Raises ModelError subclasses for user errors."""
-    from quickdraft.models import cpu_kernels
-    from quickdraft.models.runtime import ModelShape, choose_runtime
+def _vocab_rows(model: Any) -> int:
+    """Rows of a model's input embedding (its vocabulary, padding included)."""
+    if isinstance(model, torch.nn.Module):
+        return model.get_input_embeddings().weight.shape[0]
+    return model.vocab_size  # llama.cpp
 
+
+def _target_shape(preset: Preset | None, target_info: ResolvedModel) -> ModelShape:
+    """The target's shape: a preset knows it; else read (a GGUF's metadata takes gguf's reader
+    5-20 s to parse: its 150k-token vocabulary is read in Python)."""
+    if preset is not None and target_info.kind.startswith("preset"):
+        return ModelShape.of(preset.target.arch)
+    if target_info.gguf is not None:
+        return ModelShape.from_gguf(target_info.gguf)
+    return ModelShape.of(AutoConfig.from_pretrained(target_info.path))
+
+
+def llamacpp_hint(runtime: RuntimeChoice, kernel: KernelChoice | None) -> str | None:
+    """What to tell a user whom torch serves without fast exact int8 because llama.cpp is not
+    installed (12.6 GB and several times slower, for the 1.5B pair in float32); None when
+    that is not the case."""
+    if not runtime.llamacpp_missing or kernel is None or kernel.dtype == "int8":
+        return None
+    return (
+        f"llama.cpp is not installed, and this CPU has no fast exact int8 ({kernel.reason}): "
+        f"torch runs {kernel.dtype}, slower and with about three times the memory; "
+        f"`{llamacpp.INSTALL_HINT}` adds llama.cpp, which `runtime: auto` then measures"
+    )
+
+
+def load_models(
+    config: ModelConfig,
+    *,
+    home: Path | None = None,
+    progress: Progress | None = None,
+    prompt_tokens: int = TYPICAL_PROMPT_TOKENS,
+) -> LoadedModels:
+    """Load target (and draft) as configured. Raises ModelError subclasses for user errors.
+
+    `prompt_tokens`: the size of a typical prompt (`context.max_prompt_tokens`), at which the
+    runtimes' costs are compared."""
     started = time.monotonic()
     device = resolve_device(config.device)
-    preset, target_ref, draft_ref = _plan(config, device)
-
+    preset, target_ref, draft_ref = plan_references(config, device.type)
     target_info = resolve_reference(target_ref, home)
-    draft_info = None
-    if draft_ref is not None:
-        if draft_ref.endswith(":draft") and draft_ref[: -len(":draft")] in PRESETS:
-            name = draft_ref[: -len(":draft")]
-            draft_info = resolve_source(PRESETS[name].draft, name + " (draft)", home)
-        else:
-            draft_info = resolve_reference(draft_ref, home)
+    draft_info = resolve_draft(draft_ref, home) if draft_ref is not None else None
 
     threads = None
     if device.type == "cpu":
         threads = config.threads or physical_cores()
         torch.set_num_threads(threads)
-
-    @functools.cache
-    def shape() -> ModelShape:
-        """The target's shape: a preset knows it; else read once (a GGUF's metadata takes
-        gguf's reader 5-20 s to parse: its 150k-token vocabulary is read in Python)."""
-        if preset is not None and target_info.kind.startswith("preset"):
-            return ModelShape.of(preset.target.arch)
-        if target_info.gguf is not None:
-            return ModelShape.from_gguf(target_info.gguf)
-        from transformers import AutoConfig
-
-        return ModelShape.of(AutoConfig.from_pretrained(target_info.path))
-
-    measured: list[KernelChoice] = []
-
-    def kernel() -> KernelChoice:
-        if not measured:
-            measured.append(cpu_kernels.choose(shape(), threads or 1, home=home, progress=progress))
-        return measured[0]
-
+    shape = functools.cache(functools.partial(_target_shape, preset, target_info))
+    kernel = KernelOnDemand(
+        lambda: cpu_kernels.choose(shape(), threads or 1, home=home, progress=progress)
+    )
     runtime = choose_runtime(
         config.runtime,
         device_type=device.type,
@@ -606,64 +250,43 @@ def load_models(
         kernel=kernel,
         progress=progress,
         home=home,
+        prompt_tokens=prompt_tokens,
     )
-    log.info("runtime %s: %s", runtime.runtime, runtime.reason)
 
     _say(progress, f"loading the tokenizer of {target_info.path.name}")
-    tokenizer = _load_tokenizer(target_info)
-    draft_tokenizer = _load_tokenizer(draft_info) if draft_info is not None else None
+    tokenizer = load_tokenizer(target_info)
+    draft_tokenizer = load_tokenizer(draft_info) if draft_info is not None else None
+    say = functools.partial(_say, progress)
     chosen_kernel: KernelChoice | None = None
     if runtime.runtime == "llamacpp":
-        from quickdraft.decoding.llamacpp import LlamaCppModel
-
         extra = runtime.probe.extra_bufts if runtime.probe is not None else True
-        if draft_info is not None and draft_info.gguf is None:
-            raise ModelNotFoundError(
-                f"the llama.cpp runtime needs the draft as a GGUF file too; {draft_info.reference}"
-                " has none (use --runtime torch, or a GGUF draft)"
-            )
-        _say(progress, f"loading {target_info.gguf.name} in llama.cpp")
-        target = LlamaCppModel(target_info.gguf, threads=threads or 1, extra_bufts=extra)
-        draft = None
-        if draft_info is not None:
-            _say(progress, f"loading the draft {draft_info.gguf.name} in llama.cpp")
-            draft = LlamaCppModel(draft_info.gguf, threads=threads or 1, extra_bufts=extra)
+        target, draft = load_llamacpp_models(target_info, draft_info, threads or 1, extra, say)
         dtype = "gguf"
-        target_rows, model_type = target.vocab_size, None
-        draft_rows = draft.vocab_size if draft is not None else None
-        config_models: list[Any] = []
+        log.info("runtime %s: %s", runtime.runtime, runtime.reason)
     else:
         for info in (target_info, draft_info):
             if info is not None:
-                _ensure_weights(info, progress)
-        dtype = resolve_dtype(config.dtype, device, _checkpoint_dtype(target_info.path), kernel)
-        backend = None
-        if dtype == "int8":
-            chosen_kernel = kernel()
-            backend = chosen_kernel.int8_backend or best_int8_backend(chosen_kernel)
-        elif config.dtype == "auto" and device.type == "cpu" and measured:
-            chosen_kernel = measured[0]
-        how = f"int8 ({backend})" if dtype == "int8" else dtype
-        _say(progress, f"loading the target {target_info.path.name} in torch, {how}")
-        target = _load_one(target_info, dtype, device, backend)
-        draft = None
-        if draft_info is not None:
-            _say(progress, f"loading the draft {draft_info.path.name} in torch, {how}")
-            draft = _load_one(draft_info, dtype, device, backend)
-        target_rows = target.get_input_embeddings().weight.shape[0]
-        draft_rows = draft.get_input_embeddings().weight.shape[0] if draft is not None else None
-        model_type = getattr(target.config, "model_type", None)
-        config_models = [target, draft]
+                ensure_weights(info, progress)
+        dtype, backend, chosen_kernel = torch_compute_path(
+            config.dtype, device, target_info.path, kernel
+        )
+        hint = llamacpp_hint(runtime, chosen_kernel)
+        if hint is None:
+            log.info("runtime %s: %s", runtime.runtime, runtime.reason)
+        else:
+            say(hint)  # once, in the log and the progress, in place of the runtime line
+        target, draft = load_torch_models(target_info, draft_info, dtype, device, backend, say)
 
+    model_type = getattr(getattr(target, "config", None), "model_type", None)
     family = preset.family if preset is not None else detect_family(tokenizer, model_type)
     if family is None:
         raise ModelError(
             f"cannot tell the FIM family of {target_ref} (no known infilling tokens in its "
             "vocabulary); use a preset or a Qwen2.5-Coder, DeepSeek-Coder, StarCoder2 or CodeLlama model"
         )
-    shared = target_rows
-    if draft_info is not None and draft_tokenizer is not None:
-        shared = min(target_rows, draft_rows)
+    shared = _vocab_rows(target)
+    if draft is not None and draft_info is not None and draft_tokenizer is not None:
+        shared = min(shared, _vocab_rows(draft))
         check_tokenizers(
             tokenizer,
             draft_tokenizer,
@@ -672,7 +295,9 @@ def load_models(
             draft_name=f"draft {draft_info.reference}",
             extra_tokens=STOP_TOKENS.get(family, ()),
         )
-    stop_ids, stop_names = stop_token_ids_for(tokenizer, family, config_models)
+    # The configs of torch models name EOS ids too; a GGUF's tokenizer already has them.
+    configured = [m for m in (target, draft) if isinstance(m, torch.nn.Module)]
+    stop_ids, stop_names = stop_token_ids_for(tokenizer, family, configured)
     return LoadedModels(
         target=target,
         draft=draft,
@@ -692,26 +317,3 @@ def load_models(
         runtime_reason=runtime.reason,
         kernel=chosen_kernel or runtime.kernel,
     )
-
-
-def best_int8_backend(kernel: KernelChoice) -> str:
-    """`dtype: int8` asked for explicitly: the fastest exact int8 backend measured here, even
-    where float32 would be faster (the log says so)."""
-    from quickdraft.models.cpu_kernels import score
-    from quickdraft.models.quantize import default_int8_backend
-
-    timed = sorted(
-        (score(t), name.split("/", 1)[1])
-        for name, t in kernel.timings_ms.items()
-        if name.startswith("int8/")
-    )
-    if not timed:
-        return default_int8_backend()
-    backend = timed[0][1]
-    log.warning(
-        "dtype int8 asked for: using %s, although %s is measured faster on this CPU (%s)",
-        backend,
-        kernel.dtype,
-        kernel.reason,
-    )
-    return backend

@@ -17,8 +17,6 @@ from typing import Any
 
 from quickdraft.errors import ModelNotFoundError
 
-FAMILIES: tuple[str, ...] = ("qwen2.5-coder", "deepseek-coder", "starcoder2", "codellama")
-
 
 @dataclass(frozen=True)
 class PypiRecipe:
@@ -63,7 +61,7 @@ class ArchConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_hf_config(self):
-        from transformers import AutoConfig
+        from transformers import AutoConfig  # seconds to import: `models list` must not pay
 
         kwargs: dict[str, Any] = dict(
             hidden_size=self.hidden_size,

@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from transformers import AttentionInterface
 
+from quickdraft.decoding.runner import PREFILL_KWARG, ROWWISE_ATTENTION
 from quickdraft.models.precision import cast_floating
 
 _QMAX = 127.0
@@ -240,15 +242,10 @@ class Int8Linear(nn.Module):
         )
 
 
-ROWWISE_ATTENTION = "quickdraft_rowwise"
 ROWWISE_MAX_ROWS = 65
 """Forwards of up to this many new tokens are decode/verify steps unless the caller says
-otherwise (`PREFILL_KWARG`); longer ones are prefill chunks."""
-
-PREFILL_KWARG = "quickdraft_prefill"
-"""A model forward given `quickdraft_prefill=True` (transformers hands extra keyword arguments
-down to the attention function) is a prefill forward; False, a decode/verify step. The runners
-say it for every forward of a model with `rowwise_attention`."""
+otherwise (`PREFILL_KWARG`, the runners' contract: decoding.runner); longer ones are prefill
+chunks."""
 
 PREFILL_BLOCK = 32
 """Prefill rows attend in one call per aligned block of this many positions (see
@@ -376,8 +373,6 @@ def _masked_rows(query, key, value, positions, scaling, window):
 
 
 def _register_attention() -> None:
-    from transformers import AttentionInterface
-
     if ROWWISE_ATTENTION not in AttentionInterface._global_mapping:
         AttentionInterface.register(ROWWISE_ATTENTION, rowwise_attention)
 

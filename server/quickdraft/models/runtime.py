@@ -1,16 +1,21 @@
-"""Which runtime runs the models: torch or llama.cpp, chosen by measuring this machine.
+"""Which runtime runs the models: torch or llama.cpp, chosen for this machine.
 
 `model.runtime: auto` picks llama.cpp on a CPU when llama-cpp-python is installed, the target
-has a GGUF file, and llama.cpp is measured faster here; torch otherwise, and always with CUDA.
+has a GGUF file, and llama.cpp's estimated cost of a typical completion is lower than torch's;
+torch otherwise, and always with CUDA.
 
-"Faster" compares what one typical completion would cost on each runtime, from each one's
-measured step costs put in the engine's own cost model (decoding/costmodel.py):
+A typical completion is a prompt of `context.max_prompt_tokens` tokens (its prefill) and 32 new
+tokens, costed in the engine's own cost model (decoding/costmodel.py) from:
 
-    llama.cpp   measured in a child process on the real GGUF (decoding.llamacpp.probe)
-    torch       estimated from the kernel measurement of one decoder layer of the model's shape
-                (cpu_kernels), scaled to the model's layers and vocabulary
+    llama.cpp   its forwards, measured in a child process on the real GGUF
+                (models/llamacpp_probe.py: a 256-token context)
+    torch       an estimate only: one decoder layer's linears, timed by the kernel measurement
+                (cpu_kernels), scaled to the model's layers and vocabulary; attention over a
+                long context and everything else a forward does are not timed (torch's model
+                is not loaded before the choice: loading it takes most of a minute)
 
-Both measurements are cached per machine, so the choice costs nothing after the first start.
+so both figures are estimates, and are named so wherever they are reported. The measurements
+are cached per machine, so the choice costs nothing after the first start.
 """
 
 from __future__ import annotations
@@ -21,14 +26,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gguf import GGUFReader
+
+from quickdraft.config import ContextConfig
+from quickdraft.decoding import llamacpp
 from quickdraft.decoding.costmodel import MEASURED_SIZES, CostModel
 from quickdraft.errors import ModelError, ModelNotFoundError
+from quickdraft.models import llamacpp_probe
 from quickdraft.models.cpu_kernels import KernelChoice, LayerShape
 
 log = logging.getLogger(__name__)
 
 LAYER_OVERHEAD = 1.15
 """A decoder layer costs its linears plus about this much for attention, norms and glue."""
+TYPICAL_PROMPT_TOKENS = ContextConfig.max_prompt_tokens
+"""The prompt of a typical completion when the caller does not say (the default prompt
+budget: real prompts fill most of it)."""
+TYPICAL_NEW_TOKENS = 32
 
 
 @dataclass
@@ -60,8 +74,6 @@ class ModelShape:
     @classmethod
     def from_gguf(cls, path: Path) -> ModelShape:
         """The shape from a GGUF file's metadata (read lazily; no tensors are loaded)."""
-        from gguf import GGUFReader
-
         try:
             reader = GGUFReader(str(path))
         except Exception as exc:  # the reader raises many kinds on a broken file
@@ -92,14 +104,18 @@ class RuntimeChoice:
     """"torch" or "llamacpp"."""
     reason: str
     probe: Any = None
-    """decoding.llamacpp.ProbeResult when llama.cpp was measured."""
+    """llamacpp_probe.ProbeResult when llama.cpp was measured."""
     kernel: KernelChoice | None = None
     estimates_ms: dict[str, float] = field(default_factory=dict)
-    """Runtime -> the cost of one typical completion, when both were compared."""
+    """Runtime -> the estimated cost of one typical completion, when both were compared."""
+    llamacpp_missing: bool = False
+    """`auto` took torch on a CPU because llama.cpp is not installed (the loader may say what
+    installing it would bring)."""
 
 
 def torch_cost_estimate(kernel: KernelChoice, shape: ModelShape) -> CostModel:
-    """The engine's cost model for the torch runtime, from one layer's measured linears."""
+    """An estimate of the engine's cost model for the torch runtime, from one layer's measured
+    linears (`measured` stays False)."""
     name = f"int8/{kernel.int8_backend}" if kernel.dtype == "int8" else kernel.dtype
     times = {int(rows): ms for rows, ms in kernel.timings_ms[name].items()}
     points = sorted(times.items())
@@ -124,7 +140,7 @@ def torch_cost_estimate(kernel: KernelChoice, shape: ModelShape) -> CostModel:
         target_ms={n: forward_ms(n, n) for n in MEASURED_SIZES},
         prefill_tokens_per_s=1000.0 * prefill_chunk / forward_ms(prefill_chunk, 1),
         measured=False,
-        notes={"source": f"estimated from the {name} kernel measurement"},
+        notes={"source": f"an estimate from the {name} kernel measurement of one layer"},
     )
 
 
@@ -147,22 +163,22 @@ def choose_runtime(
     kernel: Callable[[], KernelChoice],
     progress: Callable[[str], None] | None = None,
     home: Path | None = None,
+    prompt_tokens: int = TYPICAL_PROMPT_TOKENS,
 ) -> RuntimeChoice:
-    """The runtime for a target whose GGUF file is `gguf` (None: it has none).
+    """The runtime for a target whose GGUF file is `gguf` (None: it has none); `auto` compares
+    the runtimes on a completion of a `prompt_tokens`-token prompt.
 
     `shape` and `kernel` are called only when needed (reading a GGUF's metadata, measuring
     kernels). Raises ModelError/ModelNotFoundError when llama.cpp was asked for and cannot run.
     """
-    from quickdraft.decoding import llamacpp
-
     if requested == "torch":
         return RuntimeChoice("torch", "model.runtime is torch")
     if requested == "llamacpp":
         if not llamacpp.available():
             raise ModelError(
                 "model.runtime is llamacpp but llama-cpp-python is not installed: "
-                "pip install 'quickdraft[llama]' (builds llama.cpp, 12-30 minutes on 2 cores, "
-                "once)"
+                f"{llamacpp.INSTALL_HINT} (pip install 'quickdraft[llama]' outside a checkout; "
+                "builds llama.cpp, 12-30 minutes on 2 cores, once)"
             )
         if gguf is None:
             raise ModelNotFoundError(
@@ -172,32 +188,38 @@ def choose_runtime(
             )
         if progress is not None:
             progress("checking llama.cpp on this CPU (once per machine)")
-        probe = llamacpp.probe(gguf, threads, home=home)
+        probe = llamacpp_probe.probe(gguf, threads, home=home)
         return RuntimeChoice("llamacpp", "model.runtime is llamacpp", probe=probe)
     if device_type != "cpu":
         return RuntimeChoice("torch", f"{device_type}: torch runs accelerators")
     if not llamacpp.available():
         return RuntimeChoice(
-            "torch", "llama.cpp is not installed (pip install 'quickdraft[llama]' adds it)"
+            "torch",
+            f"llama.cpp is not installed ({llamacpp.INSTALL_HINT} adds it; quickdraft[llama])",
+            llamacpp_missing=True,
         )
     if gguf is None:
         return RuntimeChoice("torch", "the target has no GGUF file for llama.cpp")
     if progress is not None:
         progress("checking llama.cpp on this CPU (once per machine)")
     try:
-        probe = llamacpp.probe(gguf, threads, home=home)
+        probe = llamacpp_probe.probe(gguf, threads, home=home)
     except ModelError as exc:
         log.warning("llama.cpp cannot run here, using torch: %s", exc)
         return RuntimeChoice("torch", f"llama.cpp failed its check here ({exc})")
     choice = kernel()
-    estimate = torch_cost_estimate(choice, shape())
+    new_tokens = TYPICAL_NEW_TOKENS
     costs = {
-        "llamacpp": llamacpp_cost(probe).typical_completion_ms(),
-        "torch": estimate.typical_completion_ms(),
+        "llamacpp": llamacpp_cost(probe).typical_completion_ms(prompt_tokens, new_tokens),
+        "torch": torch_cost_estimate(choice, shape()).typical_completion_ms(
+            prompt_tokens, new_tokens
+        ),
     }
     winner = "llamacpp" if costs["llamacpp"] <= costs["torch"] else "torch"
     reason = (
-        f"a typical completion was measured at {costs['llamacpp'] / 1000:.1f} s on llama.cpp "
-        f"and estimated at {costs['torch'] / 1000:.1f} s on torch ({choice.label})"
+        f"a typical completion ({prompt_tokens}-token prompt, {new_tokens} new tokens) is "
+        f"estimated at {costs['llamacpp'] / 1000:.1f} s on llama.cpp (from its measured "
+        f"forwards) and {costs['torch'] / 1000:.1f} s on torch {choice.label} (from one "
+        "layer's timed linears, attention not timed)"
     )
     return RuntimeChoice(winner, reason, probe=probe, kernel=choice, estimates_ms=costs)

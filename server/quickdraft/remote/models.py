@@ -16,10 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from transformers import AutoTokenizer
+
 from quickdraft.config import ModelConfig
 from quickdraft.errors import ModelError, ModelNotFoundError
-from quickdraft.models import store
+from quickdraft.models import fetch, store
+from quickdraft.models.convert import converted_path_for, gguf_cache_key
 from quickdraft.models.presets import PRESETS, STOP_TOKENS, Preset
+from quickdraft.models.tokenizers import detect_family, stop_token_ids_for
 
 logger = logging.getLogger(__name__)
 
@@ -81,16 +85,12 @@ def load_remote_models(config: ModelConfig, home: Path | None = None) -> RemoteM
         raise ModelError("backend openai needs a preset or model.tokenizer")
     family = config.family or (preset.family if preset else None)
     if family is None:
-        from quickdraft.models.loading import detect_family
-
         family = detect_family(tokenizer, None)
     if family is None:
         raise ModelError(
             f"cannot tell the FIM family of the tokenizer in {source}; set model.family "
             f"({', '.join(STOP_TOKENS)})"
         )
-    from quickdraft.models.loading import stop_token_ids_for
-
     stop_ids, _ = stop_token_ids_for(tokenizer, family, [])
     stops = list(STOP_TOKENS[family])
     eos = getattr(tokenizer, "eos_token", None)
@@ -117,8 +117,6 @@ def tokenizer_from_path(path: Path, home: Path | None = None) -> tuple[Any, str]
 
 
 def tokenizer_of_preset(preset: Preset, home: Path | None = None) -> tuple[Any, str]:
-    from quickdraft.models import fetch
-
     looked: list[str] = []
     sources = [source for _, source in preset.models()]
     for source in sources:
@@ -135,8 +133,6 @@ def tokenizer_of_preset(preset: Preset, home: Path | None = None) -> tuple[Any, 
     for source in sources:
         looked.append(f"the Hugging Face cache ({source.hub_id})")
         try:
-            from transformers import AutoTokenizer
-
             return (
                 AutoTokenizer.from_pretrained(source.hub_id, local_files_only=True),
                 f"{source.hub_id} (Hugging Face cache)",
@@ -152,8 +148,6 @@ def tokenizer_of_preset(preset: Preset, home: Path | None = None) -> tuple[Any, 
 
 
 def _load_directory(directory: Path):
-    from transformers import AutoTokenizer
-
     try:
         return AutoTokenizer.from_pretrained(directory)
     except Exception as exc:
@@ -164,16 +158,12 @@ def _load_directory(directory: Path):
 
 def _tokenizer_from_gguf(path: Path, home: Path | None = None):
     """The tokenizer inside a `.gguf` file, read once into `$QUICKDRAFT_HOME/tokenizers/`."""
-    from quickdraft.models.convert import converted_path_for, gguf_cache_key
-
     converted = converted_path_for(path, home)
     if store.is_complete(converted):  # the model was converted already: it has the tokenizer
         return _load_directory(converted)
     stem = path.name.removesuffix(".gguf")
     final = (home or store.quickdraft_home()) / "tokenizers" / f"{stem}-{gguf_cache_key(path)}"
     if not store.is_complete(final):
-        from transformers import AutoTokenizer
-
         logger.warning("reading the tokenizer out of %s (once; it takes a while)", path)
         try:
             tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
