@@ -217,6 +217,20 @@ def test_ghost_debounce_and_supersession(tmp_path: Path):
     assert result["data"]["cancelled"] == [1, 3, 4], result["data"]
 
 
+def test_ghost_highlight_is_distinguishable(tmp_path: Path):
+    """QuickdraftSuggestion has a foreground of its own in a 256-colour terminal
+    (notermguicolors) even where Comment has none there; linked to Comment where it has one."""
+    result = run_scenario("highlight_spec.lua", tmp_path, {}, timeout=60)
+    assert {
+        "notermguicolors, Comment without a cterm colour: the ghost text has a cterm foreground",
+        "Neovim's default colorscheme, notermguicolors: a cterm foreground",
+        "a colorscheme whose Comment has a cterm colour: re-applied on ColorScheme, linked to Comment",
+        "termguicolors, Comment with a gui colour: linked to Comment",
+    } <= passed(result)
+    assert "ctermfg=244" in result["data"]["gui_only"], result["data"]
+    assert "links to Comment" in result["data"]["vim"], result["data"]
+
+
 def _quickdraft_executable() -> list[str]:
     beside = Path(sys.executable).parent / "quickdraft"
     if beside.exists():

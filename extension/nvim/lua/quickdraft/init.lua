@@ -415,9 +415,9 @@ function M.setup(opts)
     return
   end
   M.options = config.normalize(opts)
-  api.nvim_set_hl(0, 'QuickdraftSuggestion', { link = 'Comment', default = true })
 
   augroup = api.nvim_create_augroup('quickdraft', { clear = true })
+  require('quickdraft.highlight').setup(augroup)
   api.nvim_create_autocmd('LspAttach', { group = augroup, callback = on_attach })
   api.nvim_create_autocmd('LspDetach', { group = augroup, callback = on_detach })
   api.nvim_create_autocmd('LspProgress', { group = augroup, callback = record_progress })
