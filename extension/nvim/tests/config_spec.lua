@@ -9,6 +9,7 @@ local config = require('quickdraft.config')
 local stats = require('quickdraft.stats')
 local ghost = require('quickdraft.ghost')
 local status = require('quickdraft.status')
+local serverlog = require('quickdraft.serverlog')
 
 local passed, failed = 0, 0
 local function test(name, fn)
@@ -191,6 +192,66 @@ test('statusline text for each state', function()
   eq('qd cached', status.line('ready', '', nil, { cached = true, latency_ms = 0 }))
   local long = string.rep('é', status.max_message + 10)
   eq('qd … loading: ' .. string.rep('é', status.max_message - 1) .. '…', status.line('loading', long, nil, nil))
+end)
+
+test('server stderr: each line at the level it carries', function()
+  local log = serverlog.new()
+  local levels = {}
+  for _, line in ipairs({
+    'llama_model_loader: loaded meta data with 29 key-value pairs', -- before any record: INFO
+    "2026-12-01 10:00:00,123 WARNING llama_cpp: load: control-looking token: 128247 '</s>' was not control-type",
+    '  a continuation of the warning',
+    '2026-12-01 10:00:01,000 INFO quickdraft.lsp.server: loading: loading models',
+    'main: build = 1 (abc)',
+    '2026-12-01 10:00:02,000 DEBUG pygls.protocol: sending',
+    '2026-12-01 10:00:03,000 ERROR quickdraft.lsp: request failed',
+    '  File "x.py", line 3, in f',
+    '2026-12-01 10:00:04,000 CRITICAL quickdraft: giving up',
+    'WARNING:root:the default format of Python logging',
+  }) do
+    table.insert(levels, (log.classify(line)))
+  end
+  eq({ 'INFO', 'WARN', 'WARN', 'INFO', 'INFO', 'DEBUG', 'ERROR', 'ERROR', 'ERROR', 'WARN' }, levels)
+end)
+
+test('server stderr: tracebacks and other failures are errors; progress bars are info', function()
+  local log = serverlog.new()
+  eq('INFO', (log.classify('2026-12-01 10:00:00,000 INFO quickdraft: ok')))
+  eq('ERROR', (log.classify('Traceback (most recent call last):')))
+  eq('ERROR', (log.classify('  File "serve.py", line 1')), 'the traceback goes on')
+  eq('ERROR', (log.classify('ValueError: bad model')))
+  eq('WARN', (log.classify('2026-12-01 10:00:00,000 WARNING quickdraft: a warning again')))
+  eq('ERROR', (serverlog.new().classify('quickdraft serve: error: unrecognized arguments: --runtime')))
+  eq('ERROR', (serverlog.new().classify('GGML_ASSERT(n > 0) failed')))
+  eq('INFO', (serverlog.new().classify('no errors: 0')))
+  eq('INFO', (serverlog.new().classify('ErrorHandler registered')))
+  local after_error = serverlog.new()
+  after_error.classify('2026-12-01 10:00:03,000 ERROR quickdraft.lsp: request failed')
+  local level, text = after_error.classify('\rconvert:   0%|          | 0/4 [00:00<?]\rconvert:  50%|#####     | 2/4 [00:01<00:01]')
+  eq({ 'INFO', 'convert:  50%|#####     | 2/4 [00:01<00:01]' }, { level, text })
+  eq('INFO', (after_error.classify('download model.gguf:  40%|####      | 400M/1.0G [00:10<00:15, 40MB/s]')))
+end)
+
+test('server stderr: chunks are joined into lines, each logged at its level', function()
+  local logged = {}
+  local function writer(level)
+    return function(_, _, text)
+      table.insert(logged, level .. ' ' .. text)
+    end
+  end
+  local handler = serverlog.stderr_handler({
+    debug = writer('DEBUG'), info = writer('INFO'), warn = writer('WARN'), error = writer('ERROR'),
+  })
+  handler(nil, '2026-12-01 10:00:00,123 WARN')
+  handler(nil, 'ING llama_cpp: a warning\r\ncontinued\n\nTraceback (most recent call last):\n')
+  handler(nil, '  File "x.py"')
+  handler(nil, nil)
+  eq({
+    'WARN 2026-12-01 10:00:00,123 WARNING llama_cpp: a warning',
+    'WARN continued',
+    'ERROR Traceback (most recent call last):',
+    'ERROR   File "x.py"',
+  }, logged)
 end)
 
 test('completions lose control characters other than tab and newline', function()

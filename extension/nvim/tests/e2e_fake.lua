@@ -30,6 +30,25 @@ local function log_events(kind)
   return out
 end
 
+-- INFO lines of the server's stderr reach the LSP log only at this level (default WARN).
+vim.lsp.log.set_level('info')
+
+--- The LSP log's lines that hold `text`, as { level, line }.
+local function lsp_log_lines(text)
+  local out = {}
+  local file = io.open(vim.lsp.log.get_filename(), 'r')
+  if not file then
+    return out
+  end
+  for line in file:lines() do
+    if line:find(text, 1, true) then
+      table.insert(out, { line:match('^%[(%u+)%]'), line })
+    end
+  end
+  file:close()
+  return out
+end
+
 local quickdraft = require('quickdraft')
 quickdraft.setup({
   cmd = vim.json.decode(os.getenv('QD_CMD')),
@@ -55,6 +74,22 @@ H.run(function()
     return
   end
   H.eq('languageId of the buffer', 'python', vim.bo.filetype)
+
+  -- The server's stderr (QD_FAKE_STDERR) is in the LSP log at the level each line carries.
+  H.wait(function()
+    return #lsp_log_lines('a failure for the test') > 0
+  end, 5000)
+  local function level_of(text)
+    local found = lsp_log_lines(text)
+    return #found == 1 and found[1][1] or found
+  end
+  H.eq("stderr: llama.cpp's load warning is a warning", 'WARN', level_of("control-looking token: 128247 '</s>'"))
+  H.eq('stderr: a line after a warning continues it', 'WARN', level_of('a line that continues the warning'))
+  H.eq('stderr: an INFO record is info', 'INFO', level_of('INFO quickdraft.lsp.server: loading: loading models'))
+  H.eq('stderr: a line after it without a level is info', 'INFO', level_of('llama_model_loader: loaded meta data'))
+  H.eq('stderr: a traceback is an error', { 'ERROR', 'ERROR', 'ERROR' }, {
+    level_of('Traceback (most recent call last):'), level_of('File "fake_server.py", line 1'),
+    level_of('ValueError: a failure for the test') })
   -- This server never sends $/quickdraft/status (as older servers): starting until its stats.
   H.eq('without $/quickdraft/status the statusline says starting until the first stats', 'qd … starting',
     quickdraft.statusline())

@@ -7,6 +7,7 @@
 -- See :help quickdraft.
 
 local config = require('quickdraft.config')
+local serverlog = require('quickdraft.serverlog')
 local stats = require('quickdraft.stats')
 local status = require('quickdraft.status')
 
@@ -117,8 +118,13 @@ end
 
 local function lsp_config(opts)
   local tree = config.tree(opts)
+  local cmd = config.cmd(opts)
   return {
-    cmd = config.cmd(opts),
+    -- Started as vim.lsp.rpc.start() would, but with each stderr line in the LSP log at the
+    -- level it carries (Neovim logs them all as errors): see quickdraft.serverlog.
+    cmd = function(dispatchers, client_config)
+      return serverlog.start(cmd, dispatchers, client_config)
+    end,
     filetypes = opts.filetypes,
     root_markers = opts.root_markers,
     init_options = tree,
@@ -314,7 +320,6 @@ function M.status()
       shown_state = status.resolve(client_state, server_status[client.id], totals.last ~= nil),
       buffers = vim.tbl_keys(client.attached_buffers or {}),
       server = client.server_info,
-      cmd = client.config.cmd,
     }
     table.insert(clients, entry)
     local has_buffer = (client.attached_buffers or {})[bufnr] == true
