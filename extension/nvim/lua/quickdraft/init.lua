@@ -67,8 +67,8 @@ local function record_stats(_, result, ctx)
   local normalized = stats.normalize(result)
   if stats.too_few_tokens_per_forward(normalized) and not reported_few_tokens_per_forward then
     reported_few_tokens_per_forward = true
-    vim.lsp.log.warn(('quickdraft: the server reported %s tokens per forward for a computed answer; '
-      .. 'shown as 1.0 (every forward yields at least one token)'):format(tostring(normalized.tokens_per_forward)))
+    vim.lsp.log.warn(('quickdraft: the server reported %s tokens per forward for a computed answer '
+      .. '(every forward yields at least one token)'):format(tostring(normalized.tokens_per_forward)))
   end
   stats.add(totals, result)
   if ctx and ctx.client_id then
@@ -342,10 +342,10 @@ function M.status()
   }
 end
 
---- A short text for 'statusline': `qd … loading: <step>` until the server is ready, then the
---- last completion's latency, tokens per forward and acceptance (`qd cached` for an answer
---- without model work); `qd ✗ error: ...` / `qd ⚠ unavailable: ...` when it cannot complete;
---- '' without a server.
+--- A short text for 'statusline': `qd … loading: <step>` until the server is ready, `qd ready`,
+--- then the last completion's latency and what sped it up (`qd 84 ms · copied 12 of 15 tokens`,
+--- `qd 2 ms · cached`, or the latency alone when no draft was tried); `qd ✗ error: ...` /
+--- `qd ⚠ unavailable: ...` when it cannot complete; '' without a server.
 ---@return string
 function M.statusline()
   local st = M.status()
@@ -377,6 +377,10 @@ function M.show_status()
     table.insert(lines, 'command: ' .. table.concat(st.cmd, ' '))
     table.insert(lines, 'ghost text: ' .. tostring(st.inline))
     table.insert(lines, 'last: ' .. stats.format(st.last))
+    local details = stats.details(st.last)
+    if details then
+      table.insert(lines, '      ' .. details)
+    end
     table.insert(lines, 'session: ' .. stats.format_totals(st.totals))
   end
   vim.notify(table.concat(lines, '\n'), vim.log.levels.INFO)
