@@ -183,6 +183,8 @@ def test_plugin_behaviour_with_scripted_server(tmp_path: Path, use_range: bool):
         "QD_FAKE_RANGE": "1" if use_range else "0",
         # the scenario's "slow" line is answered after 3 s unless a keystroke cancels it first
         "QD_FAKE_SLOW_MS": "3000",
+        # log records, lines without a level and a traceback on the server's stderr
+        "QD_FAKE_STDERR": "1",
     }
     result = run_scenario("e2e_fake.lua", tmp_path, env, timeout=120)
     # The plugin only cancels requests that are still pending (Neovim logs an error otherwise).
@@ -201,7 +203,16 @@ def test_plugin_behaviour_with_scripted_server(tmp_path: Path, use_range: bool):
             "error: a clear mark and the message",
             'a cached answer shows "cached"',
             "a keystroke cancels the request in flight at the server",
+            "stderr: llama.cpp's load warning is a warning",
+            "stderr: a line after a warning continues it",
+            "stderr: an INFO record is info",
+            "stderr: a line after it without a level is info",
+            "stderr: a traceback is an error",
         } <= passed(result)
+    # Neovim's own stderr logging (every chunk as an error) is replaced, not added to.
+    log_lines = (tmp_path / "state" / "nvim" / "lsp.log").read_text(errors="replace").splitlines()
+    neovims = [line for line in log_lines if '"rpc"' in line and '"stderr"' in line]
+    assert not neovims, neovims
 
 
 def test_ghost_debounce_and_supersession(tmp_path: Path):
@@ -215,6 +226,20 @@ def test_ghost_debounce_and_supersession(tmp_path: Path):
     # five requests in the scenario, three of them superseded before their answer
     assert result["data"]["sent_ids"] == [1, 2, 3, 4, 5], result["data"]
     assert result["data"]["cancelled"] == [1, 3, 4], result["data"]
+
+
+def test_ghost_highlight_is_distinguishable(tmp_path: Path):
+    """QuickdraftSuggestion has a foreground of its own in a 256-colour terminal
+    (notermguicolors) even where Comment has none there; linked to Comment where it has one."""
+    result = run_scenario("highlight_spec.lua", tmp_path, {}, timeout=60)
+    assert {
+        "notermguicolors, Comment without a cterm colour: the ghost text has a cterm foreground",
+        "Neovim's default colorscheme, notermguicolors: a cterm foreground",
+        "a colorscheme whose Comment has a cterm colour: re-applied on ColorScheme, linked to Comment",
+        "termguicolors, Comment with a gui colour: linked to Comment",
+    } <= passed(result)
+    assert "ctermfg=244" in result["data"]["gui_only"], result["data"]
+    assert "links to Comment" in result["data"]["vim"], result["data"]
 
 
 def _quickdraft_executable() -> list[str]:

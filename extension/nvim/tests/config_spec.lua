@@ -9,6 +9,7 @@ local config = require('quickdraft.config')
 local stats = require('quickdraft.stats')
 local ghost = require('quickdraft.ghost')
 local status = require('quickdraft.status')
+local serverlog = require('quickdraft.serverlog')
 
 local passed, failed = 0, 0
 local function test(name, fn)
@@ -98,18 +99,43 @@ test('list options replace the defaults', function()
   eq({ 'pyproject.toml' }, config.normalize({ root_markers = { 'pyproject.toml' } }).root_markers)
 end)
 
-test('stats line and totals', function()
+test('stats line: the latency and what sped it up, never a rate that reads as a failure', function()
   eq('no completion yet', stats.format(nil))
-  eq('84 ms · 2.7 tok/fwd · 75% acc', stats.format({
-    latency_ms = 83.6, tokens = 20, tokens_per_forward = 2.66,
-    accepted_by_source = { ngram = 6, draft = 6 }, drafted_by_source = { ngram = 8, draft = 8 },
+  -- drafts accepted: N of the M new tokens; "copied" when all came from the n-gram drafter
+  eq('84 ms · copied 12 of 15 tokens', stats.format({
+    latency_ms = 83.6, tokens = 15, tokens_per_forward = 2.5,
+    accepted_by_source = { ngram = 12, draft = 0 }, drafted_by_source = { ngram = 14, draft = 0 },
   }))
-  eq('12.0 s · 40% drafted', stats.format({ latency_ms = 12000, tokens = 10, accepted_by_source = { ngram = 4 } }))
+  eq('84 ms · drafted 12 of 20 tokens', stats.format({
+    latency_ms = 83.6, tokens = 20, accepted_by_source = { ngram = 6, draft = 6 },
+    drafted_by_source = { ngram = 8, draft = 8 },
+  }))
+  -- more accepted than kept (the answer was trimmed after): never more than the tokens
+  eq('12.0 s · copied 10 of 10 tokens', stats.format({ latency_ms = 12000, tokens = 10,
+    accepted_by_source = { ngram = 14 }, drafted_by_source = { ngram = 16 } }))
+  -- no draft tried (the cost model chose plain decoding): the latency alone, no "0% acc"
+  eq('310 ms', stats.format({ latency_ms = 310, tokens = 15, tokens_per_forward = 1.0,
+    accepted_by_source = { ngram = 0, draft = 0 }, drafted_by_source = { ngram = 0, draft = 0 } }))
+  eq('310 ms', stats.format({ latency_ms = 310, tokens = 15, accepted_by_source = {}, drafted_by_source = {} }))
+  eq('310 ms', stats.format({ latency_ms = 310, tokens = 15 }))
+  -- drafts tried, none accepted: nothing sped it up
+  eq('310 ms', stats.format({ latency_ms = 310, tokens = 15, accepted_by_source = { ngram = 0 },
+    drafted_by_source = { ngram = 4 } }))
   eq('-', stats.format({ latency_ms = 0 / 0 }))
   local totals = stats.new_totals()
   stats.add(totals, { latency_ms = 100, tokens = 10, accepted_by_source = { ngram = 3 }, drafted_by_source = { ngram = 4 } })
   stats.add(totals, { latency_ms = 50, tokens = 6, accepted_by_source = { draft = 1 }, drafted_by_source = { draft = 4 } })
-  eq('2 completions, 16 tokens, mean 75 ms, 50% of drafted tokens accepted', stats.format_totals(totals))
+  eq('2 completions, 16 tokens (4 from drafts), mean 75 ms', stats.format_totals(totals))
+end)
+
+test('stats details for :QuickdraftStatus', function()
+  eq('15 tokens, 6 forwards of the model, drafts: copied from open files 12 of 14 accepted, draft model 0 of 3 accepted',
+    stats.details(stats.normalize({ latencyMs = 84, tokens = 15, targetForwards = 6,
+      acceptedBySource = { ngram = 12, draft = 0 }, draftedBySource = { ngram = 14, draft = 3 } })))
+  eq('15 tokens, 15 forwards of the model, no drafts tried', stats.details({ tokens = 15, target_forwards = 15,
+    drafted_by_source = { ngram = 0, draft = 0 } }))
+  eq('answered from work done before (typed-ahead), no model work', stats.details({ cached = true, source = 'typed-ahead' }))
+  eq(nil, stats.details(nil))
 end)
 
 test('camelCase stats are read as snake_case', function()
@@ -117,7 +143,7 @@ test('camelCase stats are read as snake_case', function()
     acceptedBySource = { ngram = 3 }, draftedBySource = { ngram = 4 } })
   eq({ latency_ms = 41.2, tokens = 8, tokens_per_forward = 3.2,
     accepted_by_source = { ngram = 3 }, drafted_by_source = { ngram = 4 } }, s)
-  eq('41 ms · 3.2 tok/fwd · 75% acc', stats.format(s))
+  eq('41 ms · copied 3 of 8 tokens', stats.format(s))
   eq(2, stats.normalize({ latencyMs = 1, latency_ms = 2 }).latency_ms)
   eq({}, stats.normalize(nil))
   local totals = stats.new_totals()
@@ -125,13 +151,13 @@ test('camelCase stats are read as snake_case', function()
   eq(10, totals.last.latency_ms)
 end)
 
-test('a cached answer is "cached"; tokens per forward is never shown below 1', function()
+test('a cached answer is "cached" with its latency; a low tokens-per-forward is noticed', function()
   local cached = stats.normalize({ latencyMs = 0.3, cached = true, source = 'typed-ahead', tokens = 0, tokensPerForward = 0 })
-  eq('cached', stats.format(cached))
-  eq(nil, stats.shown_tokens_per_forward(cached))
+  eq('0 ms · cached', stats.format(cached))
+  eq('cached', stats.format({ cached = true }))
   eq(false, stats.too_few_tokens_per_forward(cached))
   local low = { latency_ms = 900, tokens = 8, tokens_per_forward = 0.8, cached = false }
-  eq('900 ms · 1.0 tok/fwd', stats.format(low))
+  eq('900 ms', stats.format(low))
   eq(true, stats.too_few_tokens_per_forward(low))
   eq(false, stats.too_few_tokens_per_forward({ tokens = 8, tokens_per_forward = 1.5 }))
   eq('50 ms', stats.format({ latency_ms = 50, tokens = 0, tokens_per_forward = 0 }))
@@ -176,21 +202,92 @@ test('the state shown: the client first, then the server; older servers start un
 end)
 
 test('statusline text for each state', function()
-  local last = { latency_ms = 83.6, tokens = 20, tokens_per_forward = 2.66 }
+  local last = { latency_ms = 83.6, tokens = 15, accepted_by_source = { ngram = 12 }, drafted_by_source = { ngram = 14 } }
   eq('', status.line('inactive', nil, nil, last))
   eq('qd … starting', status.line('starting', nil, nil, nil))
-  eq('qd … starting: quickdraft: loading (10%)', status.line('starting', nil, 'quickdraft: loading (10%)', nil))
-  eq('qd … loading: calibrating step costs', status.line('loading', 'calibrating step costs', nil, nil))
-  eq('qd … loading: quickdraft: calibrating (60%)',
+  eq('qd … starting: loading (10%)', status.line('starting', nil, 'quickdraft: loading (10%)', nil))
+  -- loading: the step, without the server's own "quickdraft:" and without saying "loading" twice
+  eq('qd … loading', status.line('loading', '', nil, nil))
+  eq('qd … loading models', status.line('loading', 'loading models', nil, nil))
+  eq('qd … loading models', status.line('loading', 'starting', 'quickdraft: loading models', nil))
+  eq('qd … loading: measuring step costs (once per machine)',
+    status.line('loading', 'quickdraft: measuring step costs (once per machine)', nil, nil))
+  eq('qd … loading: calibrating (60%)',
     status.line('loading', 'calibrating step costs', 'quickdraft: calibrating (60%)', nil))
+  eq('qd … loading: converting: model.gguf', status.line('loading', '', 'converting: model.gguf', nil))
   eq('qd ✗ error: models failed to load', status.line('error', 'models failed to load', 'ignored', last))
   eq('qd ⚠ unavailable: cannot reach http://gpu:8000/v1', status.line('unavailable', 'cannot reach http://gpu:8000/v1', nil, last))
   eq('qd ✗ error', status.line('error', '', nil, nil))
-  eq('qd ready', status.line('ready', '', nil, nil))
-  eq('qd 84 ms · 2.7 tok/fwd', status.line('ready', '', nil, last))
-  eq('qd cached', status.line('ready', '', nil, { cached = true, latency_ms = 0 }))
+  -- ready: a word until the first completion, then its latency and what sped it up
+  eq('qd ready', status.line('ready', 'Qwen2.5-Coder-1.5B + 0.5B draft', nil, nil))
+  eq('qd 84 ms · copied 12 of 14 tokens', status.line('ready', '', nil,
+    { latency_ms = 83.6, tokens = 14, accepted_by_source = { ngram = 12 }, drafted_by_source = { ngram = 14 } }))
+  eq('qd 2 ms · cached', status.line('ready', '', nil, { cached = true, latency_ms = 2 }))
+  eq('qd 310 ms', status.line('ready', '', nil, { latency_ms = 310, tokens = 15, tokens_per_forward = 1,
+    accepted_by_source = { ngram = 0, draft = 0 }, drafted_by_source = { ngram = 0, draft = 0 } }))
+  eq('qd stopped', status.line('stopped', nil, nil, last))
   local long = string.rep('é', status.max_message + 10)
   eq('qd … loading: ' .. string.rep('é', status.max_message - 1) .. '…', status.line('loading', long, nil, nil))
+end)
+
+test('server stderr: each line at the level it carries', function()
+  local log = serverlog.new()
+  local levels = {}
+  for _, line in ipairs({
+    'llama_model_loader: loaded meta data with 29 key-value pairs', -- before any record: INFO
+    "2026-12-01 10:00:00,123 WARNING llama_cpp: load: control-looking token: 128247 '</s>' was not control-type",
+    '  a continuation of the warning',
+    '2026-12-01 10:00:01,000 INFO quickdraft.lsp.server: loading: loading models',
+    'main: build = 1 (abc)',
+    '2026-12-01 10:00:02,000 DEBUG pygls.protocol: sending',
+    '2026-12-01 10:00:03,000 ERROR quickdraft.lsp: request failed',
+    '  File "x.py", line 3, in f',
+    '2026-12-01 10:00:04,000 CRITICAL quickdraft: giving up',
+    'WARNING:root:the default format of Python logging',
+  }) do
+    table.insert(levels, (log.classify(line)))
+  end
+  eq({ 'INFO', 'WARN', 'WARN', 'INFO', 'INFO', 'DEBUG', 'ERROR', 'ERROR', 'ERROR', 'WARN' }, levels)
+end)
+
+test('server stderr: tracebacks and other failures are errors; progress bars are info', function()
+  local log = serverlog.new()
+  eq('INFO', (log.classify('2026-12-01 10:00:00,000 INFO quickdraft: ok')))
+  eq('ERROR', (log.classify('Traceback (most recent call last):')))
+  eq('ERROR', (log.classify('  File "serve.py", line 1')), 'the traceback goes on')
+  eq('ERROR', (log.classify('ValueError: bad model')))
+  eq('WARN', (log.classify('2026-12-01 10:00:00,000 WARNING quickdraft: a warning again')))
+  eq('ERROR', (serverlog.new().classify('quickdraft serve: error: unrecognized arguments: --runtime')))
+  eq('ERROR', (serverlog.new().classify('GGML_ASSERT(n > 0) failed')))
+  eq('INFO', (serverlog.new().classify('no errors: 0')))
+  eq('INFO', (serverlog.new().classify('ErrorHandler registered')))
+  local after_error = serverlog.new()
+  after_error.classify('2026-12-01 10:00:03,000 ERROR quickdraft.lsp: request failed')
+  local level, text = after_error.classify('\rconvert:   0%|          | 0/4 [00:00<?]\rconvert:  50%|#####     | 2/4 [00:01<00:01]')
+  eq({ 'INFO', 'convert:  50%|#####     | 2/4 [00:01<00:01]' }, { level, text })
+  eq('INFO', (after_error.classify('download model.gguf:  40%|####      | 400M/1.0G [00:10<00:15, 40MB/s]')))
+end)
+
+test('server stderr: chunks are joined into lines, each logged at its level', function()
+  local logged = {}
+  local function writer(level)
+    return function(_, _, text)
+      table.insert(logged, level .. ' ' .. text)
+    end
+  end
+  local handler = serverlog.stderr_handler({
+    debug = writer('DEBUG'), info = writer('INFO'), warn = writer('WARN'), error = writer('ERROR'),
+  })
+  handler(nil, '2026-12-01 10:00:00,123 WARN')
+  handler(nil, 'ING llama_cpp: a warning\r\ncontinued\n\nTraceback (most recent call last):\n')
+  handler(nil, '  File "x.py"')
+  handler(nil, nil)
+  eq({
+    'WARN 2026-12-01 10:00:00,123 WARNING llama_cpp: a warning',
+    'WARN continued',
+    'ERROR Traceback (most recent call last):',
+    'ERROR   File "x.py"',
+  }, logged)
 end)
 
 test('completions lose control characters other than tab and newline', function()

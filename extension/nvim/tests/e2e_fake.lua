@@ -30,6 +30,25 @@ local function log_events(kind)
   return out
 end
 
+-- INFO lines of the server's stderr reach the LSP log only at this level (default WARN).
+vim.lsp.log.set_level('info')
+
+--- The LSP log's lines that hold `text`, as { level, line }.
+local function lsp_log_lines(text)
+  local out = {}
+  local file = io.open(vim.lsp.log.get_filename(), 'r')
+  if not file then
+    return out
+  end
+  for line in file:lines() do
+    if line:find(text, 1, true) then
+      table.insert(out, { line:match('^%[(%u+)%]'), line })
+    end
+  end
+  file:close()
+  return out
+end
+
 local quickdraft = require('quickdraft')
 quickdraft.setup({
   cmd = vim.json.decode(os.getenv('QD_CMD')),
@@ -55,6 +74,22 @@ H.run(function()
     return
   end
   H.eq('languageId of the buffer', 'python', vim.bo.filetype)
+
+  -- The server's stderr (QD_FAKE_STDERR) is in the LSP log at the level each line carries.
+  H.wait(function()
+    return #lsp_log_lines('a failure for the test') > 0
+  end, 5000)
+  local function level_of(text)
+    local found = lsp_log_lines(text)
+    return #found == 1 and found[1][1] or found
+  end
+  H.eq("stderr: llama.cpp's load warning is a warning", 'WARN', level_of("control-looking token: 128247 '</s>'"))
+  H.eq('stderr: a line after a warning continues it', 'WARN', level_of('a line that continues the warning'))
+  H.eq('stderr: an INFO record is info', 'INFO', level_of('INFO quickdraft.lsp.server: loading: loading models'))
+  H.eq('stderr: a line after it without a level is info', 'INFO', level_of('llama_model_loader: loaded meta data'))
+  H.eq('stderr: a traceback is an error', { 'ERROR', 'ERROR', 'ERROR' }, {
+    level_of('Traceback (most recent call last):'), level_of('File "fake_server.py", line 1'),
+    level_of('ValueError: a failure for the test') })
   -- This server never sends $/quickdraft/status (as older servers): starting until its stats.
   H.eq('without $/quickdraft/status the statusline says starting until the first stats', 'qd … starting',
     quickdraft.statusline())
@@ -157,9 +192,10 @@ H.run(function()
   local lines = quickdraft.show_status()
   local text = table.concat(lines, '\n')
   H.check(':QuickdraftStatus shows the server running', text:find('quickdraft: running', 1, true) ~= nil, lines)
-  H.check(':QuickdraftStatus shows the last stats', text:find('last: 13 ms · 2.5 tok/fwd · 75% acc', 1, true) ~= nil, lines)
+  H.check(':QuickdraftStatus shows the last stats', text:find('last: 13 ms · drafted 6 of 10 tokens', 1, true) ~= nil, lines)
   H.check(':QuickdraftStatus command exists', vim.fn.exists(':QuickdraftStatus') == 2)
-  H.eq('statusline text', 'qd 13 ms · 2.5 tok/fwd · 75% acc', quickdraft.statusline())
+  H.eq('statusline text', 'qd 13 ms · drafted 6 of 10 tokens', quickdraft.statusline())
+  H.check(':QuickdraftStatus details the drafts by source', text:find('drafts: copied from open files 4 of 5 accepted, draft model 2 of 3 accepted', 1, true) ~= nil, lines)
   H.data.status = lines
 
   -- The server's state: the scenario makes the server send what the real one sends while its
@@ -193,11 +229,11 @@ H.run(function()
   H.eq('loading: the statusline shows the server message', 'qd … loading: converting the target model',
     statusline_becomes('qd … loading: converting the target model'))
   server_command('fake.progress', { 'load', { kind = 'begin', title = 'quickdraft', message = 'converting', percentage = 10 } })
-  H.eq('loading: work-done progress shows while it runs', 'qd … loading: quickdraft: converting (10%)',
-    statusline_becomes('qd … loading: quickdraft: converting (10%)'))
+  H.eq('loading: work-done progress shows while it runs', 'qd … loading: converting (10%)',
+    statusline_becomes('qd … loading: converting (10%)'))
   server_command('fake.progress', { 'load', { kind = 'report', message = 'calibrating', percentage = 60 } })
-  H.eq('a progress report keeps the title of its begin', 'qd … loading: quickdraft: calibrating (60%)',
-    statusline_becomes('qd … loading: quickdraft: calibrating (60%)'))
+  H.eq('a progress report keeps the title of its begin', 'qd … loading: calibrating (60%)',
+    statusline_becomes('qd … loading: calibrating (60%)'))
   H.eq('status() says loading, with the message and the progress',
     { 'loading', 'converting the target model', 'quickdraft: calibrating (60%)' },
     { quickdraft.status().state, quickdraft.status().message, quickdraft.status().progress })
@@ -205,8 +241,8 @@ H.run(function()
   H.eq('without progress the status message shows', 'qd … loading: converting the target model',
     statusline_becomes('qd … loading: converting the target model'))
   send('$/quickdraft/status', { state = 'ready', message = '' })
-  H.eq('ready: the last stats again', 'qd 13 ms · 2.5 tok/fwd · 75% acc',
-    statusline_becomes('qd 13 ms · 2.5 tok/fwd · 75% acc'))
+  H.eq('ready: the last stats again', 'qd 13 ms · drafted 6 of 10 tokens',
+    statusline_becomes('qd 13 ms · drafted 6 of 10 tokens'))
   send('$/quickdraft/status', { state = 'error', message = 'models failed to load: out of memory' })
   H.eq('error: a clear mark and the message', 'qd ✗ error: models failed to load: out of memory',
     statusline_becomes('qd ✗ error: models failed to load: out of memory'))
@@ -220,12 +256,17 @@ H.run(function()
   H.check(':QuickdraftStatus names the remote engine', remote_lines:find('[remote engine]', 1, true) ~= nil, remote_lines)
   send('$/quickdraft/status', { state = 'running', message = 'not a state' })
   send('$/quickdraft/status', { state = 'ready', message = '', backend = 'openai' })
-  H.eq('back to ready when the engine recovers (an unknown state is ignored)', 'qd 13 ms · 2.5 tok/fwd · 75% acc',
-    statusline_becomes('qd 13 ms · 2.5 tok/fwd · 75% acc'))
+  H.eq('back to ready when the engine recovers (an unknown state is ignored)', 'qd 13 ms · drafted 6 of 10 tokens',
+    statusline_becomes('qd 13 ms · drafted 6 of 10 tokens'))
   send('$/quickdraft/stats', { latencyMs = 0.2, cached = true, source = 'typed-ahead', tokens = 0, tokensPerForward = 0 })
-  H.eq('a cached answer shows "cached"', 'qd cached', statusline_becomes('qd cached'))
-  send('$/quickdraft/stats', { latencyMs = 900, cached = false, tokens = 8, tokensPerForward = 0.8 })
-  H.eq('tokens per forward is never shown below 1', 'qd 900 ms · 1.0 tok/fwd', statusline_becomes('qd 900 ms · 1.0 tok/fwd'))
+  H.eq('a cached answer shows "cached"', 'qd 0 ms · cached', statusline_becomes('qd 0 ms · cached'))
+  send('$/quickdraft/stats', { latencyMs = 900, cached = false, tokens = 8, tokensPerForward = 1.0,
+    acceptedBySource = { ngram = 0, draft = 0 }, draftedBySource = { ngram = 0, draft = 0 } })
+  H.eq('no draft tried: the latency alone', 'qd 900 ms', statusline_becomes('qd 900 ms'))
+  send('$/quickdraft/stats', { latencyMs = 84, cached = false, tokens = 15, tokensPerForward = 2.5,
+    acceptedBySource = { ngram = 12, draft = 0 }, draftedBySource = { ngram = 14, draft = 0 } })
+  H.eq('drafts copied from the open files', 'qd 84 ms · copied 12 of 15 tokens',
+    statusline_becomes('qd 84 ms · copied 12 of 15 tokens'))
   H.check('User QuickdraftStatus fires on each change', status_events >= 8, status_events)
 
   -- The completion menu (textDocument/completion through vim.lsp.completion / omnifunc).

@@ -43,7 +43,7 @@ H.run(function()
   if not H.check('the real server starts and attaches', client ~= nil) then
     return
   end
-  H.data.cmd = client.config.cmd
+  H.data.cmd = quickdraft.status().cmd
   H.check('the server offers inline completion', client.server_capabilities.inlineCompletionProvider ~= nil,
     client.server_capabilities)
 

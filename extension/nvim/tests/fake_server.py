@@ -16,6 +16,8 @@ Environment:
                       request cancelled meanwhile ($/cancelRequest) is logged as "cancelled"
   QD_FAKE_LOADING_MS  after `initialized`, report loading (work-done progress and
                       `$/quickdraft/status` "loading") for this many ms, then "ready"
+  QD_FAKE_STDERR      "1": write STDERR_LINES to stderr at the start (log records at their
+                      levels, lines without a level, a traceback), as the real server's stderr
 
 Commands (workspace/executeCommand), for scenarios that script the server's side:
   fake.notify [method, params]   send that notification
@@ -31,6 +33,7 @@ import asyncio
 import json
 import os
 import re
+import sys
 from typing import Any
 
 from lsprotocol import types
@@ -48,6 +51,20 @@ LOADING_MS = int(os.environ.get("QD_FAKE_LOADING_MS") or 0)
 STATUS = "$/quickdraft/status"
 
 server = LanguageServer("quickdraft-fake", "0.0.1")
+
+# What the real server's stderr looks like (format of server/quickdraft/lsp/cli.py
+# configure_logging), with llama.cpp's load warning, lines that carry no level and a traceback.
+STDERR_LINES = [
+    "2026-12-01 10:00:00,123 WARNING quickdraft.decoding.llamacpp: llama.cpp: load: "
+    "control-looking token: 128247 '</s>' was not control-type; this is probably a bug in the "
+    "model. its type will be overridden",
+    "  a line that continues the warning",
+    "2026-12-01 10:00:00,200 INFO quickdraft.lsp.server: loading: loading models",
+    "llama_model_loader: loaded meta data with 29 key-value pairs",
+    "Traceback (most recent call last):",
+    '  File "fake_server.py", line 1, in <module>',
+    "ValueError: a failure for the test",
+]
 
 
 def log(event: str, data: object) -> None:
@@ -179,4 +196,10 @@ def completion(ls: LanguageServer, params: types.CompletionParams) -> types.Comp
 
 
 if __name__ == "__main__":
+    if os.environ.get("QD_FAKE_STDERR") == "1":
+        # in parts, as a pipe may deliver them: the client must join them into lines
+        text = "\n".join(STDERR_LINES) + "\n"
+        for start in range(0, len(text), 37):
+            sys.stderr.write(text[start : start + 37])
+            sys.stderr.flush()
     server.start_io()

@@ -402,7 +402,7 @@ async function main() {
     if (mode === "fake") {
       // The scripted server reports loading for 6 s after it starts, then ready.
       const loadedInOrder = () => {
-        const loadingAt = statusWatch.seen.findIndex((s) => /^loading: .*fake models/.test(s.text) && s.icon === "loading");
+        const loadingAt = statusWatch.seen.findIndex((s) => /^quickdraft loading\b.*fake models/.test(s.text) && s.icon === "loading");
         return loadingAt >= 0 && statusWatch.seen.some((s, i) => i > loadingAt && s.icon === "zap");
       };
       check(

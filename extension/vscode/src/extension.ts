@@ -105,7 +105,7 @@ function onStats(params: unknown): void {
     reportedFewTokensPerForward = true;
     output.warn(
       `[quickdraft] the server reported ${String(stats.tokens_per_forward)} tokens per forward for a computed ` +
-        "answer; shown as 1.0 (every forward yields at least one token)",
+        "answer (every forward yields at least one token)",
     );
   }
   totals.add(stats);

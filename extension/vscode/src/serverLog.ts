@@ -20,8 +20,11 @@ const LEVELS: Record<string, LogLevel> = {
 const LOG_RECORD = /^(?:\S+ ){0,2}(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b/;
 // tqdm-style bars: ` 40%|████      | 4/10 [00:02<00:03, ...]`
 const PROGRESS_BAR = /\d+%\|.*\||\|\s*\d+(\.\d+)?[kMG]?\/\d+(\.\d+)?[kMG]?\s*\[/;
-// Output that is a failure whatever came before: a Python traceback, an exception, argparse.
-const FAILURE = /^Traceback \(most recent call last\)|^[\w.]*(Error|Exception)\b|(^|\s)error: /;
+// Output that is a failure whatever came before: a Python traceback, an exception, argparse, a
+// fatal error or failed assertion of the native runtime. (The same rules as the Neovim plugin's
+// lua/quickdraft/serverlog.lua.)
+const FAILURE =
+  /^Traceback \(most recent call last\)|^[\w.]*(Error|Exception)\b|(^|\s)error: |^Fatal Python error|GGML_ASSERT|^terminate called/;
 
 export interface ClassifiedLine {
   level: LogLevel;

@@ -11,6 +11,7 @@ export interface QuickdraftStats {
   source?: string;
   tokens?: number;
   tokens_per_forward?: number;
+  target_forwards?: number;
   accepted_by_source?: Record<string, number>;
   drafted_by_source?: Record<string, number>;
   [key: string]: unknown;
@@ -52,50 +53,8 @@ function sumCounts(counts: unknown): number | undefined {
   return total;
 }
 
-export interface Acceptance {
-  /** accepted / drafted when the server says how many were drafted, else undefined */
-  rate?: number;
-  accepted: number;
-  drafted?: number;
-  /** share of the produced tokens that came from accepted drafts */
-  share?: number;
-}
-
-/** How much of what the drafters proposed the target accepted, for one completion. */
-export function acceptance(stats: QuickdraftStats): Acceptance | undefined {
-  const accepted = sumCounts(stats.accepted_by_source);
-  if (accepted === undefined) {
-    return undefined;
-  }
-  const drafted = sumCounts(stats.drafted_by_source);
-  const tokens = finite(stats.tokens);
-  return {
-    accepted,
-    drafted,
-    rate: drafted !== undefined && drafted > 0 ? Math.min(1, accepted / drafted) : undefined,
-    share: tokens !== undefined && tokens > 0 ? Math.min(1, accepted / tokens) : undefined,
-  };
-}
-
-function percent(fraction: number): string {
-  return `${Math.round(fraction * 100)}%`;
-}
-
 function milliseconds(ms: number): string {
   return ms >= 10000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms)} ms`;
-}
-
-/**
- * Tokens per target forward as shown: undefined for a cached answer (no forward) or one without
- * tokens; never below 1 for a computed answer (every forward yields at least one token, so a
- * smaller figure is a counting slip on the server's side: `tooFewTokensPerForward` finds it).
- */
-export function shownTokensPerForward(stats: QuickdraftStats): number | undefined {
-  const tpf = finite(stats.tokens_per_forward);
-  if (stats.cached === true || tpf === undefined || finite(stats.tokens) === 0) {
-    return undefined;
-  }
-  return Math.max(1, tpf);
 }
 
 /** Whether the server reported fewer than one token per forward for a computed answer. */
@@ -105,28 +64,74 @@ export function tooFewTokensPerForward(stats: QuickdraftStats): boolean {
   return stats.cached !== true && tpf !== undefined && tpf < 1 && (tokens === undefined || tokens > 0);
 }
 
-/** One line for the status bar, e.g. `$(zap) 84 ms · 2.7 tok/fwd · 71% acc`, or `$(zap) cached`. */
-export function formatStatusText(stats: QuickdraftStats | undefined): string {
-  if (!stats) {
-    return "$(zap) quickdraft";
-  }
+/**
+ * What made one completion fast, for a person: `cached` (answered with no model work),
+ * `copied`/`drafted` N of its M new tokens (they came from drafts the model accepted: `copied`
+ * when all from the n-gram drafter, i.e. text copied from the open files, `drafted` when the
+ * draft model proposed some), or undefined: no draft was tried (`drafted_by_source` empty or all
+ * zeros), or none was accepted. The same rule as the Neovim plugin's stats.speedup.
+ */
+export type Speedup = { kind: "cached" } | { kind: "copied" | "drafted"; accepted: number; tokens: number };
+
+export function speedup(stats: QuickdraftStats): Speedup | undefined {
   if (stats.cached === true) {
-    return "$(zap) cached";
+    return { kind: "cached" };
   }
-  const parts: string[] = [];
+  const drafted = sumCounts(stats.drafted_by_source);
+  const accepted = sumCounts(stats.accepted_by_source);
+  const tokens = finite(stats.tokens);
+  if (!drafted || !accepted || tokens === undefined || tokens <= 0) {
+    return undefined;
+  }
+  const ngram = finite((stats.accepted_by_source as Record<string, unknown> | undefined)?.ngram) ?? 0;
+  return { kind: accepted - ngram > 0 ? "drafted" : "copied", accepted: Math.min(accepted, tokens), tokens };
+}
+
+/** The latency and what sped it up: `84 ms · copied 12 of 15 tokens`, `2 ms · cached`, `310 ms`. */
+export function formatLast(stats: QuickdraftStats): string {
   const latency = finite(stats.latency_ms);
-  parts.push(latency !== undefined ? milliseconds(latency) : "—");
-  const tpf = shownTokensPerForward(stats);
-  if (tpf !== undefined) {
-    parts.push(`${tpf.toFixed(1)} tok/fwd`);
+  const parts = latency !== undefined ? [milliseconds(latency)] : [];
+  const fast = speedup(stats);
+  if (fast?.kind === "cached") {
+    parts.push("cached");
+  } else if (fast) {
+    parts.push(`${fast.kind} ${fast.accepted} of ${fast.tokens} tokens`);
   }
-  const acc = acceptance(stats);
-  if (acc?.rate !== undefined) {
-    parts.push(`${percent(acc.rate)} acc`);
-  } else if (acc?.share !== undefined) {
-    parts.push(`${percent(acc.share)} drafted`);
+  return parts.length > 0 ? parts.join(" · ") : "—";
+}
+
+/**
+ * One line for the status bar: `$(zap) quickdraft ready` before any completion, then e.g.
+ * `$(zap) 84 ms · copied 12 of 15 tokens`, `$(zap) 2 ms · cached` or `$(zap) 310 ms`.
+ */
+export function formatStatusText(stats: QuickdraftStats | undefined): string {
+  return stats ? `$(zap) ${formatLast(stats)}` : "$(zap) quickdraft ready";
+}
+
+const SOURCE_NAMES: Record<string, string> = { ngram: "copied from open files", draft: "draft model" };
+
+/** The last completion in detail: tokens, forwards of the model, the drafts by source. */
+export function formatDetails(stats: QuickdraftStats): string {
+  if (stats.cached === true) {
+    const source = typeof stats.source === "string" && stats.source !== "" ? ` (${stats.source})` : "";
+    return `answered from work done before${source}, no model work`;
   }
-  return `$(zap) ${parts.join(" · ")}`;
+  const parts = [`${finite(stats.tokens) ?? 0} tokens`];
+  const forwards = finite(stats.target_forwards);
+  if (forwards !== undefined && forwards > 0) {
+    parts.push(`${forwards} forwards of the model`);
+  }
+  const drafted = (stats.drafted_by_source ?? {}) as Record<string, unknown>;
+  const accepted = (stats.accepted_by_source ?? {}) as Record<string, unknown>;
+  const sources = Object.keys(drafted)
+    .filter((source) => (finite(drafted[source]) ?? 0) > 0)
+    .map(
+      (source) =>
+        `${SOURCE_NAMES[source] ?? source} ${finite(accepted[source]) ?? 0} of ${finite(drafted[source])} accepted`,
+    )
+    .sort();
+  parts.push(sources.length > 0 ? `drafts: ${sources.join(", ")}` : "no drafts tried");
+  return parts.join(", ");
 }
 
 /** Running totals over the session, for the tooltip and `:QuickdraftStatus`-like views. */
@@ -136,6 +141,7 @@ export class StatsTotals {
   /** answers without model work */
   cached = 0;
   tokens = 0;
+  /** new tokens that came from accepted drafts */
   accepted = 0;
   drafted = 0;
   /** over the computed answers only */
@@ -151,21 +157,15 @@ export class StatsTotals {
     }
     this.tokens += finite(stats.tokens) ?? 0;
     this.latencyMs += finite(stats.latency_ms) ?? 0;
-    const acc = acceptance(stats);
-    if (acc) {
-      this.accepted += acc.accepted;
-      this.drafted += acc.drafted ?? 0;
-    }
+    const fast = speedup(stats);
+    this.accepted += fast && fast.kind !== "cached" ? fast.accepted : 0;
+    this.drafted += sumCounts(stats.drafted_by_source) ?? 0;
   }
 
   /** mean latency of the computed answers */
   get meanLatencyMs(): number | undefined {
     const computed = this.completions - this.cached;
     return computed > 0 ? this.latencyMs / computed : undefined;
-  }
-
-  get acceptanceRate(): number | undefined {
-    return this.drafted > 0 ? Math.min(1, this.accepted / this.drafted) : undefined;
   }
 }
 
@@ -177,40 +177,14 @@ export function formatTooltip(totals: StatsTotals, headline: string): string {
     lines.push("No completion yet.");
     return lines.join("\n");
   }
-  const latency = finite(last.latency_ms);
-  const tokens = finite(last.tokens);
-  const tpf = shownTokensPerForward(last);
-  if (last.cached === true) {
-    const source = typeof last.source === "string" && last.source !== "" ? ` (${last.source})` : "";
-    lines.push(
-      `Last: cached${source}, no model work, answered in ${latency !== undefined ? milliseconds(latency) : "—"}`,
-    );
-  } else {
-    lines.push(
-      `Last: ${latency !== undefined ? milliseconds(latency) : "—"}, ` +
-        `${tokens ?? "—"} tokens, ${tpf !== undefined ? tpf.toFixed(2) : "—"} tokens per forward`,
-    );
-  }
-  const bySource = last.accepted_by_source;
-  if (bySource && typeof bySource === "object") {
-    const drafted = (last.drafted_by_source ?? {}) as Record<string, number>;
-    const parts = Object.entries(bySource)
-      .filter(([, n]) => typeof n === "number")
-      .map(([source, n]) =>
-        typeof drafted[source] === "number" ? `${source} ${n}/${drafted[source]}` : `${source} ${n}`,
-      );
-    if (parts.length > 0) {
-      lines.push(`Accepted by source: ${parts.join(", ")}`);
-    }
-  }
+  lines.push(`Last: ${formatLast(last)}`, formatDetails(last));
   const mean = totals.meanLatencyMs;
-  const rate = totals.acceptanceRate;
   lines.push(
     `Session: ${totals.completions} completions` +
       (totals.cached > 0 ? ` (${totals.cached} cached)` : "") +
       `, ${totals.tokens} tokens` +
-      (mean !== undefined ? `, mean ${milliseconds(mean)}` : "") +
-      (rate !== undefined ? `, ${percent(rate)} of drafted tokens accepted` : ""),
+      (totals.accepted > 0 ? ` (${totals.accepted} from drafts)` : "") +
+      (mean !== undefined ? `, mean ${milliseconds(mean)}` : ""),
   );
   return lines.join("\n");
 }

@@ -54,6 +54,26 @@ function withMessage(prefix: string, message: string): string {
   return message === "" ? prefix : `${prefix}: ${message}`;
 }
 
+/** The server's step as a person reads it: without a leading `quickdraft:` (the item says whose). */
+export function stepText(step: string): string {
+  return step.trim().replace(/^quickdraft:\s*/i, "");
+}
+
+/**
+ * `<state>: <step>`, or the step alone where it starts with the state's word (`loading models`,
+ * not `loading: loading models`), or the state alone without a step. The same rule as the Neovim
+ * plugin's status.with_step.
+ */
+export function withStep(state: string, step: string, shortened = true): string {
+  let text = stepText(step);
+  if (text === "") {
+    return state;
+  }
+  text = shortened ? shorten(text) : text;
+  const first = /^[A-Za-z]+/.exec(text);
+  return first && first[0].toLowerCase() === state ? text : `${state}: ${text}`;
+}
+
 /**
  * What the item shows. A server that never sends `$/quickdraft/status` (older ones) is "starting"
  * until its first stats arrive; one that does is "loading" until it says "ready".
@@ -63,9 +83,10 @@ export function statusView(client: ClientState, server: ServerStatus | undefined
   let headline: string;
   let alert: StatusView["alert"];
   if (client === "stopped") {
-    text = "$(circle-slash) quickdraft";
+    text = "$(circle-slash) quickdraft stopped";
     headline = "server stopped";
   } else if (client === "starting") {
+    // (bare: the language client itself is starting; "quickdraft starting" once it runs)
     text = "$(loading~spin) quickdraft";
     headline = "server starting";
   } else if (server === undefined) {
@@ -77,8 +98,8 @@ export function statusView(client: ClientState, server: ServerStatus | undefined
       headline = "server starting (the first completion shows that it is ready)";
     }
   } else if (server.state === "loading") {
-    text = `$(loading~spin) ${withMessage("loading", shorten(server.message))}`;
-    headline = withMessage("loading", server.message);
+    text = `$(loading~spin) quickdraft ${withStep("loading", server.message)}`;
+    headline = withStep("loading", server.message, false);
   } else if (server.state === "error") {
     text = "$(error) quickdraft error";
     headline = withMessage("error", server.message);

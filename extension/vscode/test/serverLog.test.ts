@@ -38,3 +38,26 @@ test("failures without a log record are errors; other stray output is info", () 
   assert.equal(log.classify("Traceback (most recent call last):").level, "error");
   assert.equal(log.classify('  File "serve.py", line 1').level, "error", "the traceback goes on");
 });
+
+test("llama.cpp's load warning is a warning; INFO, continuations and tracebacks at their levels", () => {
+  const log = new ServerLogClassifier();
+  const lines = [
+    "llama_model_loader: loaded meta data with 29 key-value pairs",
+    "2026-12-01 10:00:00,123 WARNING quickdraft.decoding.llamacpp: llama.cpp: load: control-looking token: " +
+      "128247 '</s>' was not control-type; this is probably a bug in the model. its type will be overridden",
+    "  a line that continues the warning",
+    "2026-12-01 10:00:00,200 INFO quickdraft.lsp.server: loading: loading models",
+    "main: build = 1 (abc)",
+    "Traceback (most recent call last):",
+    '  File "serve.py", line 1, in <module>',
+    "ValueError: a failure",
+    "2026-12-01 10:00:01,000 WARNING quickdraft: after the traceback",
+    "GGML_ASSERT(n > 0) failed",
+  ];
+  assert.deepEqual(
+    lines.map((line) => log.classify(line).level),
+    ["info", "warn", "warn", "info", "info", "error", "error", "error", "warn", "error"],
+  );
+  assert.equal(new ServerLogClassifier().classify("no errors: 0").level, "info");
+  assert.equal(new ServerLogClassifier().classify("ErrorHandler registered").level, "info");
+});

@@ -2,44 +2,88 @@ import { strict as assert } from "node:assert";
 import { test } from "node:test";
 
 import {
-  acceptance,
+  formatDetails,
+  formatLast,
   formatStatusText,
   formatTooltip,
   normalizeStats,
-  shownTokensPerForward,
+  speedup,
   StatsTotals,
   tooFewTokensPerForward,
 } from "../src/stats";
 
-test("status text before any completion", () => {
-  assert.equal(formatStatusText(undefined), "$(zap) quickdraft");
+test("status text before any completion says ready", () => {
+  assert.equal(formatStatusText(undefined), "$(zap) quickdraft ready");
 });
 
-test("status text with latency, tokens per forward and acceptance rate", () => {
-  const text = formatStatusText({
+test("drafts accepted: N of the M new tokens, 'copied' when all came from the n-gram drafter", () => {
+  const copied = {
+    latency_ms: 83.6,
+    tokens: 15,
+    tokens_per_forward: 2.5,
+    accepted_by_source: { ngram: 12, draft: 0 },
+    drafted_by_source: { ngram: 14, draft: 0 },
+  };
+  assert.equal(formatStatusText(copied), "$(zap) 84 ms · copied 12 of 15 tokens");
+  assert.deepEqual(speedup(copied), { kind: "copied", accepted: 12, tokens: 15 });
+  const mixed = {
     latency_ms: 83.6,
     tokens: 20,
-    tokens_per_forward: 2.66,
     accepted_by_source: { ngram: 6, draft: 6 },
     drafted_by_source: { ngram: 8, draft: 8 },
-  });
-  assert.equal(text, "$(zap) 84 ms · 2.7 tok/fwd · 75% acc");
+  };
+  assert.equal(formatStatusText(mixed), "$(zap) 84 ms · drafted 12 of 20 tokens");
+  // more accepted than kept (the answer was trimmed after): never more than the tokens
+  const trimmed = { latency_ms: 12000, tokens: 10, accepted_by_source: { ngram: 14 }, drafted_by_source: { ngram: 16 } };
+  assert.equal(formatStatusText(trimmed), "$(zap) 12.0 s · copied 10 of 10 tokens");
 });
 
-test("without drafted counts the share of tokens that came from drafts is shown", () => {
-  const text = formatStatusText({ latency_ms: 12000, tokens: 10, accepted_by_source: { ngram: 4 } });
-  assert.equal(text, "$(zap) 12.0 s · 40% drafted");
+test("no draft tried: the latency alone, never '1.0 tok/fwd · 0% acc'", () => {
+  const plain = {
+    latency_ms: 310,
+    tokens: 15,
+    tokens_per_forward: 1.0,
+    accepted_by_source: { ngram: 0, draft: 0 },
+    drafted_by_source: { ngram: 0, draft: 0 },
+  };
+  assert.equal(formatStatusText(plain), "$(zap) 310 ms");
+  assert.equal(speedup(plain), undefined);
+  assert.equal(formatStatusText({ latency_ms: 310, tokens: 15, accepted_by_source: {}, drafted_by_source: {} }), "$(zap) 310 ms");
+  assert.equal(formatStatusText({ latency_ms: 310, tokens: 15 }), "$(zap) 310 ms");
+  // drafts tried, none accepted: nothing sped it up
+  assert.equal(
+    formatStatusText({ latency_ms: 310, tokens: 15, accepted_by_source: { ngram: 0 }, drafted_by_source: { ngram: 4 } }),
+    "$(zap) 310 ms",
+  );
 });
 
 test("missing or malformed fields do not break the text", () => {
   assert.equal(formatStatusText({}), "$(zap) —");
   assert.equal(formatStatusText({ latency_ms: Number.NaN, tokens_per_forward: "x" as unknown as number }), "$(zap) —");
-  assert.equal(acceptance({ accepted_by_source: { ngram: -1, draft: "3" as unknown as number } })?.accepted, 0);
-  assert.equal(acceptance({ tokens: 3 }), undefined);
+  assert.equal(
+    formatLast({ latency_ms: 5, tokens: 3, accepted_by_source: { ngram: -1, draft: "3" as unknown as number }, drafted_by_source: { ngram: 2 } }),
+    "5 ms",
+  );
 });
 
-test("acceptance rate is capped at 100%", () => {
-  assert.equal(acceptance({ accepted_by_source: { draft: 9 }, drafted_by_source: { draft: 4 } })?.rate, 1);
+test("details: tokens, forwards of the model and the drafts by source", () => {
+  assert.equal(
+    formatDetails(
+      normalizeStats({
+        latencyMs: 84,
+        tokens: 15,
+        targetForwards: 6,
+        acceptedBySource: { ngram: 12, draft: 0 },
+        draftedBySource: { ngram: 14, draft: 3 },
+      }),
+    ),
+    "15 tokens, 6 forwards of the model, drafts: copied from open files 12 of 14 accepted, draft model 0 of 3 accepted",
+  );
+  assert.equal(
+    formatDetails({ tokens: 15, target_forwards: 15, drafted_by_source: { ngram: 0, draft: 0 } }),
+    "15 tokens, 15 forwards of the model, no drafts tried",
+  );
+  assert.equal(formatDetails({ cached: true, source: "typed-ahead" }), "answered from work done before (typed-ahead), no model work");
 });
 
 test("totals accumulate over completions and feed the tooltip", () => {
@@ -49,13 +93,13 @@ test("totals accumulate over completions and feed the tooltip", () => {
   totals.add({ latency_ms: 50, tokens: 6, accepted_by_source: { draft: 1 }, drafted_by_source: { draft: 4 } });
   assert.equal(totals.completions, 2);
   assert.equal(totals.tokens, 16);
+  assert.equal(totals.accepted, 4);
+  assert.equal(totals.drafted, 8);
   assert.equal(totals.meanLatencyMs, 75);
-  assert.equal(totals.acceptanceRate, 0.5);
   const tooltip = formatTooltip(totals, "quickdraft — server running");
   assert.match(tooltip, /server running/);
-  assert.match(tooltip, /Last: 50 ms, 6 tokens/);
-  assert.match(tooltip, /Accepted by source: draft 1\/4/);
-  assert.match(tooltip, /Session: 2 completions, 16 tokens, mean 75 ms, 50% of drafted tokens accepted/);
+  assert.match(tooltip, /Last: 50 ms · drafted 1 of 6 tokens\n6 tokens, drafts: draft model 1 of 4 accepted/);
+  assert.match(tooltip, /Session: 2 completions, 16 tokens \(4 from drafts\), mean 75 ms/);
 });
 
 test("camelCase params from the server are read as their snake_case fields", () => {
@@ -75,7 +119,7 @@ test("camelCase params from the server are read as their snake_case fields", () 
     drafted_by_source: { ngram: 4 },
     cached: false,
   });
-  assert.equal(formatStatusText(stats), "$(zap) 41 ms · 3.2 tok/fwd · 75% acc");
+  assert.equal(formatStatusText(stats), "$(zap) 41 ms · copied 3 of 8 tokens");
   // a snake_case key wins over its camelCase twin
   assert.equal(normalizeStats({ latencyMs: 1, latency_ms: 2 }).latency_ms, 2);
   assert.equal(normalizeStats({ latency_ms: 2, latencyMs: 1 }).latency_ms, 2);
@@ -83,26 +127,21 @@ test("camelCase params from the server are read as their snake_case fields", () 
   assert.deepEqual(normalizeStats([1]), {});
 });
 
-test("a cached answer shows 'cached', never '0 ms · 0.0 tok/fwd'", () => {
-  const stats = normalizeStats({ latencyMs: 0.2, cached: true, source: "typed-ahead", tokens: 0, tokensPerForward: 0 });
-  assert.equal(formatStatusText(stats), "$(zap) cached");
-  assert.equal(shownTokensPerForward(stats), undefined);
+test("a cached answer shows its latency and 'cached', never '0.0 tok/fwd'", () => {
+  const stats = normalizeStats({ latencyMs: 2.2, cached: true, source: "typed-ahead", tokens: 0, tokensPerForward: 0 });
+  assert.equal(formatStatusText(stats), "$(zap) 2 ms · cached");
+  assert.equal(formatStatusText({ cached: true }), "$(zap) cached");
   assert.equal(tooFewTokensPerForward(stats), false);
 });
 
-test("tokens per forward is never shown below 1 for a computed answer", () => {
+test("a computed answer with fewer than one token per forward is noticed, not shown", () => {
   const low = { latency_ms: 900, tokens: 8, tokens_per_forward: 0.8, cached: false };
-  assert.equal(formatStatusText(low), "$(zap) 900 ms · 1.0 tok/fwd");
-  assert.equal(shownTokensPerForward(low), 1);
+  assert.equal(formatStatusText(low), "$(zap) 900 ms");
   assert.equal(tooFewTokensPerForward(low), true);
   assert.equal(tooFewTokensPerForward({ tokens: 8, tokens_per_forward: 1.6 }), false);
-  // an empty answer has no tokens per forward to show
   const empty = { latency_ms: 50, tokens: 0, tokens_per_forward: 0, cached: false };
   assert.equal(formatStatusText(empty), "$(zap) 50 ms");
   assert.equal(tooFewTokensPerForward(empty), false);
-  const totals = new StatsTotals();
-  totals.add(low);
-  assert.match(formatTooltip(totals, "h"), /Last: 900 ms, 8 tokens, 1.00 tokens per forward/);
 });
 
 test("cached answers are counted apart and leave the mean latency of computed ones alone", () => {

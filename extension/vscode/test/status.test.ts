@@ -4,7 +4,14 @@ import { test } from "node:test";
 import { StatsTotals } from "../src/stats";
 import { MAX_STATUS_MESSAGE, normalizeServerStatus, statusView } from "../src/status";
 
-const computed = { latency_ms: 84, tokens: 20, tokens_per_forward: 2.66, cached: false };
+const computed = {
+  latency_ms: 84,
+  tokens: 15,
+  tokens_per_forward: 2.5,
+  cached: false,
+  accepted_by_source: { ngram: 12, draft: 0 },
+  drafted_by_source: { ngram: 14, draft: 0 },
+};
 
 test("$/quickdraft/status params: known states only, one-line message", () => {
   assert.deepEqual(normalizeServerStatus({ state: "loading", message: "converting\n  the target", backend: "local" }), {
@@ -22,7 +29,7 @@ test("$/quickdraft/status params: known states only, one-line message", () => {
 test("the client's own states come first", () => {
   const totals = new StatsTotals();
   const ready = { state: "ready" as const, message: "" };
-  assert.equal(statusView("stopped", ready, totals).text, "$(circle-slash) quickdraft");
+  assert.equal(statusView("stopped", ready, totals).text, "$(circle-slash) quickdraft stopped");
   assert.match(statusView("stopped", ready, totals).tooltip, /server stopped/);
   assert.equal(statusView("starting", undefined, totals).text, "$(loading~spin) quickdraft");
 });
@@ -30,18 +37,21 @@ test("the client's own states come first", () => {
 test("loading with the server's message until it says ready", () => {
   const totals = new StatsTotals();
   const loading = statusView("running", { state: "loading", message: "calibrating step costs (2/5)" }, totals);
-  assert.equal(loading.text, "$(loading~spin) loading: calibrating step costs (2/5)");
+  assert.equal(loading.text, "$(loading~spin) quickdraft loading: calibrating step costs (2/5)");
   assert.match(loading.tooltip, /^quickdraft — loading: calibrating step costs \(2\/5\)\nNo completion yet\./);
   assert.equal(loading.alert, undefined);
   const long = "converting qwen2.5-coder-1.5b to the torch format in ~/.cache/quickdraft/models (once)";
   const shortened = statusView("running", { state: "loading", message: long }, totals);
-  assert.equal(shortened.text, `$(loading~spin) loading: ${long.slice(0, MAX_STATUS_MESSAGE - 1)}…`);
+  assert.equal(shortened.text, `$(loading~spin) quickdraft loading: ${long.slice(0, MAX_STATUS_MESSAGE - 1)}…`);
   assert.match(shortened.tooltip, new RegExp(`loading: ${long.replace(/[.()~]/g, "\\$&")}`));
   const ready = statusView("running", { state: "ready", message: "" }, totals);
-  assert.equal(ready.text, "$(zap) quickdraft");
+  assert.equal(ready.text, "$(zap) quickdraft ready");
   assert.match(ready.tooltip, /^quickdraft — ready\n/);
   totals.add(computed);
-  assert.equal(statusView("running", { state: "ready", message: "" }, totals).text, "$(zap) 84 ms · 2.7 tok/fwd");
+  assert.equal(
+    statusView("running", { state: "ready", message: "" }, totals).text,
+    "$(zap) 84 ms · copied 12 of 15 tokens",
+  );
 });
 
 test("error and unavailable: a clear icon, the message in the tooltip, a coloured item", () => {
@@ -60,7 +70,7 @@ test("error and unavailable: a clear icon, the message in the tooltip, a coloure
   assert.match(down.tooltip, /^quickdraft — unavailable: cannot reach http:\/\/gpu:8000\/v1 \[remote engine\]\n/);
   assert.equal(down.alert, "warning");
   const back = statusView("running", { state: "ready", message: "", backend: "openai" }, totals);
-  assert.equal(back.text, "$(zap) 84 ms · 2.7 tok/fwd");
+  assert.equal(back.text, "$(zap) 84 ms · copied 12 of 15 tokens");
   assert.equal(back.alert, undefined);
 });
 
@@ -71,7 +81,7 @@ test("a server that never sends a status is 'starting' until its first stats", (
   assert.match(before.tooltip, /server starting/);
   totals.add(computed);
   const after = statusView("running", undefined, totals);
-  assert.equal(after.text, "$(zap) 84 ms · 2.7 tok/fwd");
+  assert.equal(after.text, "$(zap) 84 ms · copied 12 of 15 tokens");
   assert.match(after.tooltip, /server running/);
 });
 
@@ -79,6 +89,37 @@ test("a cached answer shows 'cached'", () => {
   const totals = new StatsTotals();
   totals.add({ latency_ms: 0.4, tokens: 0, tokens_per_forward: 0, cached: true, source: "typed-ahead" });
   const view = statusView("running", { state: "ready", message: "" }, totals);
-  assert.equal(view.text, "$(zap) cached");
-  assert.match(view.tooltip, /Last: cached \(typed-ahead\), no model work/);
+  assert.equal(view.text, "$(zap) 0 ms · cached");
+  assert.match(view.tooltip, /Last: 0 ms · cached\nanswered from work done before \(typed-ahead\), no model work/);
+});
+
+test("loading: the step without the server's 'quickdraft:' and without saying 'loading' twice", () => {
+  const totals = new StatsTotals();
+  const view = (message: string) => statusView("running", { state: "loading", message }, totals);
+  assert.equal(view("loading models").text, "$(loading~spin) quickdraft loading models");
+  assert.equal(view("quickdraft: loading models").text, "$(loading~spin) quickdraft loading models");
+  assert.equal(
+    view("measuring step costs (once per machine)").text,
+    "$(loading~spin) quickdraft loading: measuring step costs (once per machine)",
+  );
+  assert.equal(view("Quickdraft: converting model.gguf").text, "$(loading~spin) quickdraft loading: converting model.gguf");
+  assert.equal(view("").text, "$(loading~spin) quickdraft loading");
+  assert.match(view("quickdraft: loading models").tooltip, /^quickdraft — loading models\n/);
+});
+
+test("ready: a word until the first completion; no draft tried: the latency alone", () => {
+  const totals = new StatsTotals();
+  const ready = { state: "ready" as const, message: "Qwen2.5-Coder-1.5B + 0.5B draft, llama.cpp" };
+  assert.equal(statusView("running", ready, totals).text, "$(zap) quickdraft ready");
+  totals.add({
+    latency_ms: 310,
+    tokens: 15,
+    tokens_per_forward: 1,
+    cached: false,
+    accepted_by_source: { ngram: 0, draft: 0 },
+    drafted_by_source: { ngram: 0, draft: 0 },
+  });
+  const view = statusView("running", ready, totals);
+  assert.equal(view.text, "$(zap) 310 ms");
+  assert.match(view.tooltip, /^quickdraft — ready: Qwen2.5-Coder-1.5B \+ 0.5B draft, llama.cpp\nLast: 310 ms\n15 tokens, no drafts tried/);
 });

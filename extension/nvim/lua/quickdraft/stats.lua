@@ -63,19 +63,6 @@ local function ms(value)
   return ('%d ms'):format(math.floor(value + 0.5))
 end
 
---- Tokens per target forward as shown: nil for a cached answer (no forward) or one without
---- tokens; never below 1 for a computed answer (every forward yields at least one token, so a
---- smaller figure is a counting slip on the server's side: see too_few_tokens_per_forward).
----@param stats table
----@return number|nil
-function M.shown_tokens_per_forward(stats)
-  local tpf = number(stats.tokens_per_forward)
-  if stats.cached == true or not tpf or number(stats.tokens) == 0 then
-    return nil
-  end
-  return math.max(1, tpf)
-end
-
 --- Whether the server reported fewer than one token per forward for a computed answer.
 ---@param stats table
 ---@return boolean
@@ -85,32 +72,81 @@ function M.too_few_tokens_per_forward(stats)
   return stats.cached ~= true and tpf ~= nil and tpf < 1 and (tokens == nil or tokens > 0)
 end
 
---- A short line: `84 ms · 2.7 tok/fwd · 75% acc` (or `40% drafted` without drafted counts), or
---- `cached` for an answer that took no model work.
+--- What made one completion fast, for a person: `{ kind = 'cached' }` (answered with no model
+--- work), `{ kind = 'copied' | 'drafted', accepted = N, tokens = M }` (N of its M new tokens came
+--- from drafts the model accepted: `copied` when all of them from the n-gram drafter, i.e. text
+--- copied from the open files, `drafted` when the draft model proposed some), or nil: no draft
+--- was tried (`drafted_by_source` empty or all zeros), or none was accepted.
+---@param stats table
+---@return table|nil
+function M.speedup(stats)
+  if stats.cached == true then
+    return { kind = 'cached' }
+  end
+  local drafted = sum_counts(stats.drafted_by_source)
+  local accepted = sum_counts(stats.accepted_by_source)
+  local tokens = number(stats.tokens)
+  if not drafted or drafted <= 0 or not accepted or accepted <= 0 or not tokens or tokens <= 0 then
+    return nil
+  end
+  local others = accepted - (number((stats.accepted_by_source or {}).ngram) or 0)
+  return {
+    kind = others > 0 and 'drafted' or 'copied',
+    accepted = math.min(accepted, tokens),
+    tokens = tokens,
+  }
+end
+
+--- A short line: the latency, then what sped it up: `84 ms · copied 12 of 15 tokens`,
+--- `2 ms · cached`, or only `310 ms` when no draft was tried.
 ---@param stats table|nil
 ---@return string
 function M.format(stats)
   if type(stats) ~= 'table' then
     return 'no completion yet'
   end
-  if stats.cached == true then
-    return 'cached'
-  end
-  local parts = {}
   local latency = number(stats.latency_ms)
-  table.insert(parts, latency and ms(latency) or '-')
-  local tpf = M.shown_tokens_per_forward(stats)
-  if tpf then
-    table.insert(parts, ('%.1f tok/fwd'):format(tpf))
+  local parts = { latency and ms(latency) or nil }
+  local speedup = M.speedup(stats)
+  if speedup and speedup.kind == 'cached' then
+    table.insert(parts, 'cached')
+  elseif speedup then
+    table.insert(parts, ('%s %d of %d tokens'):format(speedup.kind, speedup.accepted, speedup.tokens))
   end
-  local rate, accepted = M.acceptance(stats)
-  local tokens = number(stats.tokens)
-  if rate then
-    table.insert(parts, ('%d%% acc'):format(math.floor(rate * 100 + 0.5)))
-  elseif accepted and tokens and tokens > 0 then
-    table.insert(parts, ('%d%% drafted'):format(math.floor(math.min(1, accepted / tokens) * 100 + 0.5)))
+  return #parts > 0 and table.concat(parts, ' · ') or '-'
+end
+
+local SOURCE_NAMES = { ngram = 'copied from open files', draft = 'draft model' }
+
+--- One line of detail for :QuickdraftStatus: tokens, forwards and the drafts by source.
+---@param stats table|nil
+---@return string|nil
+function M.details(stats)
+  if type(stats) ~= 'table' then
+    return nil
   end
-  return table.concat(parts, ' · ')
+  if stats.cached == true then
+    local source = type(stats.source) == 'string' and stats.source ~= '' and (' (' .. stats.source .. ')') or ''
+    return 'answered from work done before' .. source .. ', no model work'
+  end
+  local parts = { ('%d tokens'):format(number(stats.tokens) or 0) }
+  local forwards = number(stats.target_forwards)
+  if forwards and forwards > 0 then
+    table.insert(parts, ('%d forwards of the model'):format(forwards))
+  end
+  local drafted = type(stats.drafted_by_source) == 'table' and stats.drafted_by_source or {}
+  local accepted = type(stats.accepted_by_source) == 'table' and stats.accepted_by_source or {}
+  local sources = {}
+  for _, source in ipairs(vim.tbl_keys(drafted)) do
+    local n = number(drafted[source])
+    if n and n > 0 then
+      table.insert(sources, ('%s %d of %d accepted'):format(SOURCE_NAMES[source] or source,
+        number(accepted[source]) or 0, n))
+    end
+  end
+  table.sort(sources)
+  table.insert(parts, #sources > 0 and ('drafts: ' .. table.concat(sources, ', ')) or 'no drafts tried')
+  return table.concat(parts, ', ')
 end
 
 --- Running totals over a session.
@@ -118,6 +154,7 @@ end
 function M.new_totals()
   -- completions counts every answer, `cached` those without model work; tokens, latency and
   -- acceptance are over the computed ones.
+  -- accepted: new tokens that came from accepted drafts.
   return { completions = 0, cached = 0, tokens = 0, latency_ms = 0, accepted = 0, drafted = 0, last = nil }
 end
 
@@ -136,8 +173,9 @@ function M.add(totals, stats)
   end
   totals.tokens = totals.tokens + (number(stats.tokens) or 0)
   totals.latency_ms = totals.latency_ms + (number(stats.latency_ms) or 0)
-  local _, accepted, drafted = M.acceptance(stats)
-  totals.accepted = totals.accepted + (accepted or 0)
+  local _, _, drafted = M.acceptance(stats)
+  local speedup = M.speedup(stats)
+  totals.accepted = totals.accepted + (speedup and speedup.accepted or 0)
   totals.drafted = totals.drafted + (drafted or 0)
 end
 
@@ -154,13 +192,11 @@ function M.format_totals(totals)
     line = line .. (' (%d cached)'):format(totals.cached)
   end
   line = line .. (', %d tokens'):format(totals.tokens)
+  if totals.accepted > 0 then
+    line = line .. (' (%d from drafts)'):format(totals.accepted)
+  end
   if computed > 0 then
     line = line .. (', mean %s'):format(ms(totals.latency_ms / computed))
-  end
-  if totals.drafted > 0 then
-    line = line .. (', %d%% of drafted tokens accepted'):format(
-      math.floor(math.min(1, totals.accepted / totals.drafted) * 100 + 0.5)
-    )
   end
   return line
 end
