@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -84,11 +85,32 @@ def version() -> str | None:
     return str(getattr(llama_cpp, "__version__", "unknown"))
 
 
-_LOG_LEVEL_WARN = 3  # ggml_log_level: 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 cont
+_LOG_LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
+"""ggml_log_level (0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continues the last line) ->
+Python's: llama.cpp's info is chatter (every tensor it loads), so it goes to DEBUG."""
 _log_callback = None
+_warned: set[str] = set()
+"""The kinds of llama.cpp warning already logged at WARNING (the rest of each kind: DEBUG)."""
 _ABORTING = threading.Event()
 """Set while a forward is being aborted on purpose (its request was cancelled)."""
 _library = None
+
+
+def log_llama_cpp(level: int, message: str) -> None:
+    """One line of llama.cpp's log into Python's logging at its own level. A warning is logged
+    at WARNING once per kind (`control-looking token: 128247 '</s>'` comes once per special
+    token at every load), the rest of its kind at DEBUG."""
+    message = message.rstrip()
+    if not message:
+        return
+    python_level = _LOG_LEVELS.get(level, logging.DEBUG)  # a continuation: detail, at DEBUG
+    if python_level == logging.WARNING:
+        kind = re.sub(r"'[^']*'|\d+", "#", message)
+        if kind in _warned:
+            python_level = logging.DEBUG
+        else:
+            _warned.add(kind)
+    log.log(python_level, "llama.cpp: %s", message)
 
 
 def library():
@@ -109,12 +131,9 @@ def library():
 
     @ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
     def forward_log(level: int, text: bytes, _data: Any) -> None:
-        if _ABORTING.is_set():
+        if _ABORTING.is_set() or not text:
             return  # a cancelled forward: llama.cpp reports the abort as failures
-        if level in (_LOG_LEVEL_WARN, _LOG_LEVEL_WARN + 1) and text:
-            message = text.decode("utf-8", "replace").rstrip()
-            if message:
-                log.log(logging.WARNING if level == 3 else logging.ERROR, "llama.cpp: %s", message)
+        log_llama_cpp(level, text.decode("utf-8", "replace"))
 
     _log_callback = forward_log  # keep a reference: llama.cpp holds the pointer
     llama_cpp.llama_log_set(forward_log, None)

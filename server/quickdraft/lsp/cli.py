@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     defaults = load_config(config_dict_from_args(args))  # ConfigError: one line, exit 2
     address = parse_host_port(args.tcp) if args.tcp else None
 
-    quiet_progress_bars()
+    route_library_output()
     configure_logging(args.log_level, args.log_file)
 
     # pygls' protocol types take a second to import: only `serve` pays for them.
@@ -60,10 +60,12 @@ def run(args: argparse.Namespace) -> int:
     return serve(create_server(defaults), address)
 
 
-def quiet_progress_bars() -> None:
-    """No progress bars on stderr: editors log a server's stderr as errors (Neovim writes every
-    line to lsp.log at ERROR). Loading reports its steps as LSP progress and log messages
-    instead (lsp/status.py)."""
+def route_library_output() -> None:
+    """Libraries speak through Python's logging, at their own level and in the server's format,
+    so a client reads each stderr line's level (the Neovim plugin and VS Code do): no progress
+    bars (loading reports its steps as LSP progress and log messages, lsp/status.py), and
+    transformers' records go to the root logger instead of its own bare stderr handler.
+    llama.cpp's log is routed in `decoding.llamacpp.library`."""
     os.environ.setdefault("TQDM_DISABLE", "1")  # tqdm's own default, read at each bar
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
@@ -71,6 +73,8 @@ def quiet_progress_bars() -> None:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
+        hf_logging.disable_default_handler()
+        hf_logging.enable_propagation()
     except ImportError:  # pragma: no cover - transformers is a dependency
         pass
 
