@@ -62,8 +62,7 @@ def serve_command(url: str, log_file, *flags: str, key_env: str = ENGINE_KEY_ENV
         str(MAX_TOKENS),
         "--log-level",
         "debug",
-        "--log-file",
-        str(log_file),
+        *(["--log-file", str(log_file)] if log_file is not None else []),
         *flags,
     ]
 
@@ -94,25 +93,28 @@ def engine_state(client) -> str | None:
 
 @pytest.fixture(scope="module")
 def server_log(tmp_path_factory):
-    return tmp_path_factory.mktemp("serve") / "serve.log"
+    """The server's stderr, where its Python log goes (no --log-file)."""
+    return tmp_path_factory.mktemp("serve") / "serve.stderr"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def client(llama_engine, server_log):
-    async with lsp_session(serve_command(llama_engine.url, server_log)) as client:
+    # sh runs `serve` with its stderr in server_log ($0), everything else as it was.
+    command = ["sh", "-c", 'exec "$@" 2>"$0"', str(server_log)]
+    async with lsp_session([*command, *serve_command(llama_engine.url, None)]) as client:
         await wait_for(lambda: engine_state(client) is not None, 120)
         yield client
 
 
 @pytest.fixture(scope="module")
-def reference(llama_engine, server_log, engine_key):
+def reference(llama_engine, engine_key):
     """The pipeline `quickdraft serve` runs, built here from the same flags (prompts only)."""
     from quickdraft.cli import build_parser
     from quickdraft.cli_args import config_dict_from_args
     from quickdraft.config import load_config
     from quickdraft.remote import load_remote_completer
 
-    args = build_parser().parse_args(serve_command(llama_engine.url, server_log)[3:])
+    args = build_parser().parse_args(serve_command(llama_engine.url, None)[3:])
     completer = load_remote_completer(load_config(config_dict_from_args(args)), check=False)
     yield completer
     completer.close()
@@ -213,6 +215,9 @@ async def test_a_cancellation_storm_leaves_the_engine_idle(client, llama_engine)
 
 
 async def test_the_key_is_in_no_log_line_and_no_message(client, server_log, engine_key):
+    """Not on the server's stderr (its debug log: the requests to the engine included), nor in
+    what it told the client; test_a_wrong_key_is_reported_once_and_never_shown checks a
+    --log-file."""
     assert os.environ[ENGINE_KEY_ENV] == engine_key
     text = server_log.read_text(encoding="utf-8")
     assert "completion engine" in text and "inlineCompletion" in text  # the log is the real one

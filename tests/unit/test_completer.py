@@ -203,25 +203,32 @@ def test_calibration_on_a_busy_machine_is_not_kept(models, tmp_path, monkeypatch
 
 
 def test_calibration_stays_within_its_budget(models, monkeypatch):
-    """A machine where every forward is slow: calibration measures what fits in its budget,
-    fills in the rest, and stops."""
+    """A machine where every target forward takes 62.5 ms (a fake clock that only forwards
+    advance): calibration starts no forward once its 0.5 s budget is spent, measures what
+    fitted, fills in the rest, and reports the measured costs as they were."""
     import time
 
     completer = make(models)
     runner = completer.backend.engine.target
     original = runner.forward
+    clock = [1000.0]
+    started_at: list[float] = []
 
     def slow(tokens, **kwargs):
-        time.sleep(0.05)
+        started_at.append(clock[0])
+        clock[0] += 0.0625  # exact in binary: the sums below are exact too
         return original(tokens, **kwargs)
 
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
     monkeypatch.setattr(runner, "forward", slow)
-    started = time.monotonic()
     costs = completer.backend.engine.calibrate(context_tokens=64, budget_s=0.5)
-    assert time.monotonic() - started < 1.5
+    assert started_at and max(started_at) < 1000.5  # no target forward after the budget
+    assert len(started_at) == 8  # and the budget was used: 8 x 62.5 ms
+    measured = [int(n) for n in costs.notes["measured_sizes"].split(",")]
+    assert 1 in measured and len(measured) < 5
+    assert all(costs.target_ms[n] == 62.5 for n in measured)
     assert sorted(costs.target_ms) == [1, 2, 4, 8, 16]
-    measured = costs.notes["measured_sizes"].split(",")
-    assert "1" in measured and len(measured) < 5
 
 
 def test_preset_draft_lengths_apply_under_the_users_settings(models):

@@ -231,32 +231,31 @@ def test_cancellation_stops_within_one_step(tokenizer):
     assert result.stop_reason == "cancelled" and result.tokens == []
 
 
-def test_deadline_stops_within_one_step(tokenizer):
+def test_deadline_stops_within_one_step(tokenizer, monkeypatch):
+    """On a fake clock where each target forward takes one second, a deadline 5.5 s away
+    lets exactly the forwards that start before it run: 6 steps, 6 tokens, none after."""
     model = build_tiny_model(len(tokenizer), seed=5)
     engine = Engine(model, None, stop_token_ids=[])
-    emitted_at = []
-
-    def slow(new):
-        emitted_at.append(time.monotonic())
-        time.sleep(0.02)
-        return False
-
     prompt = tokenizer.encode(CODE[0])
     engine.generate(GenerationRequest(prompt, max_new_tokens=1, strategy="ar"))  # prefilled
-    deadline = time.monotonic() + 0.1
+    clock = [1000.0]
+    started_at: list[float] = []
+    forward = engine.target.forward
+
+    def one_second(tokens, **kwargs):
+        started_at.append(clock[0])
+        clock[0] += 1.0
+        return forward(tokens, **kwargs)
+
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(engine.target, "forward", one_second)
     result = engine.generate(
-        GenerationRequest(
-            prompt,
-            max_new_tokens=500,
-            strategy="ar",
-            deadline=deadline,
-            stop=slow,
-        )
+        GenerationRequest(prompt, max_new_tokens=500, strategy="ar", deadline=1005.5)
     )
     assert result.stop_reason == "deadline"
-    assert 1 <= len(result.tokens) < 500
-    # No token was started after the deadline (one step may finish across it).
-    assert sum(1 for t in emitted_at if t > deadline + 0.02) <= 1
+    assert started_at == [1000.0, 1001.0, 1002.0, 1003.0, 1004.0, 1005.0]
+    assert len(result.tokens) == 6 and result.stats.target_forwards == 6
+    assert result.stats.prefill_tokens == 0  # the prompt was cached: no prefill forward
 
 
 def test_invalid_requests_are_refused_with_clear_errors(tokenizer):

@@ -75,15 +75,29 @@ def test_choice_is_cached_per_machine_and_not_when_busy(tmp_path, monkeypatch):
 
 
 def test_real_measurement_on_this_cpu_is_consistent(tmp_path):
-    """A tiny layer measured for real: every candidate that ran has its rows, and the
-    decision follows the rule from those numbers."""
+    """A tiny layer measured for real: the candidates are float32 and the integer backends
+    that are exact on this CPU (an AVX2-only CPU: 7-bit oneDNN, never 8-bit), each has its rows
+    or was cut short for being over 4x float32, the choice is one of them and is no slower than
+    float32, and nothing is cached when told not to."""
+    from quickdraft.models.quantize import exact_int8_backends
+
     config = SimpleNamespace(
         hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2
     )
     choice = cpu_kernels.choose(config, 1, home=tmp_path, use_cache=False)
-    assert "float32" in choice.timings_ms
-    assert all(set(t) <= {"1", "8", "128"} for t in choice.timings_ms.values())
-    assert (choice.dtype, choice.int8_backend, choice.reason) == decide(choice.timings_ms)
+    timings = choice.timings_ms
+    exact = [f"int8/{backend}" for backend in exact_int8_backends()]
+    assert "float32" in timings and set(timings) - {"float32", "bfloat16"} <= set(exact)
+    assert set(timings["float32"]) == {"1", "8", "128"}
+    for name, rows in timings.items():
+        assert list(rows) == ["1", "8", "128"][: len(rows)] and rows, name
+        if len(rows) < 3:  # cut short: its last size was over 4x float32's
+            last = list(rows)[-1]
+            assert rows[last] > 4 * timings["float32"][last], name
+    assert choice.label in timings and choice.dtype in ("int8", "bfloat16", "float32")
+    assert score(timings[choice.label]) <= score(timings["float32"])
+    assert choice.cpu == cpu_model() and not choice.cached
+    assert not (tmp_path / "kernels").exists()
 
 
 def test_busy_is_judged_over_the_whole_measurement(monkeypatch):
@@ -115,14 +129,19 @@ def test_busy_is_judged_over_the_whole_measurement(monkeypatch):
 
 
 def test_torch_estimate_scales_a_layer_to_the_model():
+    """Qwen2.5-Coder-1.5B's shape (28 layers, a 151936 x 1536 lm_head: about 4.99 layers'
+    worth of linear weights) from one layer measured at 10/40/200 ms for 1/8/128 rows: the
+    expected step costs, written out."""
     kernel = cpu_kernels.KernelChoice("float32", None, "", timings_ms={"float32": FP32})
     shape = ModelShape(1536, 8960, 12, 2, 28, 151936)
     costs = torch_cost_estimate(kernel, shape)
-    layer_params = sum(k * n for k, n in LayerShape.of(shape).linears())
-    head = 10.0 * 151936 * 1536 / layer_params
-    assert costs.target_ms[1] == pytest.approx(1.15 * 28 * 10.0 + head)
-    assert costs.target_ms[16] > costs.target_ms[8] > costs.target_ms[1]
-    assert 0 < costs.prefill_tokens_per_s < 1000
+    # 1 row: 28 layers x 10 ms x 1.15 (the layer overhead) + the head, 4.99 x 10 ms = 371.9;
+    # 2, 4 and 16 rows are interpolated between the measured 1, 8 and 128.
+    expected = {1: 371.874, 2: 531.248, 4: 849.998, 8: 1487.496, 16: 1884.161}
+    assert costs.target_ms == pytest.approx(expected, abs=0.01)
+    # A 128-token prefill chunk: 28 x 200 ms x 1.15 + the head for its last row only.
+    assert costs.prefill_tokens_per_s == pytest.approx(19.723, abs=0.001)
+    assert costs.measured is False and "float32" in costs.notes["source"]
 
 
 def fake_probe(ms: float):

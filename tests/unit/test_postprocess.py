@@ -147,20 +147,31 @@ def test_closers_inside_strings_and_comments_do_not_count():
     assert seen == "'(:)' + \"]\")"
 
 
-def test_the_rule_is_cheap_per_call():
-    import time
-
+def test_the_rule_reads_only_the_unfinished_last_line_per_call(monkeypatch):
+    """Called after every token, the rule lexes what is new since the last call plus the line
+    that was unfinished then, never the completion from its start again, nor the 2000-line
+    prefix and suffix (read once, when the cursor's context is built)."""
     prefix = "def f(x):\n" + "    y = x\n" * 2000 + "    "
     suffix = "\n" + "    z = 1\n" * 2000
     rule = StopRule(prefix, suffix, "python", "block")
+    lexed: list[int] = []
+    lex = postprocess._lex
+
+    def counting(spec, text, *args, **kwargs):
+        lexed.append(len(text))
+        return lex(spec, text, *args, **kwargs)
+
+    monkeypatch.setattr(postprocess, "_lex", counting)
     generated = "".join(f"v{i} = compute(x, {i})  # note\n    " for i in range(40))
-    started = time.perf_counter()
-    calls = 0
+    longest_line = max(len(line) for line in generated.split("\n")) + 1  # with its "\n"
+    previous = 0
     for end in range(1, len(generated), 4):
-        rule(generated[:end])
-        calls += 1
-    per_call = (time.perf_counter() - started) / calls
-    assert per_call < 0.002  # it only re-reads the unfinished last line
+        lexed.clear()
+        assert not rule(generated[:end])
+        assert lexed  # it did read the new text
+        assert sum(lexed) <= (end - previous) + longest_line, end
+        previous = end
+    assert end > 1000  # a rule that re-read everything would lex 1000+ characters a call
 
 
 # --- StopRule: block mode -------------------------------------------------------------------
