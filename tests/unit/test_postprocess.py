@@ -155,13 +155,13 @@ def test_the_rule_reads_only_the_unfinished_last_line_per_call(monkeypatch):
     suffix = "\n" + "    z = 1\n" * 2000
     rule = StopRule(prefix, suffix, "python", "block")
     lexed: list[int] = []
-    lex = postprocess._lex
+    lex = postprocess.lex
 
     def counting(spec, text, *args, **kwargs):
         lexed.append(len(text))
         return lex(spec, text, *args, **kwargs)
 
-    monkeypatch.setattr(postprocess, "_lex", counting)
+    monkeypatch.setattr(postprocess, "lex", counting)
     generated = "".join(f"v{i} = compute(x, {i})  # note\n    " for i in range(40))
     longest_line = max(len(line) for line in generated.split("\n")) + 1  # with its "\n"
     previous = 0
