@@ -18,6 +18,9 @@ def test_section_of():
     assert section_of({}, strict=False) is None
     assert section_of({"quickdraft": {"a": 1}}, strict=False) == {"a": 1}
     assert section_of({"quickdraft": None}, strict=False) == {}
+    # Neovim sends an empty Lua table as `[]`: no settings, not an invalid configuration.
+    assert section_of([], strict=True) is None
+    assert section_of({"quickdraft": []}, strict=False) == {}
     assert section_of({"decoding": {}}, strict=False) == {"decoding": {}}
     # another extension's settings are not ours, unless the payload is ours alone
     assert section_of({"python": {"x": 1}}, strict=False) is None

@@ -37,6 +37,8 @@ end)
 test('defaults give an empty tree and a bare serve command', function()
   local opts = config.normalize({})
   eq({}, config.tree(opts))
+  -- sent as an object, never as `[]` (the server would call that an invalid configuration)
+  eq('{}', vim.json.encode(config.tree(opts)))
   eq({ 'quickdraft', 'serve' }, config.cmd(opts))
 end)
 

@@ -32,13 +32,14 @@ def section_of(payload: Any, *, strict: bool) -> dict[str, Any] | None:
     (initializationOptions, which are ours alone) it is taken as the section so that a typo
     is reported instead of ignored.
     """
-    if payload is None:
+    if payload is None or payload == []:
+        # An empty Lua table travels as `[]` (Neovim encodes it so): no settings, not an error.
         return None
     if not isinstance(payload, dict):
         raise ConfigError(f"settings: expected an object, got {payload!r}")
     if SECTION in payload:
         inner = payload[SECTION]
-        if inner is None:
+        if inner is None or inner == []:
             return {}
         if not isinstance(inner, dict):
             raise ConfigError(f"{SECTION}: expected an object, got {inner!r}")

@@ -122,7 +122,8 @@ function M.tree(opts)
   if next(languages) then
     tree.languages = languages
   end
-  return tree
+  -- An empty tree is still an object: vim.json would send an empty table as `[]`.
+  return next(tree) and tree or vim.empty_dict()
 end
 
 --- The command that starts the server.
