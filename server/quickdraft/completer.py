@@ -30,6 +30,7 @@ from quickdraft.context.continuation import find_continuation
 from quickdraft.context.cursor import CursorContext
 from quickdraft.context.prompt import TokenCounter, offset_of
 from quickdraft.context.snippets import uri_to_path
+from quickdraft.context.workspace import WorkspaceHead
 from quickdraft.decoding import GenerationStats
 from quickdraft.errors import InputError
 from quickdraft.postprocess import StopRule, decide_mode, finalize, finish
@@ -247,6 +248,8 @@ class Completer:
         """Open documents, least recently changed first (their order in the prompt)."""
         self.root: str | None = None
         """The workspace folder prompts show paths relative to (the language server sets it)."""
+        self.head = WorkspaceHead()
+        """The chunks every document's prompt starts with (`context.head: workspace`)."""
 
     @property
     def compute(self) -> dict[str, Any]:
@@ -286,9 +289,19 @@ class Completer:
             path=uri_to_path(uri), text=text, language_id=language_id
         )
         self.documents.move_to_end(uri)
+        context = self.config.context
+        self.head.add(
+            uri,
+            uri_to_path(uri),
+            text,
+            language_id,
+            lines=context.snippet_lines,
+            max_bytes=context.max_document_bytes,
+        )
 
     def close_document(self, uri: str) -> None:
         self.documents.pop(uri, None)
+        self.head.remove(uri)
         self.backend.forget_document(uri)
 
     def refresh_documents(self, current: CompletionRequest | None = None) -> None:
@@ -313,6 +326,18 @@ class Completer:
         ]
 
     def build_prompt(self, request: CompletionRequest) -> Prompt:
+        """The request's prompt. With the workspace head, the current file's own chunk is left
+        out when the prompt shows the file from its first line anyway (a short file, or a
+        cursor near the top): the model would read the same lines twice."""
+        workspace = self.config.context.head == "workspace"
+        head = self.head.snippets() if workspace else None
+        prompt = self._build_prompt(request, head)
+        if head and request.uri in self.head and prompt.prefix_start_line == 0:
+            own = self.head.chunk_of(request.uri)
+            prompt = self._build_prompt(request, [chunk for chunk in head if chunk is not own])
+        return prompt
+
+    def _build_prompt(self, request: CompletionRequest, head: list | None) -> Prompt:
         return build_prompt(
             request.text,
             request.line,
@@ -325,6 +350,7 @@ class Completer:
             path=uri_to_path(request.uri),
             offset=request.offset,
             root=self.root,
+            head=head,
         )
 
     def anchored_draft(self, request: CompletionRequest, healed: str = "") -> list[int] | None:
@@ -382,14 +408,46 @@ class Completer:
             healed=tokens.healed,
         )
 
-    def warm(self, request: CompletionRequest, cancel: threading.Event | None = None) -> int:
+    def warm(
+        self,
+        request: CompletionRequest,
+        cancel: threading.Event | None = None,
+        *,
+        file_level: bool = False,
+    ) -> int:
         """Extend the document's caches toward the prompt a request at this cursor would send,
-        before that request arrives. Returns the tokens computed; stops when `cancel` is set."""
+        before that request arrives. Returns the tokens computed; stops when `cancel` is set.
+
+        `file_level`: the cursor is not known; compute only the part of the prompt no cursor
+        changes (the workspace head and the file's own header, up to its first text), which
+        every request in the file starts with."""
         if self.should_complete(request) is not None:
             return 0
         request = _readable(request)
         self.refresh_documents(current=request)
-        return self.backend.warm(self.prepare(request), cancel)
+        prepared = self.prepare(request)
+        if file_level:
+            leading = self.file_level_tokens(prepared.prompt)
+            if leading is None or leading < 1:
+                return 0
+            # The backend computes all but the last token it is given (that one is a
+            # request's first decode input): hand it one more than the file-level part.
+            prepared = dataclasses.replace(prepared, prompt_ids=prepared.prompt_ids[: leading + 1])
+        return self.backend.warm(prepared, cancel)
+
+    def file_level_tokens(self, prompt: Prompt) -> int | None:
+        """How many of `prompt`'s first tokens depend on no cursor: those of its parts before
+        the current file's text (the head and the file's header). None when the format's parts
+        do not tokenize apart (then the boundary is unknown)."""
+        if not self.prompts.parts_ok:
+            return None
+        leading = 0
+        ends = (self.template.fim_suffix, self.template.fim_middle)
+        for part in prompt.parts:
+            if part.role in ("prefix", "suffix", "middle") or part.text in ends:
+                break  # the file's text, or the hole's markers (an empty prefix has no part)
+            leading += len(self.prompts.cache.ids(part.text))
+        return leading
 
     def complete(
         self,

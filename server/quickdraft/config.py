@@ -114,7 +114,15 @@ class ContextConfig:
     snippet_share: float = 0.3
     """Share of the budget for snippets from other open documents (0 disables them)."""
     max_snippets: int = 4
+    """`head: cursor`: at most this many windows of other files."""
     snippet_lines: int = 24
+    """Lines per window of another file (`cursor`), or of each file's top (`workspace`)."""
+    head: Literal["workspace", "cursor"] = "workspace"
+    """What other files the prompt starts with. `workspace`: the top of every open file, in the
+    order they were opened, the same for every document, so that head's KV cache is computed
+    once and shared and a file you move to computes only its own part (context/workspace.py);
+    `cursor`: the windows of other files most similar to the code above the cursor, chosen per
+    document and spot."""
     max_document_bytes: int = 2_000_000
     """Documents larger than this are not used for completion (answered with an empty result)."""
     layout: Literal["append", "classic"] = "append"

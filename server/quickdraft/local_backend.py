@@ -219,6 +219,13 @@ class LocalBackend:
         """Extend the document's KV caches toward `prepared`'s prompt (the draft model's too
         when the policy would draft with it)."""
         request = prepared.request
+        wanted = prepared.prompt_ids[:-1]
+        self.engine.select_slot(request.uri)
+        held = self.engine.target.tokens
+        if len(held) >= len(wanted) and held[: len(wanted)] == list(wanted):
+            # Already computed, and maybe more after it (a request's whole prompt, where the
+            # warm-up asks only for the file-level part): a warm-up never crops a cache.
+            return 0
         computed, _ = self.engine.warm(
             prepared.prompt_ids,
             slot=request.uri,

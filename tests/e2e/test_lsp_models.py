@@ -383,12 +383,50 @@ async def test_an_edit_warms_the_cache_before_the_request(endless_models):
         open_doc(client, uri, body + "value")
         line = body.count("\n")
         edit(client, uri, 2, (line, 5), (line, 5), " = ")  # no request yet: the worker is idle
-        await wait_for(lambda: logged(client, f"tokens of {uri} computed ahead"), 60)
+        at_edit = f"tokens of {uri} computed ahead (at line {line + 1})"
+        await wait_for(lambda: logged(client, at_edit), 60)
         before = len(client.stats)
         await inline(client, uri, line, 8)
         await wait_for(lambda: len(client.stats) > before)
         stats = plain(client.stats[-1])
         assert stats["source"] == "model" and stats["prefillTokens"] <= 2, stats
+
+
+def focus(client, uri: str, position: tuple[int, int] | None = None) -> None:
+    """`textDocument/didFocus`, the Copilot language server's notification, with our cursor."""
+    params: dict = {"textDocument": {"uri": uri}}
+    if position is not None:
+        params["position"] = {"line": position[0], "character": position[1]}
+    client.protocol.notify("textDocument/didFocus", params)
+
+
+async def test_a_focused_document_is_warm_at_its_cursor_before_anything_is_typed(endless_models):
+    async with lsp_session(serve_command(endless_models), init_options=APPEND) as client:
+        await models_ready(client)
+        first, second = "file:///work/first.py", "file:///work/second.py"
+        open_doc(client, first, FUNCTIONS + "value = ")
+        open_doc(client, second, FUNCTIONS.replace("f_", "g_") + "other = ")
+        # Opened, never edited nor asked: only the part no cursor changes is computed.
+        await wait_for(
+            lambda: logged(client, f"tokens of {second} computed ahead (its file-level part)"), 60
+        )
+        line = FUNCTIONS.count("\n")
+        focus(client, first, (line - 3, 4))  # inside f_19, no typing
+        at_focus = f"tokens of {first} computed ahead (at line {line - 2})"
+        await wait_for(lambda: logged(client, at_focus), 60)
+        before = len(client.stats)
+        await inline(client, first, line - 3, 4)
+        await wait_for(lambda: len(client.stats) > before)
+        stats = plain(client.stats[-1])
+        assert stats["source"] == "model" and stats["prefillTokens"] <= 2, stats
+        # Bad focus notifications are warnings; the server goes on.
+        focus(client, "file:///work/never-opened.py", (0, 0))
+        focus(client, first, (10_000, 0))
+        client.protocol.notify("textDocument/didFocus", {"textDocument": {}})
+        await wait_for(lambda: logged(client, "which is not open; ignored"), 30)
+        await wait_for(lambda: logged(client, "didFocus needs textDocument.uri"), 30)
+        await wait_for(lambda: logged(client, "warming its file-level part"), 30)
+        assert items_of(await inline(client, second, line, 8)) is not None
 
 
 # --- odd text from the client (issue 14) ---------------------------------------------------------

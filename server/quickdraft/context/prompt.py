@@ -439,6 +439,33 @@ def _snippet_query(
     return "".join(doc.full[query_end:row])
 
 
+def _fit_head(
+    head: Sequence[Snippet],
+    budget: int,
+    root_dir: str,
+    bare: int,
+    count: TokenCounter,
+    render: Callable[..., str],
+) -> list[Snippet]:
+    """The workspace head's chunks that fit `budget` (the markers and header included), in
+    order: the first chunk that does not fit ends the head, so the head only ever loses its
+    tail."""
+    chosen: list[Snippet] = []
+    for chunk in head:
+        shown = Snippet(
+            _show(chunk.path, root_dir),
+            chunk.text,
+            chunk.start_line,
+            chunk.end_line,
+            chunk.score,
+            chunk.language_id,
+        )
+        if count(render("", "", [*chosen, shown])) - bare > budget:
+            break
+        chosen.append(shown)
+    return chosen
+
+
 def anchor_line(line: int, anchor_lines: int) -> int:
     """The append layout's anchor for a cursor on `line`: the line at or above it whose number
     is a multiple of `anchor_lines`."""
@@ -459,13 +486,16 @@ def build_prompt(
     *,
     offset: int | None = None,
     root: str | None = None,
+    head: Sequence[Snippet] | None = None,
 ) -> Prompt:
     """The prompt for a completion at (`line`, `character`) of `text` (0-based; character in
     code points). `open_documents`: objects or dicts with `path` or `uri`, `text`,
     `language_id`, least recently changed first (that is their order in the prompt); the current
     document (same path, or same text) is never used as a snippet. `offset`: the cursor's index
     into `text` when the caller knows it (then the position is not re-checked and only a window
-    of the text is read). `root`: the workspace folder paths are shown relative to.
+    of the text is read). `root`: the workspace folder paths are shown relative to. `head`: the
+    workspace head (context.workspace), used instead of snippets chosen for this cursor: the
+    same chunks for every document, cut to the snippet budget from the end.
 
     Raises PositionError when the position is outside the document.
     """
@@ -501,7 +531,9 @@ def build_prompt(
     snippets: list[Snippet] = []
     bare = count(render("", "", []))
     snippet_budget = int(total * config.snippet_share)
-    if snippet_budget > 0 and config.max_snippets > 0 and documents:
+    if head is not None:
+        snippets = _fit_head(head, snippet_budget, root_dir, bare, count, render)
+    elif snippet_budget > 0 and config.max_snippets > 0 and documents:
         query = _snippet_query(doc, row, character, query_end, config.snippet_lines, append)
         snippets = select_snippets(
             query,

@@ -88,7 +88,11 @@ class Document:
     version: int = 0
     encoding: str = UTF16
     edited_at: int | None = None
-    """The offset (code points) just after the last edit: where the cursor likely is."""
+    """The offset (code points) just after the last edit."""
+    cursor_at: int | None = None
+    """Where the cursor was last seen (code points): the end of the last edit, the position of
+    the last `textDocument/didFocus` or completion request, whichever came last; None when
+    nothing has said (then warm-up computes only the file-level part of the prompt)."""
     _line_starts: list[int] | None = field(default=None, repr=False, compare=False)
 
     # --- lines -------------------------------------------------------------------------
@@ -170,6 +174,7 @@ class Document:
             self.text = text
             self._line_starts = None
             self.edited_at = None
+            self.cursor_at = None
             return
         start = self.offset_at(range_[0], range_[1], strict=False)
         end = self.offset_at(range_[2], range_[3], strict=False)
@@ -179,6 +184,7 @@ class Document:
         self.text = old[:start] + text + old[end:]
         self._update_line_starts(start, end, len(text), old)
         self.edited_at = start + len(text)
+        self.cursor_at = self.edited_at
 
     def _update_line_starts(self, start: int, end: int, inserted: int, old: str) -> None:
         starts = self.line_starts if self._line_starts is not None else None

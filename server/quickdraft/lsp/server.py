@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections import OrderedDict
 from typing import Any
 
 import attrs
@@ -31,12 +32,19 @@ from pygls.protocol.language_server import lsp_method
 
 from quickdraft import __version__
 from quickdraft.config import QuickdraftConfig
+from quickdraft.errors import PositionError
 from quickdraft.lsp import handlers
 from quickdraft.lsp.configuration import ConfigChange, ConfigurationManager
 from quickdraft.lsp.documents import UTF16, DocumentStore
 from quickdraft.lsp.service import CompletionService
 from quickdraft.lsp.status import LoadProgress, StatusReporter
-from quickdraft.lsp.worker import CompleterLoader, ModelHost, ModelWorker, load_completer
+from quickdraft.lsp.worker import (
+    CompleterLoader,
+    ModelHost,
+    ModelWorker,
+    describe_error,
+    load_completer,
+)
 from quickdraft.models.presets import describe_plan
 
 logger = logging.getLogger(__name__)
@@ -158,8 +166,13 @@ class QuickdraftServer(LanguageServer):
         self.loading: LoadProgress | None = None
         """The model load in progress, if any."""
         self._pending_sync: set[str] = set()
-        self._warm_targets: dict[str, tuple[str, int, int, int, str]] = {}
-        """uri -> (text, offset, line, column, language) of the next warm-up, per document."""
+        self._warm_targets: OrderedDict[str, tuple[str, int, int, int, str, bool]] = OrderedDict()
+        """uri -> (text, offset, line, column, language, file level only) of each document's
+        next warm-up, in the order they are warmed."""
+        self._warming = False
+        """A warm-up job is queued or running on the worker (one at a time)."""
+        self.focused: str | None = None
+        """The document of the last `textDocument/didFocus`."""
         self._sync_lock = threading.Lock()
         """Guards `_pending_sync` and `_warm_targets`: the event loop and the worker meet there."""
         self.models_generation = 0
@@ -217,41 +230,94 @@ class QuickdraftServer(LanguageServer):
         self.worker.submit(self._flush_sync, uri)
         self.schedule_warm(uri)
 
-    def schedule_warm(self, uri: str) -> None:
-        """Idle warm-up (cache.warmup): a background job extends `uri`'s KV caches toward the
-        prompt a request at the last edit would send. Coalesced: one pending job per document,
-        reading the latest edit when it runs."""
+    def schedule_warm(self, uri: str, *, first: bool = True) -> None:
+        """Idle warm-up (cache.warmup): extend `uri`'s KV caches toward the prompt its next
+        request will likely send, at the cursor last seen there (an edit, a didFocus position,
+        a request), or, when none is known, its file-level part. One target per document, the
+        latest; documents are warmed one at a time while the worker is idle, `first` ones
+        (the focused or edited document) ahead of the rest, and a real request stops the
+        warm-up that is running within one forward."""
         document = self.documents.get(uri)
         config = self.config.current
-        if document is None or document.edited_at is None or not config.cache.warmup:
+        if document is None or not config.cache.warmup:
             return
-        line, column = document.line_column(document.edited_at)
-        target = (document.text, document.edited_at, line, column, document.language_id)
+        at = document.cursor_at
+        if at is not None and at <= len(document.text):
+            line, column = document.line_column(at)
+            target = (document.text, at, line, column, document.language_id, False)
+        else:
+            target = (document.text, 0, 0, 0, document.language_id, True)
         with self._sync_lock:
-            fresh = uri not in self._warm_targets
             self._warm_targets[uri] = target
-        if fresh:
-            loop = asyncio.get_running_loop()
-            future = self.worker.submit_background(self._warm, uri)
+            self._warm_targets.move_to_end(uri, last=not first)
+        self._next_warm()
 
-            def warmed(done) -> None:
-                if not done.cancelled() and done.exception() is None and done.result():
-                    message = f"warm-up: {done.result()} tokens of {uri} computed ahead"
-                    loop.call_soon_threadsafe(self.log, message, "log")
+    def focus(self, uri: str, position: tuple[int, int] | None) -> None:
+        """`textDocument/didFocus`: the person now looks at `uri` (at `position`, LSP units,
+        when the client says): it is warmed first."""
+        document = self.documents.get(uri)
+        if document is None:
+            self.log(f"didFocus for {uri}, which is not open; ignored", "warning")
+            return
+        if position is not None:
+            line, character = position
+            try:
+                column = document.to_codepoint(line, character, strict=True)
+            except PositionError as exc:
+                self.log(f"didFocus for {uri}: {exc}; warming its file-level part", "warning")
+            else:
+                document.cursor_at = document.line_starts[line] + column
+        self.focused = uri
+        self.schedule_warm(uri, first=True)
 
-            future.add_done_callback(warmed)
+    def _next_warm(self) -> None:
+        """Start the next document's warm-up unless one is queued or running."""
+        with self._sync_lock:
+            if self._warming or not self._warm_targets:
+                return
+            self._warming = True
+        loop = asyncio.get_running_loop()
+        future = self.worker.submit_background(self._warm_next)
 
-    def _warm(self, uri: str, cancel) -> int:  # worker thread, background
+        def warmed(done) -> None:
+            loop.call_soon_threadsafe(self._warmed, done)
+
+        future.add_done_callback(warmed)
+
+    def _warmed(self, done) -> None:  # event loop
+        with self._sync_lock:
+            self._warming = False
+        if done.cancelled() or self.worker.stopped:
+            return
+        if done.exception() is not None:
+            # Left queued: the next edit or focus starts warming again.
+            self.log(f"warm-up failed: {describe_error(done.exception())}", "warning")
+            return
+        uri, computed, where = done.result()
+        if computed:
+            self.log(f"warm-up: {computed} tokens of {uri} computed ahead ({where})", "log")
+        self._next_warm()
+
+    def _warm_next(self, cancel) -> tuple[str | None, int, str]:  # worker thread, background
         # completer imports torch (seconds): the server answers `initialize` before that.
         from quickdraft.completer import CompletionRequest
 
         with self._sync_lock:
-            target = self._warm_targets.pop(uri, None)
-        if target is None or self.host.completer is None:
-            return 0
-        text, offset, line, column, language_id = target
+            if not self._warm_targets:
+                return None, 0, ""
+            uri, target = self._warm_targets.popitem(last=False)
+        text, offset, line, column, language_id, file_level = target
+        where = "its file-level part" if file_level else f"at line {line + 1}"
+        if self.host.completer is None:
+            return uri, 0, where
         request = CompletionRequest(uri, text, line, column, language_id, offset=offset)
-        return self.host.warm(request, cancel)
+        computed = self.host.warm(request, cancel, file_level=file_level)
+        if cancel.is_set():  # a request came first: go on with this one later
+            with self._sync_lock:
+                if uri not in self._warm_targets:
+                    self._warm_targets[uri] = target
+                    self._warm_targets.move_to_end(uri, last=False)
+        return uri, computed, where
 
     def _flush_sync(self, uri: str) -> None:  # worker thread
         with self._sync_lock:

@@ -100,6 +100,7 @@ class CompletionService:
 
         text = document.text
         offset = document.line_starts[position.line] + column
+        document.cursor_at = offset
         # The answer belongs to this version of the document, whatever edits arrive meanwhile.
         cursor = types.Position(
             line=position.line, character=document.from_codepoint(position.line, column)

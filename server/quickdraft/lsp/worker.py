@@ -74,6 +74,10 @@ class ModelWorker:
         self._thread.start()
 
     @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    @property
     def thread(self) -> threading.Thread:
         return self._thread
 
@@ -234,12 +238,13 @@ class ModelHost:
 
     # --- completion ------------------------------------------------------------------
 
-    def warm(self, request: Any, cancel: threading.Event) -> int:
+    def warm(self, request: Any, cancel: threading.Event, *, file_level: bool = False) -> int:
         """Extend the document's caches toward a request there (idle warm-up); stops when
-        `cancel` is set. Returns the target tokens computed."""
+        `cancel` is set. Returns the target tokens computed. `file_level`: the cursor is not
+        known, only the part of the prompt no cursor changes is computed."""
         if self.completer is None or cancel.is_set():
             return 0
-        return self.completer.warm(request, cancel)
+        return self.completer.warm(request, cancel, file_level=file_level)
 
     def complete(self, request: Any, cancel: threading.Event, strategy: str | None = None) -> Any:
         """Run one completion (typed-ahead answers never get here: the service answers them

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from quickdraft.lsp.handlers import completion, configuration, inline_completion, lifecycle, sync
+from quickdraft.lsp.handlers import (
+    completion,
+    configuration,
+    focus,
+    inline_completion,
+    lifecycle,
+    sync,
+)
 
 if TYPE_CHECKING:
     from quickdraft.lsp.server import QuickdraftServer
 
 
 def register_all(server: QuickdraftServer) -> None:
-    for module in (lifecycle, sync, configuration, inline_completion, completion):
+    for module in (lifecycle, sync, focus, configuration, inline_completion, completion):
         module.register(server)
