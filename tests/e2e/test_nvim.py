@@ -12,6 +12,9 @@ made both there (each check) and here.
   typing through, dismissing, settings sent to the server, stats and :QuickdraftStatus exactly,
   the statusline through every server state (`$/quickdraft/status`, work-done progress), and a
   request cancelled at the server (`$/cancelRequest`) when a keystroke supersedes it.
+- `test_focus_notifications`: `textDocument/didFocus` against the scripted server (negotiating
+  UTF-16): on each change of focus at once, debounced after moves without typing, never while
+  typing, for large documents or for buffers not attached.
 - `test_ghost_debounce_and_supersession`: the ghost text against a stand-in client: the quiet
   time before a request, one request per burst of keys, cancellation of superseded requests,
   late answers dropped, control characters removed.
@@ -166,6 +169,7 @@ def test_help_file_tags(tmp_path: Path):
         "quickdraft-runtime",
         "quickdraft-dtype",
         "quickdraft-statusline",
+        "quickdraft-focus",
     ):
         assert tag + "\t" in tags, tags
 
@@ -213,6 +217,46 @@ def test_plugin_behaviour_with_scripted_server(tmp_path: Path, use_range: bool):
     log_lines = (tmp_path / "state" / "nvim" / "lsp.log").read_text(errors="replace").splitlines()
     neovims = [line for line in log_lines if '"rpc"' in line and '"stderr"' in line]
     assert not neovims, neovims
+
+
+def test_focus_notifications(tmp_path: Path):
+    files = {
+        "A": ("a.py", SOURCE),
+        "B": ("b.py", 'x = 1\ns = "héllo 😀 wörld"\n'),
+        "BIG": ("big.py", "x = 1\n" * 1000),  # 6000 bytes, over the scenario's 4096
+        "NOTES": ("notes.txt", "not code\nat all\n"),
+    }
+    env = {
+        "QD_CMD": json.dumps([sys.executable, str(PLUGIN / "tests" / "fake_server.py")]),
+        "QD_FAKE_LOG": str(tmp_path / "fake.log"),
+        "QD_FAKE_POSITION_ENCODING": "utf-16",
+    }
+    for key, (name, text) in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+        env[f"QD_FILE_{key}"] = str(tmp_path / name)
+    result = run_scenario("e2e_focus.lua", tmp_path, env, timeout=120)
+    assert {
+        "the buffer that has focus when the server attaches is announced",
+        "going back and forth between windows announces each",
+        "a burst of moves sends one didFocus, for where it ended, in UTF-16",
+        "typing sends nothing",
+        "a move followed by typing within the quiet time: nothing",
+        "a move followed by an edit within the quiet time: nothing",
+        "a buffer over context.max_document_bytes: nothing, neither on focus nor on moves",
+        "a buffer not attached: nothing",
+    } <= passed(result)
+    # every notification of the scenario: (document, line, character in UTF-16 code units)
+    assert result["data"]["sent"] == [
+        ["a", 0, 0],
+        ["b", 0, 0],
+        ["a", 0, 0],
+        ["b", 0, 0],
+        ["b", 1, 19],
+        ["b", 2, 1],
+        ["b", 2, 0],
+        ["a", 0, 0],
+        ["b", 2, 0],
+    ], result["data"]
 
 
 def test_ghost_debounce_and_supersession(tmp_path: Path):

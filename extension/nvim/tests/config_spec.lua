@@ -90,6 +90,28 @@ test('debounce_ms: whole milliseconds from 0 to MAX_DEBOUNCE_MS', function()
   end
 end)
 
+test('focus_debounce_ms: whole milliseconds from 0 to MAX_FOCUS_DEBOUNCE_MS', function()
+  eq(300, config.normalize({}).focus_debounce_ms)
+  eq(0, config.normalize({ focus_debounce_ms = 0 }).focus_debounce_ms)
+  eq(config.MAX_FOCUS_DEBOUNCE_MS,
+    config.normalize({ focus_debounce_ms = config.MAX_FOCUS_DEBOUNCE_MS }).focus_debounce_ms)
+  for _, bad in ipairs({ -1, 12.5, config.MAX_FOCUS_DEBOUNCE_MS + 1, 'slow', false }) do
+    local ok, err = pcall(config.normalize, { focus_debounce_ms = bad })
+    eq(false, ok)
+    assert(tostring(err):find('focus_debounce_ms: expected a whole number of milliseconds', 1, true), err)
+  end
+end)
+
+test('max_document_bytes: context.max_document_bytes, else the server default', function()
+  eq(config.SERVER_MAX_DOCUMENT_BYTES, config.max_document_bytes(config.normalize({})))
+  eq(4096, config.max_document_bytes(config.normalize({ context = { maxDocumentBytes = 4096 } })))
+  eq(512, config.max_document_bytes(config.normalize({ context = { max_document_bytes = 512 } })))
+  eq(config.SERVER_MAX_DOCUMENT_BYTES,
+    config.max_document_bytes(config.normalize({ context = { maxDocumentBytes = 'lots' } })))
+  eq(config.SERVER_MAX_DOCUMENT_BYTES,
+    config.max_document_bytes(config.normalize({ context = { maxDocumentBytes = 0 } })))
+end)
+
 test('model.runtime goes into the tree and onto the command line as --runtime', function()
   local opts = config.normalize({ model = { preset = 'qwen2.5-coder-1.5b', runtime = 'llamacpp', dtype = 'auto' } })
   eq({ preset = 'qwen2.5-coder-1.5b', runtime = 'llamacpp', dtype = 'auto' }, config.tree(opts).model)

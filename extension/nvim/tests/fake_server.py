@@ -3,7 +3,7 @@
 It answers `textDocument/inlineCompletion` with a fixed suggestion, so that accepting a word, a
 line or everything can be checked exactly (the tiny random models of the real server produce
 arbitrary text). Everything the client sends that matters to the plugins (initializationOptions,
-didChangeConfiguration, each inline completion request) is appended as a JSON line to
+didChangeConfiguration, each inline completion request, each textDocument/didFocus) is appended as a JSON line to
 $QD_FAKE_LOG.
 
 Environment:
@@ -16,6 +16,8 @@ Environment:
                       request cancelled meanwhile ($/cancelRequest) is logged as "cancelled"
   QD_FAKE_LOADING_MS  after `initialized`, report loading (work-done progress and
                       `$/quickdraft/status` "loading") for this many ms, then "ready"
+  QD_FAKE_POSITION_ENCODING  negotiate this position encoding ("utf-16", "utf-32") instead of
+                      the first the client offers (Neovim offers utf-8 first)
   QD_FAKE_STDERR      "1": write STDERR_LINES to stderr at the start (log records at their
                       levels, lines without a level, a traceback), as the real server's stderr
 
@@ -37,6 +39,7 @@ import sys
 from typing import Any
 
 from lsprotocol import types
+from pygls.capabilities import ServerCapabilitiesBuilder
 from pygls.lsp.server import LanguageServer
 
 SUGGESTION = (
@@ -49,6 +52,13 @@ LOG = os.environ.get("QD_FAKE_LOG")
 SLOW_MS = int(os.environ.get("QD_FAKE_SLOW_MS") or 0)
 LOADING_MS = int(os.environ.get("QD_FAKE_LOADING_MS") or 0)
 STATUS = "$/quickdraft/status"
+POSITION_ENCODING = os.environ.get("QD_FAKE_POSITION_ENCODING")
+DID_FOCUS = "textDocument/didFocus"
+
+if POSITION_ENCODING:
+    ServerCapabilitiesBuilder.choose_position_encoding = classmethod(
+        lambda cls, capabilities: POSITION_ENCODING
+    )
 
 server = LanguageServer("quickdraft-fake", "0.0.1")
 
@@ -132,6 +142,36 @@ def did_change_configuration(
     ls: LanguageServer, params: types.DidChangeConfigurationParams
 ) -> None:
     log("didChangeConfiguration", params.settings)
+
+
+def as_plain(value: Any) -> Any:
+    """The params of a method pygls does not know (namedtuples) as plain JSON values."""
+    if hasattr(value, "_asdict"):
+        return {key: as_plain(item) for key, item in value._asdict().items()}
+    if isinstance(value, list | tuple):
+        return [as_plain(item) for item in value]
+    return value
+
+
+@server.feature(DID_FOCUS)
+def did_focus(ls: LanguageServer, params: Any) -> None:
+    """Logs the params as sent, with the text of the line before `position` as this server reads
+    it in the negotiated encoding (the text before the cursor, when the client encodes as agreed).
+    """
+    plain = as_plain(params)
+    encoding = ls.workspace.position_encoding
+    entry: dict[str, Any] = {
+        "params": plain,
+        "encoding": getattr(encoding, "value", encoding),
+    }
+    position = plain.get("position")
+    if position is not None:
+        document = ls.workspace.get_text_document(plain["textDocument"]["uri"])
+        line = position["line"]
+        start = document.offset_at_position(types.Position(line, 0))
+        end = document.offset_at_position(types.Position(line, position["character"]))
+        entry["prefix"] = document.source[start:end]
+    log("didFocus", entry)
 
 
 @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())

@@ -27,6 +27,10 @@ M.defaults = {
   -- Quiet time (ms) after the last keystroke before the plugin's ghost text asks the server
   -- (0.11 path); a keystroke within it cancels the request in flight and starts the wait again.
   debounce_ms = 75,
+  -- Quiet time (ms) after the cursor last moved without typing before the server is told where
+  -- it is (textDocument/didFocus, so it can warm that document's caches before the next
+  -- keystroke); a buffer gaining focus tells it at once.
+  focus_debounce_ms = 300,
   -- vim.lsp.completion for textDocument/completion (the menu). `omnifunc`: make <C-x><C-o> ask
   -- the language servers (vim.lsp.omnifunc) even where a filetype plugin set another omnifunc.
   completion = { enable = true, autotrigger = false, omnifunc = true },
@@ -43,6 +47,12 @@ M.defaults = {
 
 --- The longest `debounce_ms` accepted (more would feel like no completion at all).
 M.MAX_DEBOUNCE_MS = 2000
+
+--- The longest `focus_debounce_ms` accepted.
+M.MAX_FOCUS_DEBOUNCE_MS = 10000
+
+--- The server's default context.max_document_bytes: larger documents are not completed.
+M.SERVER_MAX_DOCUMENT_BYTES = 2000000
 
 --- `maxNewTokens` -> `max_new_tokens` (the rule of config.py's `_snake`).
 ---@param key string
@@ -90,6 +100,9 @@ function M.normalize(opts)
   vim.validate('debounce_ms', merged.debounce_ms, function(value)
     return type(value) == 'number' and value >= 0 and value <= M.MAX_DEBOUNCE_MS and value % 1 == 0
   end, ('a whole number of milliseconds from 0 to %d'):format(M.MAX_DEBOUNCE_MS))
+  vim.validate('focus_debounce_ms', merged.focus_debounce_ms, function(value)
+    return type(value) == 'number' and value >= 0 and value <= M.MAX_FOCUS_DEBOUNCE_MS and value % 1 == 0
+  end, ('a whole number of milliseconds from 0 to %d'):format(M.MAX_FOCUS_DEBOUNCE_MS))
   vim.validate('keymaps', merged.keymaps, 'table')
   if not vim.tbl_contains({ 'auto', 'native', 'plugin', false }, merged.inline) then
     error(("quickdraft: inline must be 'auto', 'native', 'plugin' or false, got %s"):format(
@@ -148,6 +161,15 @@ function M.cmd(opts)
     table.insert(cmd, tostring(arg))
   end
   return cmd
+end
+
+--- The size (UTF-8 bytes) above which the server does not complete a document: the options'
+--- context.max_document_bytes, else the server's default.
+---@param opts table normalized options
+---@return integer
+function M.max_document_bytes(opts)
+  local value = tonumber((M.tree(opts).context or {}).max_document_bytes)
+  return (value and value >= 1) and value or M.SERVER_MAX_DOCUMENT_BYTES
 end
 
 --- Whether a language is switched off in the options (the server also knows it).

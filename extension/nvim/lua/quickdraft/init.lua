@@ -7,6 +7,7 @@
 -- See :help quickdraft.
 
 local config = require('quickdraft.config')
+local focus = require('quickdraft.focus')
 local serverlog = require('quickdraft.serverlog')
 local stats = require('quickdraft.stats')
 local status = require('quickdraft.status')
@@ -285,13 +286,31 @@ local function on_attach(args)
   elseif mode == 'plugin' then
     require('quickdraft.ghost').attach(bufnr, opts)
   end
+  focus.attach(client, bufnr)
 end
 
 local function on_detach(args)
   local client = vim.lsp.get_client_by_id(args.data.client_id)
-  if client and client.name == M.name and M.inline_mode() == 'plugin' then
+  if not client or client.name ~= M.name then
+    return
+  end
+  if M.inline_mode() == 'plugin' then
     require('quickdraft.ghost').detach(args.buf)
   end
+  local others = vim.tbl_filter(function(other)
+    return other.id ~= client.id
+  end, vim.lsp.get_clients({ bufnr = args.buf, name = M.name }))
+  if #others == 0 then
+    focus.detach(args.buf)
+  end
+end
+
+local function configure_focus(opts)
+  focus.configure({
+    debounce_ms = opts.focus_debounce_ms,
+    max_document_bytes = config.max_document_bytes(opts),
+    client_name = M.name,
+  })
 end
 
 local function set_keymaps(keymaps)
@@ -405,6 +424,7 @@ function M.update(opts)
   assert(M.options, 'quickdraft: call setup() first')
   local before_cmd = config.cmd(M.options)
   M.options = config.normalize(vim.tbl_deep_extend('force', M.options, opts or {}))
+  configure_focus(M.options)
   vim.lsp.config(M.name, lsp_config(M.options))
   if not vim.deep_equal(before_cmd, config.cmd(M.options)) then
     M.restart()
@@ -424,6 +444,7 @@ function M.setup(opts)
     return
   end
   M.options = config.normalize(opts)
+  configure_focus(M.options)
 
   augroup = api.nvim_create_augroup('quickdraft', { clear = true })
   require('quickdraft.highlight').setup(augroup)
