@@ -323,6 +323,10 @@ def test_summary_compares_visits_with_the_cold_file_and_splits_reuse():
     assert summary["reuse"]["visit"]["reused_tokens"] == 800
     assert summary["reuse"]["visit"]["reused_shared_tokens"] is None  # not sent: no figure
     assert summary["reuse"]["cold"]["prefill_tokens"] == 600
+    assert summary["sources"]["revisit"] == []  # these stats name no source
+    requests[3]["source"] = "typed-ahead"
+    summary = workspace_report.summarize_variant({"requests": requests})
+    assert summary["sources"]["revisit"] == ["typed-ahead"]
     empty = workspace_report.summarize_variant({"requests": []})
     assert empty["visit_to_cold"] is None and empty["move_prefill_share"] is None
     results = {

@@ -94,6 +94,10 @@ def summarize_variant(variant: dict[str, Any]) -> dict[str, Any]:
         "move_prefill_share": _prefill_share(answered["move"]),
         "cold_prefill_share": _prefill_share(answered["cold"]),
         "reuse": {kind: reuse_split(answered[kind]) for kind in ASK_KINDS},
+        "sources": {
+            kind: sorted({str(r["source"]) for r in answered[kind] if r.get("source")})
+            for kind in ASK_KINDS
+        },
         "error": variant.get("error"),
     }
 
@@ -161,6 +165,7 @@ def render_markdown(results: dict[str, Any], plots: list[str] | None = None) -> 
             "visit p50 / cold",
             "visit prefill share",
             "revisit p50",
+            "revisit from",
             "move p50",
             "move prefill share",
             "cold prefill share",
@@ -177,6 +182,7 @@ def render_markdown(results: dict[str, Any], plots: list[str] | None = None) -> 
                 _x(s["visit_to_cold"]),
                 _pct(s["visit_prefill_share"]),
                 _ms(s["revisit_p50_ms"]),
+                ", ".join(s["sources"]["revisit"]) or "–",
                 _ms(s["move_p50_ms"]),
                 _pct(s["move_prefill_share"]),
                 _pct(s["cold_prefill_share"]),
@@ -190,7 +196,9 @@ def render_markdown(results: dict[str, Any], plots: list[str] | None = None) -> 
         "Latencies (ms) are from the request to its answer. Prefill share: the prompt tokens the "
         "server computed for the request (`prefillTokens` / `promptTokens` of its "
         "`$/quickdraft/stats`). Cold prompt: the cold request's prompt tokens (the visits' are "
-        "below), as a cold request costs by its prompt's length.",
+        "below), as a cold request costs by its prompt's length. Revisit from: `model`, or the cache "
+        "that answered it (`typed-ahead` when the character typed is the start of the "
+        "suggestion shown before).",
         "",
         "## First suggestion per file",
         "",
