@@ -187,6 +187,7 @@ def test_workspace_scenario_visits_each_file_comes_back_moves_and_asks_a_cold_on
     assert requests[-1]["file"] == workspace["cold"]
     assert all(r["response"] == "result" and r["stats"] for r in requests)
     assert all(r["prompt_tokens"] > 0 and r["prefill_tokens"] is not None for r in requests)
+    assert "prefill_ms" in requests[0]["stages_ms"]  # where the server spent the time
     summary = results["summary"][name]
     assert summary["files"] == 3 and summary["answered"] == 6 and summary["unanswered"] == 0
     for key in ("visit_p50_ms", "cold_ms", "visit_to_cold", "revisit_p50_ms", "move_p50_ms"):

@@ -580,6 +580,7 @@ class TypingBench:
                     source=stats.get("source")
                     or ("typed-ahead" if stats.get("cached") else "model"),
                     server_ms=stats.get("latencyMs"),
+                    stages_ms=stats.get("stagesMs") or {},
                 )
                 rec.update(reuse_split(stats))
             record["requests"].append(rec)
