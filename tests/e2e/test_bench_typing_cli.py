@@ -128,3 +128,80 @@ def test_a_server_that_cannot_serve_stops_its_variant_with_a_clear_error(repo, t
     assert "could not load models" in variant["error"] and "no-such-model" in variant["error"]
     assert "Stopped variants" in (out / "report.md").read_text()
     assert "could not load models" in capsys.readouterr().err
+
+
+@pytest.fixture
+def workspace_repo(repo: Path) -> Path:
+    """Four Python files, one long enough to move 20-40 lines within."""
+    lines = ['"""Shapes."""', "", "from .constants import PI", ""]
+    for n in range(14):
+        lines += [
+            f"def shape_{n}(size):",
+            f"    scaled = size * {n + 1}",
+            "    return PI * scaled",
+            "",
+        ]
+    (repo / "geo" / "shapes.py").write_text("\n".join(lines) + "\n")
+    (repo / "geo" / "units.py").write_text(
+        "def metres(feet):\n    ratio = 0.3048\n    return feet * ratio\n"
+    )
+    return repo
+
+
+def test_workspace_scenario_visits_each_file_comes_back_moves_and_asks_a_cold_one(
+    tiny_models, workspace_repo, tmp_path, capsys
+):
+    out = tmp_path / "out"
+    args = typing_args(
+        tiny_models,
+        workspace_repo,
+        out,
+        "--typing-scenario",
+        "workspace",
+        "--typing-files",
+        "3",
+        "--typing-open-pause-s",
+        "0.5",
+        "--typing-think-s",
+        "0",
+        "--typing-layouts",
+        "append",
+        "--strategies",
+        "hybrid",
+        "--typing-work-ahead",
+        "on",
+    )
+    assert main(args) == 0
+    results = json.loads((out / "results.json").read_text())
+    workspace = results["env"]["workspace"]
+    assert results["env"]["scenario"] == "workspace"
+    assert len(workspace["files"]) == 3 and workspace["cold"] not in workspace["files"]
+    assert workspace["move"] is not None and workspace["notes"] == []
+    (name,) = results["variants"]
+    variant = results["variants"][name]
+    assert variant["error"] is None and variant["server"]["exit_status"] == 0
+    requests = variant["requests"]
+    # didFocus (which this server may not know) is no reason to stop: every request answered.
+    assert [r["kind"] for r in requests] == ["visit"] * 3 + ["revisit", "move", "cold"]
+    assert [r["file"] for r in requests[:3]] == workspace["files"]
+    assert requests[-1]["file"] == workspace["cold"]
+    assert all(r["response"] == "result" and r["stats"] for r in requests)
+    assert all(r["prompt_tokens"] > 0 and r["prefill_tokens"] is not None for r in requests)
+    assert "prefill_ms" in requests[0]["stages_ms"]  # where the server spent the time
+    summary = results["summary"][name]
+    assert summary["files"] == 3 and summary["answered"] == 6 and summary["unanswered"] == 0
+    for key in ("visit_p50_ms", "cold_ms", "visit_to_cold", "revisit_p50_ms", "move_p50_ms"):
+        assert summary[key] is not None, key
+    move = requests[4]
+    assert summary["move_prefill_share"] == round(move["prefill_tokens"] / move["prompt_tokens"], 3)
+    assert summary["reuse"]["visit"]["requests"] == 3
+    assert summary["reuse"]["visit"]["prompt_tokens"] == sum(
+        r["prompt_tokens"] for r in requests[:3]
+    )
+
+    report = (out / "report.md").read_text()
+    assert "## First suggestion per file" in report and "## Reused tokens" in report
+    assert all(f"`{file}`" in report for file in workspace["files"])
+    printed = capsys.readouterr()
+    assert name in printed.out and "/ cold" in printed.out
+    assert "6/6 cold" in printed.err

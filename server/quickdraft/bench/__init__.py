@@ -18,5 +18,7 @@ timed on them through `Completer` (prompts built exactly as `quickdraft serve` b
 - `typing_server`: one server process per variant, initialized as VS Code does;
 - `typing_replay`: the replay of every hole on every variant, and its records;
 - `typing_report`: its summary, report.md and plot;
-- `typing_cli`: its arguments and the run.
+- `typing_cli`: its arguments and the run;
+- `workspace`, `workspace_replay`, `workspace_report`: `--typing-scenario workspace`, files
+  opened together and visited (didFocus), planned, sent and reported.
 """

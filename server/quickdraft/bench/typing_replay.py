@@ -27,6 +27,9 @@ the server sent for it (matched by `requestId`), and whether its suggestion agre
 hidden text. results.json is rewritten after every hole, so a crash or an interrupt keeps what
 was measured; report.md and the plot come from typing_report.py. The keystrokes are planned in
 typing_plan.py; the command line is typing_cli.py.
+
+Another `Scenario` can run on the same servers instead of the holes, with its own report:
+`--typing-scenario workspace` (workspace_replay.py) opens files together and visits them.
 """
 
 from __future__ import annotations
@@ -37,12 +40,12 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from quickdraft.bench import typing_report
 from quickdraft.bench.editor import EditorDocument, first_item, inline_params, item_text
 from quickdraft.bench.holes import Hole
-from quickdraft.bench.lsp_client import Request
+from quickdraft.bench.lsp_client import Request, StdioLspClient
 from quickdraft.bench.provenance import provenance
 from quickdraft.bench.typing_plan import (
     Keystroke,
@@ -61,6 +64,30 @@ PREFIX = "quickdraft bench --typing"
 SETTLE_S = 30.0
 """How long the answers still owed at the end of a hole are waited for before they count as
 unanswered."""
+REUSE_SPLIT = ("reused_shared_tokens", "reused_warm_tokens", "reused_own_tokens")
+"""Where the reused prompt tokens came from, when the server's stats say (snake_case, or
+camelCase, at the top or under `engine`)."""
+
+
+class TypingReport(Protocol):
+    """What turns the recorded requests into numbers: typing_report.py, workspace_report.py."""
+
+    def summarize_variant(self, variant: dict[str, Any]) -> dict[str, Any]: ...
+
+    def render_markdown(self, results: dict[str, Any], plots: list[str] | None = None) -> str: ...
+
+    def write_plot(self, directory: Path, results: dict[str, Any]) -> list[str]: ...
+
+
+class Scenario(Protocol):
+    """Another conversation than the hole replay, run once per variant on its server."""
+
+    name: str
+    report: TypingReport
+
+    def environment(self) -> dict[str, Any]: ...
+
+    async def run(self, bench: TypingBench, record: dict[str, Any]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -124,9 +151,15 @@ class _Live:
 
 
 class TypingBench:
-    def __init__(self, holes: list[Hole], options: TypingOptions) -> None:
+    """The typing bench: every variant's server, and on it the hole replay or `scenario`."""
+
+    def __init__(
+        self, holes: list[Hole], options: TypingOptions, scenario: Scenario | None = None
+    ) -> None:
         self.holes = holes
         self.options = options
+        self.scenario = scenario
+        self.report: TypingReport = scenario.report if scenario else typing_report
         self.out = options.out
         self.env = self._environment()
         self.variants: dict[str, dict[str, Any]] = {}
@@ -142,8 +175,11 @@ class TypingBench:
 
     def _environment(self) -> dict[str, Any]:
         options = self.options
+        scenario = self.scenario
         return {
             **provenance(),
+            "scenario": scenario.name if scenario else "holes",
+            **({"workspace": scenario.environment()} if scenario else {}),
             "repo": str(options.repo),
             "holes": [hole.to_dict() for hole in self.holes],
             "server_command": options.server_command,
@@ -160,7 +196,7 @@ class TypingBench:
             "env": self.env,
             "variants": self.variants,
             "summary": {
-                name: typing_report.summarize_variant(variant)
+                name: self.report.summarize_variant(variant)
                 for name, variant in self.variants.items()
             },
         }
@@ -173,9 +209,9 @@ class TypingBench:
         results = self.results()
         write_json_atomic(self.out / "results.json", results)
         if final:
-            plots = typing_report.write_plot(self.out, results)
+            plots = self.report.write_plot(self.out, results)
             (self.out / "report.md").write_text(
-                typing_report.render_markdown(results, plots), encoding="utf-8"
+                self.report.render_markdown(results, plots), encoding="utf-8"
             )
         return results
 
@@ -228,13 +264,16 @@ class TypingBench:
                 f"{record['server']['runtime']}, dtype {record['server']['dtype']}, "
                 f"device {record['server']['device']}"
             )
-            for index, hole in enumerate(self.holes):
-                await self._run_hole(record, index, hole)
-                self.write(final=False)
+            if self.scenario is not None:
+                await self.scenario.run(self, record)
+            else:
+                for index, hole in enumerate(self.holes):
+                    await self._run_hole(record, index, hole)
+                    self.write(final=False)
         except LanguageServerError as exc:
             record["error"] = str(exc)
             self.say(f"  variant {variant.name} stopped: {exc}")
-            self._finish_requests(record)
+            self.finish_requests(record)
         finally:
             record["server"].setdefault("log", str(log_path))
             record["server"]["errors"] = list(server.errors)  # what the user was shown
@@ -312,8 +351,8 @@ class TypingBench:
             if not client.exited:
                 for opened in [*others, doc]:
                     client.notify("textDocument/didClose", {"textDocument": {"uri": opened.uri}})
-        await self._settle()
-        self._finish_requests(record)
+        await self.settle()
+        self.finish_requests(record)
         self.say("    " + typing_report.hole_line(record["requests"], index))
 
     async def _type(
@@ -397,7 +436,9 @@ class TypingBench:
         *,
         remaining: str | None = None,
         typed: str | None = None,
+        fields: dict[str, Any] | None = None,
     ) -> _Live:
+        """Send the request; `fields` go into its record (over the hole's)."""
         client = self.server.client  # type: ignore[union-attr]
         request = client.request("textDocument/inlineCompletion", inline_params(doc, offset))
         position = doc.position(offset)
@@ -411,6 +452,7 @@ class TypingBench:
             "version": doc.document.version,
             "typed": typed,
             "sent_s": round(request.sent - self._clock, 4),
+            **(fields or {}),
         }
         live = _Live(record, request, doc, offset, remaining)
         self._live.append(live)
@@ -431,11 +473,30 @@ class TypingBench:
         self._take(live)
 
     async def _ask_and_wait(
-        self, doc: EditorDocument, offset: int, kind: str, *, remaining: str | None = None
+        self,
+        doc: EditorDocument,
+        offset: int,
+        kind: str,
+        *,
+        remaining: str | None = None,
+        fields: dict[str, Any] | None = None,
     ) -> _Live:
-        live = self._ask(doc, offset, kind, remaining=remaining)
+        live = self._ask(doc, offset, kind, remaining=remaining, fields=fields)
         await self._wait(live, kind)
         return live
+
+    async def ask_and_wait(
+        self,
+        doc: EditorDocument,
+        offset: int,
+        kind: str,
+        *,
+        remaining: str | None = None,
+        fields: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """One request at `offset`, awaited; its record (stats come in finish_requests)."""
+        live = await self._ask_and_wait(doc, offset, kind, remaining=remaining, fields=fields)
+        return live.record
 
     def _take(self, live: _Live) -> None:
         """Read an answer that came while the document still was as the request saw it."""
@@ -473,14 +534,19 @@ class TypingBench:
             text = text[: -len(after)]
         return text
 
-    async def _settle(self) -> None:
+    @property
+    def client(self) -> StdioLspClient:
+        """The current variant's server connection."""
+        return self.server.client  # type: ignore[union-attr]
+
+    async def settle(self) -> None:
         """Wait (a while) for the answers still owed: every request must be answered, the
         cancelled ones too."""
         owed = [live.request.future for live in self._live if not live.request.future.done()]
         if owed:
             await asyncio.wait(owed, timeout=SETTLE_S)
 
-    def _finish_requests(self, record: dict[str, Any]) -> None:
+    def finish_requests(self, record: dict[str, Any]) -> None:
         """Fill in the hole's request records (answer, stats) and move them to the variant."""
         server = self.server
         for live in self._live:
@@ -514,6 +580,23 @@ class TypingBench:
                     source=stats.get("source")
                     or ("typed-ahead" if stats.get("cached") else "model"),
                     server_ms=stats.get("latencyMs"),
+                    stages_ms=stats.get("stagesMs") or {},
                 )
+                rec.update(reuse_split(stats))
             record["requests"].append(rec)
         self._live = []
+
+
+def reuse_split(stats: dict[str, Any]) -> dict[str, int]:
+    """The reused-token split the server's stats carry (`reused_shared_tokens`, ...), as far as
+    they carry it: a field it does not send is left out."""
+    engine = stats.get("engine") if isinstance(stats.get("engine"), dict) else {}
+    split: dict[str, int] = {}
+    for key in REUSE_SPLIT:
+        head, *rest = key.split("_")
+        camel = head + "".join(part.title() for part in rest)
+        for value in (stats.get(camel), stats.get(key), engine.get(key)):
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                split[key] = int(value)
+                break
+    return split
