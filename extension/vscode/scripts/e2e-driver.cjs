@@ -129,6 +129,8 @@ function watchStatus(page) {
 }
 
 // The item shows the server has started, not yet ready (spinner), or ready (zap).
+// The item after an answer: its latency, or that it came from the cache.
+const LATENCY = /\d+(\.\d+)? (ms|s)\b|\bcached\b/;
 const isUp = (item) => item !== null && item.icon !== "circle-slash";
 const isReady = (item) => item !== null && item.icon === "zap";
 // The language client runs (initialized: its inline completion provider is registered), whatever
@@ -139,23 +141,28 @@ const clientRunning = (item) => isUp(item) && !(item.icon === "loading" && item.
  * Types `chunks` (keys KEY_DELAY_MS apart) until ghost text shows or the timeout passes. The first
  * chunk goes as soon as the client runs; the next one after `idleMs` without ghost text (a random
  * model may have nothing to say; a server still loading may answer with nothing) and, with
- * `onlyWhenReady`, only once the item says ready. With every chunk typed, a space typed and
+ * `onlyWhenReady`, only once the item says ready; with `untilAnswered`, only once the server has
+ * answered what was typed last (the item shows a new latency: typing again would cancel a slow
+ * request still being computed, and a user pauses for it) or 10 x `idleMs` passed. With every chunk typed, a space typed and
  * deleted asks again. Records in `midBurst` where the cursor's line stood between two keys of
  * one chunk: keys closer together than quickdraft.debounceMs send no request for those.
  */
-async function typeUntilGhost(page, chunks, { before, midBurst, idleMs, onlyWhenReady }) {
+async function typeUntilGhost(page, chunks, { before, midBurst, idleMs, onlyWhenReady, untilAnswered = false }) {
   let shown = null;
   let typed = "";
   let next = 0;
   let lastTypedAt = 0;
   let readySince = null;
   let firstKeyAt = null;
+  let textWhenTyped = null;
   const deadline = Date.now() + timeoutMs;
   const line = (extra) => (before + typed + extra).split("\n").pop();
   while (Date.now() < deadline) {
     const item = await statusItem(page).catch(() => null);
     readySince = isReady(item) ? (readySince ?? Date.now()) : null;
-    const idle = Date.now() - Math.max(lastTypedAt, onlyWhenReady ? (readySince ?? Infinity) : 0) > idleMs;
+    const quietFor = Date.now() - Math.max(lastTypedAt, onlyWhenReady ? (readySince ?? Infinity) : 0);
+    const answered = item !== null && item.text !== textWhenTyped && LATENCY.test(item.text);
+    const idle = quietFor > idleMs && (!untilAnswered || answered || quietFor > 10 * idleMs);
     if (next === 0 ? clientRunning(item) : idle && (!onlyWhenReady || readySince !== null)) {
       firstKeyAt ??= Date.now();
       if (next < chunks.length) {
@@ -169,6 +176,7 @@ async function typeUntilGhost(page, chunks, { before, midBurst, idleMs, onlyWhen
         await page.keyboard.press("Backspace");
       }
       lastTypedAt = Date.now();
+      textWhenTyped = (await statusItem(page).catch(() => null))?.text ?? null;
     }
     shown = await ghostText(page).catch(() => null);
     if (shown) {
@@ -256,6 +264,7 @@ async function typeInBigFile(page, file) {
     midBurst: results.data.midBurst,
     idleMs: mode === "preset" ? 15000 : 5000,
     onlyWhenReady: false,
+    untilAnswered: mode === "preset",
   });
   const shownAt = Date.now();
   await page.screenshot({ path: path.join(artifacts, "big-file-ghost-text.png") });
@@ -447,6 +456,7 @@ async function main() {
       midBurst: results.data.midBurst,
       idleMs: mode === "preset" ? 15000 : 5000,
       onlyWhenReady: mode === "preset",
+      untilAnswered: mode === "preset",
     });
     const shownAt = Date.now();
     await page.screenshot({ path: path.join(artifacts, "ghost-text.png") });
