@@ -3,7 +3,11 @@
 // on disk and the status bar. Exit status 0 only when every check passed.
 //
 // node e2e-driver.cjs --url URL --chromium PATH --artifacts DIR --file PATH [--settings PATH]
-//                     [--timeout S] [--server real|fake|preset] [--t0 EPOCH_MS]
+//                     [--big-file PATH] [--timeout S] [--server real|fake|preset] [--t0 EPOCH_MS]
+//
+// --big-file: a real module of real length in the same workspace (several hundred lines): after
+// main.py, open it, type in the middle of it (after BIG_FILE_AFTER), accept and check it the same
+// way, and print the time to the first ghost text in both files.
 //
 // --server preset (a real model): after the first ghost text, print the time to it and stop
 // after accepting it (no settings change, no restart: those would reload the models).
@@ -125,6 +129,8 @@ function watchStatus(page) {
 }
 
 // The item shows the server has started, not yet ready (spinner), or ready (zap).
+// The item after an answer: its latency, or that it came from the cache.
+const LATENCY = /\d+(\.\d+)? (ms|s)\b|\bcached\b/;
 const isUp = (item) => item !== null && item.icon !== "circle-slash";
 const isReady = (item) => item !== null && item.icon === "zap";
 // The language client runs (initialized: its inline completion provider is registered), whatever
@@ -135,23 +141,28 @@ const clientRunning = (item) => isUp(item) && !(item.icon === "loading" && item.
  * Types `chunks` (keys KEY_DELAY_MS apart) until ghost text shows or the timeout passes. The first
  * chunk goes as soon as the client runs; the next one after `idleMs` without ghost text (a random
  * model may have nothing to say; a server still loading may answer with nothing) and, with
- * `onlyWhenReady`, only once the item says ready. With every chunk typed, a space typed and
+ * `onlyWhenReady`, only once the item says ready; with `untilAnswered`, only once the server has
+ * answered what was typed last (the item shows a new latency: typing again would cancel a slow
+ * request still being computed, and a user pauses for it) or 10 x `idleMs` passed. With every chunk typed, a space typed and
  * deleted asks again. Records in `midBurst` where the cursor's line stood between two keys of
  * one chunk: keys closer together than quickdraft.debounceMs send no request for those.
  */
-async function typeUntilGhost(page, chunks, { before, midBurst, idleMs, onlyWhenReady }) {
+async function typeUntilGhost(page, chunks, { before, midBurst, idleMs, onlyWhenReady, untilAnswered = false }) {
   let shown = null;
   let typed = "";
   let next = 0;
   let lastTypedAt = 0;
   let readySince = null;
   let firstKeyAt = null;
+  let textWhenTyped = null;
   const deadline = Date.now() + timeoutMs;
   const line = (extra) => (before + typed + extra).split("\n").pop();
   while (Date.now() < deadline) {
     const item = await statusItem(page).catch(() => null);
     readySince = isReady(item) ? (readySince ?? Date.now()) : null;
-    const idle = Date.now() - Math.max(lastTypedAt, onlyWhenReady ? (readySince ?? Infinity) : 0) > idleMs;
+    const quietFor = Date.now() - Math.max(lastTypedAt, onlyWhenReady ? (readySince ?? Infinity) : 0);
+    const answered = item !== null && item.text !== textWhenTyped && LATENCY.test(item.text);
+    const idle = quietFor > idleMs && (!untilAnswered || answered || quietFor > 10 * idleMs);
     if (next === 0 ? clientRunning(item) : idle && (!onlyWhenReady || readySince !== null)) {
       firstKeyAt ??= Date.now();
       if (next < chunks.length) {
@@ -165,6 +176,7 @@ async function typeUntilGhost(page, chunks, { before, midBurst, idleMs, onlyWhen
         await page.keyboard.press("Backspace");
       }
       lastTypedAt = Date.now();
+      textWhenTyped = (await statusItem(page).catch(() => null))?.text ?? null;
     }
     shown = await ghostText(page).catch(() => null);
     if (shown) {
@@ -190,6 +202,97 @@ async function settledGhostText(page, first) {
 
 function seconds(ms) {
   return `${(ms / 1000).toFixed(1)} s`;
+}
+
+/** Where the big file is typed into: a new line after this one (the first that is exactly it). */
+const BIG_FILE_AFTER = "            items: list[TResponseInputItem] = []";
+// Inside `_decode_rows` of openai-agents' sqlite_session.py: the loop over the rows, again.
+const BIG_FILE_CHUNKS = ["\n            for (message_data,) in ", "rows", ":\n                "];
+
+function lineCount(text) {
+  return text.split("\n").length - (text.endsWith("\n") ? 1 : 0);
+}
+
+/**
+ * Opens the big file from the explorer, types on a new line in its middle until ghost text shows,
+ * accepts it with Tab, saves and checks the file on disk: what was there with what was typed and
+ * exactly the suggestion shown inserted after BIG_FILE_AFTER. Returns the times to the ghost text.
+ */
+async function typeInBigFile(page, file) {
+  const name = path.basename(file);
+  const original = fs.readFileSync(file, "utf8");
+  const lines = original.split("\n");
+  const index = lines.indexOf(BIG_FILE_AFTER);
+  if (!check(`${name} has the line to type after`, index >= 0, BIG_FILE_AFTER)) return null;
+  const offset = lines.slice(0, index + 1).join("\n").length;
+
+  await page.keyboard.press("Escape");
+  await page.locator(".explorer-folders-view .monaco-list-row", { hasText: name }).first().click();
+  const openedAt = Date.now();
+  const opened = await waitFor(
+    () =>
+      page.evaluate(
+        (tab) =>
+          Array.from(document.querySelectorAll(".tabs-container .tab.active")).some((t) =>
+            (t.textContent || "").includes(tab),
+          ),
+        name,
+      ),
+    30000,
+  );
+  check(`${name} (${lineCount(original)} lines) opens in the editor`, opened);
+  // Go to the line (Ctrl+G) and to its end: a new line there is typed into.
+  await page.locator(".monaco-editor .view-lines").first().click();
+  await page.keyboard.press("Control+g");
+  await page.waitForSelector(".quick-input-widget input", { state: "visible", timeout: 15000 });
+  await page.keyboard.type(String(index + 1), { delay: 20 });
+  await page.keyboard.press("Enter");
+  await page.keyboard.press("End");
+  const cursorLine = await waitFor(
+    () =>
+      page.evaluate(() => {
+        const current = document.querySelector(".monaco-editor .current-line");
+        const gutter = document.querySelector(".monaco-editor .line-numbers.active-line-number");
+        return gutter ? Number((gutter.textContent || "").trim()) : current ? -1 : null;
+      }),
+    10000,
+  );
+  check(`the cursor is on line ${index + 1} of ${name}`, cursorLine === index + 1, cursorLine);
+
+  const { shown, typed, firstKeyAt, chunksTyped } = await typeUntilGhost(page, BIG_FILE_CHUNKS, {
+    before: original.slice(0, offset),
+    midBurst: results.data.midBurst,
+    idleMs: mode === "preset" ? 15000 : 5000,
+    onlyWhenReady: false,
+    untilAnswered: mode === "preset",
+  });
+  const shownAt = Date.now();
+  await page.screenshot({ path: path.join(artifacts, "big-file-ghost-text.png") });
+  results.data.bigFile = { name, lines: lineCount(original), line: index + 1, ghost: shown, typed };
+  if (!check(`ghost text appears after typing in the middle of ${name}`, shown && shown.length > 0, shown)) {
+    return null;
+  }
+  await page.keyboard.press("Tab");
+  const gone = await waitFor(async () => (await ghostText(page)) === null || (await ghostText(page)) !== shown, 10000);
+  check(`Tab accepts the suggestion in ${name}`, gone);
+  await page.keyboard.press("Control+s");
+  const saved = await waitFor(() => {
+    const text = fs.readFileSync(file, "utf8");
+    return text !== original ? text : null;
+  }, 15000);
+  const expected = original.slice(0, offset) + typed + shown + original.slice(offset);
+  check(`the saved ${name} is the file with the typed text and exactly the shown suggestion inserted`, saved === expected, {
+    saved: saved && saved.slice(Math.max(0, offset - 200), offset + typed.length + (shown || "").length + 200),
+    expected: expected.slice(Math.max(0, offset - 200), offset + typed.length + shown.length + 200),
+  });
+  return {
+    name,
+    lines: lineCount(original),
+    line: index + 1,
+    fromOpen: shownAt - openedAt,
+    fromFirstKey: shownAt - firstKeyAt,
+    chunksTyped,
+  };
 }
 
 async function runCommand(page, title) {
@@ -353,6 +456,7 @@ async function main() {
       midBurst: results.data.midBurst,
       idleMs: mode === "preset" ? 15000 : 5000,
       onlyWhenReady: mode === "preset",
+      untilAnswered: mode === "preset",
     });
     const shownAt = Date.now();
     await page.screenshot({ path: path.join(artifacts, "ghost-text.png") });
@@ -366,13 +470,13 @@ async function main() {
       fromEditorOpen: shownAt - workbenchAt,
       fromFirstKey: shownAt - firstKeyAt,
     };
-    if (mode === "preset") {
-      process.stdout.write(
-        `time to first ghost text: ${seconds(shownAt - t0)} from code-server's start ` +
-          `(${seconds(shownAt - workbenchAt)} from the editor opening, ${seconds(shownAt - firstKeyAt)} ` +
-          `from the first keystroke; ${chunksTyped} chunk(s) typed)\n`,
-      );
-    }
+    const smallLines = lineCount(fs.readFileSync(args.file, "utf8"));
+    process.stdout.write(
+      `time to first ghost text in ${path.basename(args.file)} (${smallLines} lines): ` +
+        `${seconds(shownAt - t0)} from code-server's start ` +
+        `(${seconds(shownAt - workbenchAt)} from the editor opening, ${seconds(shownAt - firstKeyAt)} ` +
+        `from the first keystroke; ${chunksTyped} chunk(s) typed)\n`,
+    );
 
     const original = fs.readFileSync(args.file, "utf8");
     await page.keyboard.press("Tab");
@@ -426,6 +530,17 @@ async function main() {
     );
     results.data.notifications = notices;
     check("no quickdraft error notification", !notices.some((n) => /quickdraft/i.test(n || "")), notices);
+    if (args["big-file"]) {
+      const big = await typeInBigFile(page, args["big-file"]);
+      if (big) {
+        results.data.timeToGhostMs.bigFile = big;
+        process.stdout.write(
+          `time to first ghost text in ${big.name} (${big.lines} lines, typing after line ${big.line}): ` +
+            `${seconds(big.fromFirstKey)} from the first keystroke there ` +
+            `(${seconds(big.fromOpen)} from opening it; ${big.chunksTyped} chunk(s) typed)\n`,
+        );
+      }
+    }
     if (mode !== "preset") {
       // (with a real model a settings change and a restart would only reload it)
       await settingsRestartAndLog(page, statusWatch);

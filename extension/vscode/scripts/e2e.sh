@@ -11,17 +11,22 @@ Usage: bash extension/vscode/scripts/e2e.sh [--fake | --preset P [--runtime R] [
 Installs the packaged .vsix into code-server (the VS Code web build from npm), opens a Python
 file in headless Chromium, types, waits for the ghost text from `quickdraft serve`, accepts it
 with Tab, saves, and checks the file on disk (exactly the suggestion shown, no control
-characters but tab and newline) and the status bar item. Prints "vscode-e2e: N passed, M failed";
+characters but tab and newline) and the status bar item. Then the same in the middle of a real
+module of real length (test/fixtures/sqlite_session.py.txt, 577 lines of openai-agents), and
+prints the time to the first ghost text in both files. Prints "vscode-e2e: N passed, M failed";
 exit status 0 when all passed.
 
 Modes:
   (default)      tiny random-init models (quickdraft.testing): also changes a setting in the
                  Settings editor (didChangeConfiguration, no restart), runs "quickdraft: Restart
-                 Server" (a completion comes again) and "quickdraft: Show Server Log".
+                 Server" (a completion comes again) and "quickdraft: Show Server Log", and checks
+                 in the server's debug log that textDocument/didFocus arrives when each file
+                 gets the focus and never while typing.
   --fake         extension/nvim/tests/fake_server.py, a scripted server: also checks what the
                  extension sends (initializationOptions, didChangeConfiguration), the debounce
                  (one request for a burst of keys), the loading -> ready states of the status
-                 item, and that a suggestion with control characters is inserted without them.
+                 item, that a suggestion with control characters is inserted without them, and
+                 textDocument/didFocus (as in the default mode, with its URI and position).
   --preset P     a real model preset (e.g. qwen2.5-coder-0.5b; fetch it first with `quickdraft
                  models fetch P`) with the server's defaults: prints the time to the first ghost
                  text (from code-server's start, from the editor opening and from the first
@@ -162,7 +167,7 @@ log "packaged $(du -h "$VSIX" | cut -f1) $VSIX"
 WORK="$(mktemp -d -t quickdraft-e2e-XXXXXX)"
 ART="${QUICKDRAFT_E2E_ARTIFACTS:-$WORK/artifacts}"
 mkdir -p "$ART" "$WORK/workspace" "$WORK/user-data/User" "$WORK/extensions" "$WORK/xdg"
-rm -f "$ART/fake-server.log" "$ART"/*quickdraft*.log
+rm -f "$ART/fake-server.log" "$ART/server.log" "$ART"/*quickdraft*.log
 CS_PID=""
 cleanup() {
   # code-server runs in its own process group (setsid): end it with its extension host, file
@@ -184,17 +189,51 @@ if [[ "$SERVER_KIND" == preset ]]; then
 else
   printf 'def add(a, b):\n    return a + b\n\n' >"$WORK/workspace/main.py"
 fi
+# A real module of real length to type into the middle of (see test/fixtures/README.md).
+BIG_FILE="$WORK/workspace/sqlite_session.py"
+cp "$EXT_DIR/test/fixtures/sqlite_session.py.txt" "$BIG_FILE"
 
 # Settings of each mode (JSON members after the editor's own).
 if [[ "$SERVER_KIND" == fake ]]; then
   SERVER_PATH="$WORK/fake-quickdraft"
+  # The scripted server with pygls' debug log in server.log (as the real one's --log-level
+  # debug: every message received, in order) and textDocument/didFocus logged with its params.
+  cat >"$WORK/fake_with_focus.py" <<'PY'
+import importlib.util
+import logging
+import os
+import sys
+
+logging.basicConfig(
+    filename=os.environ["QD_E2E_SERVER_LOG"],
+    level=logging.DEBUG,
+    format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+)
+spec = importlib.util.spec_from_file_location("fake_server", sys.argv[1])
+fake = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(fake)
+if "textDocument/didFocus" not in fake.server.protocol.fm.features:
+
+    @fake.server.feature("textDocument/didFocus")
+    def did_focus(ls, params):
+        position = getattr(params, "position", None)
+        fake.log(
+            "didFocus",
+            {
+                "uri": params.textDocument.uri,
+                "position": position and {"line": position.line, "character": position.character},
+            },
+        )
+
+fake.server.start_io()
+PY
   # Loading for 6 s after start (the status item says so), and a suggestion with control
   # characters in it (U+0011, U+0000: the extension must leave them out).
   cat >"$SERVER_PATH" <<SH
 #!/bin/sh
-export QD_FAKE_LOG="$ART/fake-server.log" QD_FAKE_LOADING_MS=6000
+export QD_FAKE_LOG="$ART/fake-server.log" QD_FAKE_LOADING_MS=6000 QD_E2E_SERVER_LOG="$ART/server.log"
 export QD_FAKE_SUGGESTION_JSON='"total = add(first,\\u0011 second)\\nprint(total)\\u0000"'
-exec "$PYTHON" "$ROOT/extension/nvim/tests/fake_server.py"
+exec "$PYTHON" "$WORK/fake_with_focus.py" "$ROOT/extension/nvim/tests/fake_server.py"
 SH
   chmod +x "$SERVER_PATH"
   MODEL_SETTINGS='"quickdraft.model.device": "cpu",
@@ -210,8 +249,9 @@ else
   log "writing tiny models"
   "$PYTHON" -c "import sys; from quickdraft.testing import save_tiny_pair; save_tiny_pair(sys.argv[1])" "$WORK/models"
   SERVER_PATH="$QUICKDRAFT"
-  MODEL_SETTINGS=$(printf '"quickdraft.model.target": "%s",\n  "quickdraft.model.draft": "%s",\n  "quickdraft.model.device": "cpu",\n  "quickdraft.model.calibrate": false,\n  "quickdraft.decoding.maxNewTokens": 24,\n  "quickdraft.languages": { "python": { "multiline": "always" } }' \
-    "$WORK/models/target" "$WORK/models/draft")
+  # The server's debug log (pygls logs every message received, in order) for the didFocus check.
+  MODEL_SETTINGS=$(printf '"quickdraft.model.target": "%s",\n  "quickdraft.model.draft": "%s",\n  "quickdraft.model.device": "cpu",\n  "quickdraft.model.calibrate": false,\n  "quickdraft.decoding.maxNewTokens": 24,\n  "quickdraft.languages": { "python": { "multiline": "always" } },\n  "quickdraft.server.args": ["--log-level", "debug", "--log-file", "%s"]' \
+    "$WORK/models/target" "$WORK/models/draft" "$ART/server.log")
 fi
 cat >"$WORK/user-data/User/settings.json" <<JSON
 {
@@ -266,7 +306,7 @@ set +e
 NODE_PATH="$DRIVER_DIR/node_modules" "$NODE24/bin/node" "$HERE/e2e-driver.cjs" \
   --url "http://127.0.0.1:$PORT/?folder=$WORK/workspace" \
   --chromium "$CHROMIUM" --artifacts "$ART" --file "$WORK/workspace/main.py" \
-  --settings "$WORK/user-data/User/settings.json" \
+  --settings "$WORK/user-data/User/settings.json" --big-file "$BIG_FILE" \
   --timeout "$TIMEOUT" --server "$SERVER_KIND" --t0 "$T0_MS"
 status=$?
 set -e
@@ -281,6 +321,48 @@ if [[ $status -eq 0 && "$SERVER_KIND" != preset ]]; then
   else
     log "ok   started twice: at activation and by Restart Server (a decoding change is no restart)"
   fi
+  # textDocument/didFocus, in the order the server received its messages (pygls' debug log).
+  "$PYTHON" - "$ART/server.log" "$ART/fake-server.log" <<'PY' || status=1
+import json, os, re, sys
+log = open(sys.argv[1]).read() if os.path.exists(sys.argv[1]) else ""
+methods = re.findall(r"(?:Notification|Request) '([^']+)' received", log)
+# the first server only: Restart Server starts a second one that writes to the same log
+starts = [i for i, m in enumerate(methods) if m == "initialize"]
+first = methods[: starts[1]] if len(starts) > 1 else methods
+at = lambda name: [i for i, m in enumerate(first) if m == name]
+asks, focus = at("textDocument/inlineCompletion"), at("textDocument/didFocus")
+# The first didFocus once typing in main.py has begun: VS Code opens other documents for a moment
+# too (didOpen + didClose), so the big file is known by its didFocus coming right after its didOpen.
+after_typing = next((f for f in focus if asks and f > asks[0]), None)
+checks = [
+    ("didFocus reaches the server when main.py has the focus (before its first completion)",
+     bool(asks) and any(f < asks[0] for f in focus)),
+    ("after typing in main.py began, the next didFocus is sqlite_session.py's as it opens (right "
+     "after its didOpen): none while typing, accepting and saving, and one on the focus change",
+     after_typing is not None and first[after_typing - 1] == "textDocument/didOpen"
+     and any(a > after_typing for a in asks)),
+]
+events = [json.loads(line) for line in open(sys.argv[2])] if os.path.exists(sys.argv[2]) else []
+focused = [e["data"] for e in events if e["event"] == "didFocus"]
+if focused:  # the scripted server logs the params
+    position_ok = all(
+        isinstance(f["position"], dict) and all(isinstance(f["position"][k], int) for k in ("line", "character"))
+        for f in focused
+    )
+    names = [e["event"] for e in events]
+    first_ask = names.index("inlineCompletion") if "inlineCompletion" in names else len(names)
+    next_focus = next((e["data"] for e in events[first_ask:] if e["event"] == "didFocus"), None)
+    checks.append(("didFocus carries the URI and the cursor: main.py first, sqlite_session.py next "
+                   "once typing began",
+                   focused[0]["uri"].endswith("/main.py") and position_ok and next_focus is not None
+                   and next_focus["uri"].endswith("/sqlite_session.py")))
+ok = True
+for name, good in checks:
+    detail = "" if good else f": {first} {focused}"
+    print(f"[e2e] {'ok  ' if good else 'FAIL'} {name}{detail}", file=sys.stderr)
+    ok = ok and good
+sys.exit(0 if ok else 1)
+PY
   if [[ "$SERVER_KIND" == fake ]]; then
     "$PYTHON" - "$ART/fake-server.log" "$WORK/models" "$ART/result.json" <<'PY' || status=1
 import json, sys

@@ -27,6 +27,7 @@ import {
   SettingsReader,
 } from "./config";
 import { debounced } from "./debounce";
+import { FocusPoint, FocusReporter } from "./focus";
 import { ServerLogClassifier } from "./serverLog";
 import { normalizeStats, StatsTotals, tooFewTokensPerForward } from "./stats";
 import { ClientState, normalizeServerStatus, ServerStatus, statusView } from "./status";
@@ -36,6 +37,9 @@ type ProvideInlineCompletionItemsSignature = Parameters<NonNullable<Middleware["
 
 const STATS_NOTIFICATION = "$/quickdraft/stats";
 const STATUS_NOTIFICATION = "$/quickdraft/status";
+/** `{textDocument: {uri}, position}`: the focused document and its cursor (see focus.ts) */
+const DID_FOCUS_NOTIFICATION = "textDocument/didFocus";
+const DOCUMENT_SELECTOR = [{ scheme: "file" }, { scheme: "untitled" }];
 
 let client: LanguageClient | undefined;
 let current: { tree: ConfigTree; command: ServerCommand } | undefined;
@@ -47,6 +51,7 @@ let clientState: ClientState = "stopped";
 let serverStatus: ServerStatus | undefined;
 let quietMs = DEFAULT_DEBOUNCE_MS;
 let reportedFewTokensPerForward = false;
+let focus: FocusReporter<vscode.TextEditor>;
 
 /**
  * Reads only what the user set (user, workspace or folder settings), never the contributed
@@ -145,6 +150,47 @@ async function provideInlineCompletionItems(
   return result;
 }
 
+/** The cursor of `editor` when quickdraft serves its document, else undefined. */
+function focusPoint(editor: vscode.TextEditor | undefined): FocusPoint<vscode.TextEditor> | undefined {
+  if (!editor || vscode.languages.match(DOCUMENT_SELECTOR, editor.document) === 0) {
+    return undefined;
+  }
+  const { line, character } = editor.selection.active;
+  const { document } = editor;
+  return { uri: document.uri.toString(), version: document.version, line, character, target: editor };
+}
+
+function sendDidFocus(point: FocusPoint<vscode.TextEditor>): void {
+  const running = client;
+  if (!running || running.state !== State.Running) {
+    return; // a server that starts is told at its start (reportActiveEditor)
+  }
+  const converter = running.code2ProtocolConverter;
+  const params = {
+    textDocument: converter.asTextDocumentIdentifier(point.target.document),
+    position: converter.asPosition(new vscode.Position(point.line, point.character)),
+  };
+  running.sendNotification(DID_FOCUS_NOTIFICATION, params).catch((error: unknown) => {
+    output.debug(`[quickdraft] ${DID_FOCUS_NOTIFICATION}: ${error instanceof Error ? error.message : String(error)}`);
+  });
+}
+
+/** A new server hears which document has the focus now. */
+function reportActiveEditor(): void {
+  focus.reset();
+  focus.focusChanged(focusPoint(vscode.window.activeTextEditor));
+}
+
+function onSelectionChanged(event: vscode.TextEditorSelectionChangeEvent): void {
+  if (event.textEditor !== vscode.window.activeTextEditor) {
+    return;
+  }
+  const point = focusPoint(event.textEditor);
+  if (point) {
+    focus.selectionChanged(point, event.kind !== undefined);
+  }
+}
+
 function createClient(config: { tree: ConfigTree; command: ServerCommand }): LanguageClient {
   const serverOptions: ServerOptions = {
     command: config.command.command,
@@ -153,7 +199,7 @@ function createClient(config: { tree: ConfigTree; command: ServerCommand }): Lan
     options: { env: { ...process.env, PYTHONUNBUFFERED: "1" } },
   };
   const clientOptions: LanguageClientOptions = {
-    documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
+    documentSelector: DOCUMENT_SELECTOR,
     outputChannel: output,
     stdioOptions: { stdout: pipeServerStdout, stderr: pipeServerStderr },
     initializationOptions: () => current?.tree ?? config.tree,
@@ -198,6 +244,9 @@ async function startClient(): Promise<void> {
   created.onNotification(STATUS_NOTIFICATION, onServerStatus);
   try {
     await created.start();
+    if (client === created) {
+      reportActiveEditor();
+    }
   } catch (error) {
     clientState = "stopped";
     updateStatus();
@@ -260,12 +309,21 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   statusItem = vscode.window.createStatusBarItem("quickdraft.status", vscode.StatusBarAlignment.Right, 100);
   statusItem.name = "quickdraft";
   statusItem.command = "quickdraft.showLog";
+  focus = new FocusReporter(sendDidFocus);
   context.subscriptions.push(
     output,
     statusItem,
     vscode.commands.registerCommand("quickdraft.restartServer", restart),
     vscode.commands.registerCommand("quickdraft.showLog", () => output.show(true)),
     vscode.workspace.onDidChangeConfiguration((event) => void onConfigurationChanged(event)),
+    vscode.window.onDidChangeActiveTextEditor((editor) => focus.focusChanged(focusPoint(editor))),
+    vscode.window.onDidChangeTextEditorSelection(onSelectionChanged),
+    vscode.workspace.onDidChangeTextDocument((event) => {
+      if (event.contentChanges.length > 0) {
+        focus.documentChanged(event.document.uri.toString());
+      }
+    }),
+    focus,
   );
   quietMs = debounceMs(settingsReader());
   updateStatus();
