@@ -34,7 +34,7 @@ from quickdraft.context.workspace import WorkspaceHead
 from quickdraft.decoding import GenerationStats
 from quickdraft.errors import InputError
 from quickdraft.postprocess import StopRule, decide_mode, finalize, finish
-from quickdraft.text import unusable_reason, without_lone_surrogates
+from quickdraft.text import LINE_BREAK, unusable_reason, without_lone_surrogates
 from quickdraft.tokens import PromptTokenizer
 
 
@@ -219,6 +219,12 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def end_position(text: str) -> tuple[int, int]:
+    """(line, character) of the end of `text`."""
+    lines = LINE_BREAK.split(text)
+    return len(lines) - 1, len(lines[-1])
 
 
 class StageClock:
@@ -418,12 +424,18 @@ class Completer:
         """Extend the document's caches toward the prompt a request at this cursor would send,
         before that request arrives. Returns the tokens computed; stops when `cancel` is set.
 
-        `file_level`: the cursor is not known; compute only the part of the prompt no cursor
-        changes (the workspace head and the file's own header, up to its first text), which
-        every request in the file starts with."""
+        `file_level`: the cursor is not known (the request's position is not used); compute
+        only the part of the prompt no cursor changes (the workspace head and the file's own
+        header, up to its first text), as a request at the end of the file sees it: every
+        request that does not show the file from its first line starts with it."""
         if self.should_complete(request) is not None:
             return 0
         request = _readable(request)
+        if file_level:
+            line, character = end_position(request.text)
+            request = dataclasses.replace(
+                request, line=line, character=character, offset=len(request.text)
+            )
         self.refresh_documents(current=request)
         prepared = self.prepare(request)
         if file_level:

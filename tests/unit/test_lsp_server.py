@@ -187,6 +187,9 @@ def test_stats_payload():
                 "accepted_by_source": {"ngram": 5},
                 "prefill_tokens": 100,
                 "reused_tokens": 400,
+                "reused_shared_tokens": 250,
+                "reused_warm_tokens": 100,
+                "reused_own_tokens": 50,
             }
 
     class Completion:
@@ -198,6 +201,8 @@ def test_stats_payload():
     assert payload["tokens"] == 3
     assert payload["acceptanceBySource"] == {"ngram": 0.5, "draft": 0.0}
     assert payload["prefillTokens"] == 100 and payload["reusedTokens"] == 400
+    split = [payload[f"reused{k}Tokens"] for k in ("Shared", "Warm", "Own")]
+    assert split == [250, 100, 50]
     assert payload["latencyMs"] == 12.346 and payload["mode"] == "block"
     cached = stats_payload(None, latency_ms=0.1, source="typed-ahead")
     assert cached["tokens"] == 0 and cached["cached"] is True

@@ -105,6 +105,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="prompt layouts to compare on the same holes (append, classic); the first is the "
         "baseline",
     )
+    group.add_argument(
+        "--heads",
+        metavar="HEAD[,HEAD]",
+        help="prompt heads to compare on the same holes (workspace, cursor: context.head); the "
+        "first is the baseline",
+    )
+    group.add_argument(
+        "--budgets",
+        metavar="TOKENS[,TOKENS]",
+        help="prompt budgets (context.max_prompt_tokens) to compare on the same holes; the "
+        "first is the baseline",
+    )
     group.add_argument("--no-replay", action="store_true", help="skip the keystroke replay")
     group.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up runs")
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -125,8 +137,17 @@ def run(args: argparse.Namespace) -> int:
     strategies = parse_strategies(args.strategies)
     runtimes = parse_runtimes(args.runtime)
     layouts = parse_layouts(args.layouts)
+    heads = parse_names(args.heads, "", HEADS, "--heads") if args.heads else []
+    budgets = parse_budgets(args.budgets)
+    context_variants = [
+        *[(name, {"layout": name}) for name in layouts],
+        *[(name, {"head": name}) for name in heads],
+        *[(f"{tokens}t", {"max_prompt_tokens": tokens}) for tokens in budgets],
+    ]
     # The first runtime and layout are the default ones; each further one is a variant.
-    strategies = with_variants(strategies, [*runtimes[1:], *layouts[1:]])
+    baselines = [v for group in (layouts, heads, budgets) if group for v in [group[0]]]
+    further = [name for name, _ in context_variants if name not in _names(baselines)]
+    strategies = with_variants(strategies, [*runtimes[1:], *further])
     remote_url = args.remote_url or args.url
     if (args.backend == "openai" or args.remote_url) and REMOTE not in strategies:
         strategies.append(REMOTE)
@@ -138,6 +159,10 @@ def run(args: argparse.Namespace) -> int:
     data = config_dict_from_args(args)
     if layouts:
         data.setdefault("context", {})["layout"] = layouts[0]
+    if heads:
+        data.setdefault("context", {})["head"] = heads[0]
+    if budgets:
+        data.setdefault("context", {})["max_prompt_tokens"] = budgets[0]
     remote_settings = remote_model_settings(data, remote_url)  # the rest is for local models
     data.setdefault("decoding", {})
     data["decoding"].update(max_new_tokens=max_new, temperature=0.0)
@@ -180,12 +205,14 @@ def run(args: argparse.Namespace) -> int:
         if calibrate_ar:
             other.backend.calibrate(progress=progress)
         others[runtime] = other
-    for layout in layouts[1:]:
-        # The same models, another prompt layout (its own engine and caches).
-        layout_config = load_config({"context": {"layout": layout}}, config)
-        backend = LocalBackend(loaded, layout_config)
+    for name, settings in context_variants:
+        if name in _names(baselines):
+            continue
+        # The same models, another prompt (its own engine and caches).
+        variant_config = load_config({"context": settings}, config)
+        backend = LocalBackend(loaded, variant_config)
         backend.engine.cost_model = completer.backend.engine.cost_model
-        others[layout] = Completer(backend, layout_config)
+        others[name] = Completer(backend, variant_config)
     remote = None
     if REMOTE in strategies and remote_settings is not None:
         remote = load_completer(load_config({"model": remote_settings}, config), progress=progress)
@@ -233,6 +260,28 @@ def remote_model_settings(data: dict, url: str | None) -> dict | None:
     if url is None:
         return None
     return {**remote, "backend": "openai", "url": url}
+
+
+HEADS = ("workspace", "cursor")
+
+
+def _names(baselines: list) -> set[str]:
+    """The variant names of the baselines (a budget's is `<tokens>t`)."""
+    return {f"{b}t" if isinstance(b, int) else b for b in baselines}
+
+
+def parse_budgets(value: str | None) -> list[int]:
+    """`--budgets 1536,768`: whole numbers of at least 64 tokens, each once."""
+    if not value:
+        return []
+    budgets: list[int] = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item.isdigit() or int(item) < 64:
+            raise ConfigError(f"--budgets: {item!r} is not a number of tokens >= 64")
+        if int(item) not in budgets:
+            budgets.append(int(item))
+    return budgets
 
 
 def parse_layouts(value: str | None) -> list[str]:

@@ -272,11 +272,14 @@ class QuickdraftServer(LanguageServer):
 
     def _next_warm(self) -> None:
         """Start the next document's warm-up unless one is queued or running."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a server driven by hand (unit tests): no work ahead
+            return
         with self._sync_lock:
             if self._warming or not self._warm_targets:
                 return
             self._warming = True
-        loop = asyncio.get_running_loop()
         future = self.worker.submit_background(self._warm_next)
 
         def warmed(done) -> None:

@@ -326,6 +326,11 @@ def stats_payload(completion: Any, *, latency_ms: float, source: str) -> dict[st
         "promptTokens": int(stats.get("prompt_tokens", 0) or 0),
         "prefillTokens": int(stats.get("prefill_tokens", 0) or 0),
         "reusedTokens": int(stats.get("reused_tokens", 0) or 0),
+        # Where the reused tokens came from: another document's cache (the shared workspace
+        # head), work done ahead (idle warm-up, didFocus), and this document's own requests.
+        "reusedSharedTokens": int(stats.get("reused_shared_tokens", 0) or 0),
+        "reusedWarmTokens": int(stats.get("reused_warm_tokens", 0) or 0),
+        "reusedOwnTokens": int(stats.get("reused_own_tokens", 0) or 0),
         "mode": getattr(completion, "mode", None),
         "repeated": bool(getattr(completion, "repeated", False)),
         "repeatTrimmed": bool(getattr(completion, "repeat_trimmed", False)),
