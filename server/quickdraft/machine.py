@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 import time
 from functools import cache
 from pathlib import Path
@@ -82,3 +83,19 @@ class OtherLoad:
         ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         others = (end[0] - self._start[0]) - (end[1] - self._start[1])
         self.share = max(0.0, others / ticks / (wall * (os.cpu_count() or 1)))
+
+
+def peak_rss_bytes(children: bool = False) -> int | None:
+    """The peak resident memory of this process (`children`: the largest of its child
+    processes that have ended and been waited for), in bytes; None where the OS does not say.
+
+    `ru_maxrss` is in kB on Linux and in bytes on macOS."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    who = resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF
+    peak = resource.getrusage(who).ru_maxrss
+    if peak <= 0:
+        return None
+    return peak if sys.platform == "darwin" else peak * 1024

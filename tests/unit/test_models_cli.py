@@ -72,7 +72,10 @@ def tiny_preset(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int8"])
-def test_stepcost_random_weights(tiny_preset, capsys, dtype):
+def test_stepcost_random_weights(tiny_preset, capsys, monkeypatch, dtype):
+    from quickdraft.models import cli
+
+    monkeypatch.setattr(cli, "peak_rss_bytes", lambda: 3 << 30)  # what getrusage would say
     argv = ["models", "stepcost", "tiny-test", "--random-weights", "--context", "32"]
     assert main([*argv, "--dtype", dtype, "--threads", "1", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
@@ -81,6 +84,7 @@ def test_stepcost_random_weights(tiny_preset, capsys, dtype):
     if dtype == "int8":  # explicit int8: the fastest exact backend measured here
         assert "kernel       " in out and "one layer's linears" in out
     assert "memory " in out and "resident" in out
+    assert "peak RSS     3.0 GiB (this process: loading and measuring)" in out
     assert main([*argv, "--dtype", dtype, "--threads", "1", "--repeats", "1", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data["target_ms"]) == {"1", "2", "4", "8", "16"}
@@ -88,6 +92,7 @@ def test_stepcost_random_weights(tiny_preset, capsys, dtype):
     assert {g["source"] for g in data["expected_speedup"]} == {"ngram", "draft"}
     assert data["compiled"] is False  # auto: compiled steps are for CUDA
     assert data["runtime"] == "torch" and data["memory_bytes"]["rss"] > 0
+    assert data["peak_rss_bytes"] == 3 << 30
 
 
 def test_stepcost_refuses_what_does_not_fit(capsys, monkeypatch):

@@ -358,6 +358,22 @@ STRATEGY_HEADER = [
 ]
 
 
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.2f} GiB ({n // 1024:,} kB)"
+
+
+def memory_rows(env: dict[str, Any]) -> list[list[str]]:
+    """The environment table's peak memory rows (`provenance.peak_memory`), where recorded."""
+    rows = []
+    if env.get("peak_rss_bytes"):
+        rows.append(["peak RSS", f"{_gib(env['peak_rss_bytes'])}, the bench process"])
+    if env.get("children_peak_rss_bytes"):
+        rows.append(
+            ["peak RSS, children", f"{_gib(env['children_peak_rss_bytes'])}, the largest child"]
+        )
+    return rows
+
+
 def render_markdown(
     results: dict[str, Any],
     *,
@@ -378,6 +394,7 @@ def render_markdown(
         for key in ("device", "dtype", "torch", "transformers", "cpu", "torch_threads", "models")
         if key in env
     ]
+    env_rows += memory_rows(env)
     lines += _table(["environment", ""], env_rows)
     lines.append("")
     if not holes:

@@ -23,7 +23,7 @@ from tqdm import tqdm
 from quickdraft.bench import report
 from quickdraft.bench.holes import Hole
 from quickdraft.bench.peers import PEERS, HFPeer, LlamaCppPeer, Peer
-from quickdraft.bench.provenance import provenance
+from quickdraft.bench.provenance import peak_memory, provenance
 from quickdraft.bench.session import Outcome, Session
 from quickdraft.bench.variants import baseline_of, split_variant
 from quickdraft.config import STRATEGIES
@@ -526,6 +526,7 @@ class Bench:
 
     def _write(self, *, final: bool) -> dict[str, Any]:
         self.env["holes_finished"] = len(self.records)
+        self.env.update(peak_memory())
         if final:
             self.env["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         results = self.results()

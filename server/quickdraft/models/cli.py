@@ -11,7 +11,7 @@ from pathlib import Path
 from quickdraft.cli_args import ProgressLines
 from quickdraft.config import DecodingConfig, ModelConfig
 from quickdraft.errors import ModelError
-from quickdraft.machine import cpu_model
+from quickdraft.machine import cpu_model, peak_rss_bytes
 from quickdraft.models import fetch, store
 from quickdraft.models.fetch import fetch_preset
 from quickdraft.models.presets import PRESETS, get_preset
@@ -198,15 +198,19 @@ def _available_memory() -> int | None:
 
 
 def memory_use() -> dict[str, int]:
-    """This process's resident memory now and at its peak, in bytes (Linux)."""
+    """This process's resident memory now and at its peak so far, in bytes (`rss` from Linux's
+    /proc; `peak_rss` from `machine.peak_rss_bytes`, where the OS says)."""
     out: dict[str, int] = {}
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                out["rss" if key == "VmRSS" else "peak_rss"] = int(value.split()[0]) * 1024
+            if key == "VmRSS":
+                out["rss"] = int(value.split()[0]) * 1024
     except (OSError, ValueError):
         pass
+    peak = peak_rss_bytes()
+    if peak is not None:
+        out["peak_rss"] = peak
     return out
 
 
@@ -292,7 +296,7 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
         backend = getattr(target, "_quickdraft_int8", {}).get("backend")
         what = args.preset
     load_s = time.monotonic() - started
-    memory = memory_use()
+    memory = memory_use()  # with both models loaded, before the forwards measured
 
     compiled = runtime == "torch" and (
         args.compile == "on" or (args.compile == "auto" and device.type == "cuda")
@@ -308,6 +312,7 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
     progress("measuring forwards of 1, 2, 4, 8 and 16 new tokens")
     cost = engine.calibrate(context_tokens=args.context, repeats=args.repeats, budget_s=120.0)
     threads = torch.get_num_threads() if device.type == "cpu" else None
+    peak_rss = peak_rss_bytes()  # the whole run's: loading and the measured forwards
 
     grid = []
     for source in ("ngram", "draft"):
@@ -334,6 +339,7 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
                     "dtype": dtype,
                     "kernel": kernel.to_dict() if kernel is not None else None,
                     "memory_bytes": memory,
+                    "peak_rss_bytes": peak_rss,
                     "busy": cost.busy,
                     "compiled": compiled,
                     "threads": threads,
@@ -361,12 +367,10 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
         for name, rows in kernel.timings_ms.items():
             cells = ", ".join(f"{n} rows {ms:.1f} ms" for n, ms in rows.items())
             print(f"             {name:14} one layer's linears: {cells}", file=out)
-    if memory:
-        print(
-            f"memory       {_human(memory.get('rss', 0))} resident, peak "
-            f"{_human(memory.get('peak_rss', 0))} (both models loaded)",
-            file=out,
-        )
+    if "rss" in memory:
+        print(f"memory       {_human(memory['rss'])} resident with both models loaded", file=out)
+    if peak_rss is not None:
+        print(f"peak RSS     {_human(peak_rss)} (this process: loading and measuring)", file=out)
     if cost.busy:
         print("note         other processes kept the CPU busy while measuring", file=out)
     sizes = sorted(cost.target_ms)

@@ -14,6 +14,7 @@ to slice logits.
 
 from __future__ import annotations
 
+import filecmp
 import functools
 import logging
 import os
@@ -193,6 +194,33 @@ def _vocab_rows(model: Any) -> int:
     return model.vocab_size  # llama.cpp
 
 
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+)
+"""The files a Hugging Face tokenizer is read from."""
+
+
+def same_tokenizer_files(first: Path, second: Path) -> bool:
+    """Whether two model directories hold the same tokenizer, file for file and byte for byte
+    (a fast tokenizer's tokenizer.json in both): then the draft's need not be loaded (about
+    100 MB for Qwen2.5's) nor compared."""
+    if not ((first / "tokenizer.json").is_file() and (second / "tokenizer.json").is_file()):
+        return False
+    for name in TOKENIZER_FILES:
+        a, b = first / name, second / name
+        if a.is_file() != b.is_file():
+            return False
+        if a.is_file() and not filecmp.cmp(a, b, shallow=False):
+            return False
+    return True
+
+
 def _target_shape(preset: Preset | None, target_info: ResolvedModel) -> ModelShape:
     """The target's shape: a preset knows it; else read (a GGUF's metadata takes gguf's reader
     5-20 s to parse: its 150k-token vocabulary is read in Python)."""
@@ -205,7 +233,7 @@ def _target_shape(preset: Preset | None, target_info: ResolvedModel) -> ModelSha
 
 def llamacpp_hint(runtime: RuntimeChoice, kernel: KernelChoice | None) -> str | None:
     """What to tell a user whom torch serves without fast exact int8 because llama.cpp is not
-    installed (12.6 GB and several times slower, for the 1.5B pair in float32); None when
+    installed (8.6 GB and several times slower, for the 1.5B pair in float32); None when
     that is not the case."""
     if not runtime.llamacpp_missing or kernel is None or kernel.dtype == "int8":
         return None
@@ -255,7 +283,9 @@ def load_models(
 
     _say(progress, f"loading the tokenizer of {target_info.path.name}")
     tokenizer = load_tokenizer(target_info)
-    draft_tokenizer = load_tokenizer(draft_info) if draft_info is not None else None
+    draft_tokenizer = None  # None with a draft: the target's tokenizer files, byte for byte
+    if draft_info is not None and not same_tokenizer_files(target_info.path, draft_info.path):
+        draft_tokenizer = load_tokenizer(draft_info)
     say = functools.partial(_say, progress)
     chosen_kernel: KernelChoice | None = None
     if runtime.runtime == "llamacpp":
@@ -285,8 +315,9 @@ def load_models(
             "vocabulary); use a preset or a Qwen2.5-Coder, DeepSeek-Coder, StarCoder2 or CodeLlama model"
         )
     shared = _vocab_rows(target)
-    if draft is not None and draft_info is not None and draft_tokenizer is not None:
+    if draft is not None:
         shared = min(shared, _vocab_rows(draft))
+    if draft is not None and draft_info is not None and draft_tokenizer is not None:
         check_tokenizers(
             tokenizer,
             draft_tokenizer,
