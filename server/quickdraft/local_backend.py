@@ -219,13 +219,12 @@ class LocalBackend:
         """Extend the document's KV caches toward `prepared`'s prompt (the draft model's too
         when the policy would draft with it)."""
         request = prepared.request
-        computed, _ = self.engine.warm(
+        return self.engine.warm(
             prepared.prompt_ids,
             slot=request.uri,
             draft=self.engine.drafts_with_model(request.language_id, self.config.decoding.strategy),
             cancel=cancel,
-        )
-        return computed
+        ).computed
 
     def reset_cache(self) -> None:
         """A cold start: no KV cache, and no memory of completions generated earlier (the
