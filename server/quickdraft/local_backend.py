@@ -226,13 +226,12 @@ class LocalBackend:
             # Already computed, and maybe more after it (a request's whole prompt, where the
             # warm-up asks only for the file-level part): a warm-up never crops a cache.
             return 0
-        computed, _ = self.engine.warm(
+        return self.engine.warm(
             prepared.prompt_ids,
             slot=request.uri,
             draft=self.engine.drafts_with_model(request.language_id, self.config.decoding.strategy),
             cancel=cancel,
-        )
-        return computed
+        ).computed
 
     def reset_cache(self) -> None:
         """A cold start: no KV cache, and no memory of completions generated earlier (the

@@ -91,6 +91,13 @@ class GenerationStats:
     prompt_tokens: int = 0
     prefill_tokens: int = 0
     reused_tokens: int = 0
+    """Prompt tokens the target's cache held already: the sum of the next two and
+    `reused_own_tokens`."""
+    reused_shared_tokens: int = 0
+    """Of those, the ones adopted from another slot's cache (the prompt head documents share),
+    by this request's prefill or by a warm-up of this slot since its last answer."""
+    reused_warm_tokens: int = 0
+    """Of those, the ones `Engine.warm` computed for this slot since its last answer."""
     new_tokens: int = 0
     target_forwards: int = 0
     """Decode-time target forwards (prefill excluded)."""
@@ -108,10 +115,32 @@ class GenerationStats:
         """How many tokens one target forward produced on average (>= 1 when any ran)."""
         return self.produced_tokens / self.target_forwards if self.target_forwards else 0.0
 
+    @property
+    def reused_own_tokens(self) -> int:
+        """Reused tokens the document's own cache held from its earlier answers."""
+        return self.reused_tokens - self.reused_shared_tokens - self.reused_warm_tokens
+
     def to_dict(self) -> dict:
         data = asdict(self)
         data["tokens_per_forward"] = round(self.tokens_per_forward, 3)
+        data["reused_own_tokens"] = self.reused_own_tokens
         return data
+
+
+@dataclass(frozen=True)
+class Warmed:
+    """What `Engine.warm` did to a slot's caches."""
+
+    computed: int
+    """Target tokens computed."""
+    drafted: int
+    """Draft model tokens computed."""
+    adopted: int
+    """Target tokens adopted from another slot's cache (a shared prompt head) instead."""
+
+
+SHARED, WARM = "shared", "warm"
+"""The kinds of credit a slot's cache holds for its next answer (`Engine._credits`)."""
 
 
 @dataclass
@@ -200,6 +229,10 @@ class Engine:
         self.lengths = LengthTracker()
         self.token_bytes = token_bytes
         """What each token spells, for requests with a `required_prefix` (token healing)."""
+        self._credits: dict[str | None, list[tuple[str, int, int]]] = {}
+        """slot -> (SHARED or WARM, start, end): the positions of the target's cache of that
+        slot adopted from another slot, or computed by a warm-up, since its last answer; the
+        next answer on the slot takes those it reuses (`_credit`)."""
 
     def close(self) -> None:
         """Free what the runners hold outside Python (llama.cpp contexts)."""
@@ -211,6 +244,7 @@ class Engine:
 
     def reset_cache(self) -> None:
         """Drop every KV cache of both models (benchmarks use it to measure cold requests)."""
+        self._credits.clear()
         self.target.reset_all()
         if self.drafter is not None:
             self.drafter.runner.reset_all()
@@ -228,17 +262,46 @@ class Engine:
         slot: str | None = None,
         draft: bool = False,
         cancel: threading.Event | None = None,
-    ) -> tuple[int, int]:
+    ) -> Warmed:
         """Extend `slot`'s caches toward a prompt a request will likely send (the idle warm-up):
         the target's, and the draft model's when `draft`. Stops between chunks (llama.cpp:
-        inside a forward) when `cancel` is set. Returns the tokens computed (target, draft)."""
+        inside a forward) when `cancel` is set. What it computed or adopted is credited to
+        the slot's next answer (`GenerationStats.reused_warm_tokens`, `reused_shared_tokens`)."""
         self.select_slot(slot)
         prompt = [int(t) for t in prompt_ids]
-        _, computed, _ = self.target.extend(prompt[:-1], cancel=cancel)
+        reused, computed, _ = self.target.extend(prompt[:-1], cancel=cancel)
+        adopted = self.target.last_adopted
+        self._note_extend(slot, reused, adopted, computed)
         drafted = 0
         if draft and self.drafter is not None and not (cancel is not None and cancel.is_set()):
             _, drafted, _ = self.drafter.runner.extend(prompt[:-1], cancel=cancel)
-        return computed, drafted
+        return Warmed(computed, drafted, adopted)
+
+    def _note_extend(
+        self, slot: str | None, reused: int, adopted: int, computed: int | None = None
+    ) -> None:
+        """Update `slot`'s credits after a target `extend` that kept `reused` tokens, the last
+        `adopted` of them from another slot, and (a warm-up) computed `computed` more: credits
+        past the slot's own kept prefix are gone with it."""
+        own = reused - adopted
+        credits = [(kind, a, min(b, own)) for kind, a, b in self._credits.pop(slot, ()) if a < own]
+        if adopted:
+            credits.append((SHARED, own, reused))
+        if computed:
+            credits.append((WARM, reused, reused + computed))
+        if credits:
+            self._credits[slot] = credits
+        held = getattr(self.target, "slots", None)  # credits of slots whose caches are gone
+        if held is not None:
+            for gone in set(self._credits) - set(held):
+                del self._credits[gone]
+
+    def _credit(self, slot: str | None, reused: int) -> dict[str, int]:
+        """Take `slot`'s credits for an answer that reused `reused` tokens: {kind: tokens}."""
+        taken = dict.fromkeys((SHARED, WARM), 0)
+        for kind, a, b in self._credits.pop(slot, ()):
+            taken[kind] += max(0, min(b, reused) - a)
+        return taken
 
     def drafts_with_model(self, language: str | None, strategy: str) -> bool:
         """Whether the policy would draft with the draft model now (so warming its cache pays):
@@ -299,6 +362,9 @@ class Engine:
             prompt[:-1], cancel=request.cancel, deadline=request.deadline
         )
         stats.reused_tokens, stats.prefill_tokens = reused, computed
+        self._note_extend(request.slot, reused, self.target.last_adopted)
+        credit = self._credit(request.slot, reused)
+        stats.reused_shared_tokens, stats.reused_warm_tokens = credit[SHARED], credit[WARM]
         _synchronize(self.target.device)
         decode_started = time.perf_counter()
         stats.prefill_ms = (decode_started - started) * 1000

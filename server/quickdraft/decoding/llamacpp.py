@@ -4,7 +4,9 @@
 over any model with the `LlamaCppWeights` contract below (`models.llamacpp.LlamaCppModel`
 loads a GGUF through llama-cpp-python's low-level API, `pip install -e '.[llama]'`):
 
-    extend(tokens)     longest-prefix reuse: keep the cached prefix, compute the rest in chunks
+    extend(tokens)     longest-prefix reuse: keep the cached prefix, compute the rest in chunks;
+                       a longer prefix in another slot's sequence is adopted by reference
+                       (llama_memory_seq_cp: the unified cache's cells then belong to both)
     forward([t0..tk])  one llama_decode of k+1 tokens, logits of every position -> (k+1, V)
     keep(n)            crop the KV cache to its first n tokens (llama_memory_seq_rm)
     select(slot)       one sequence per document in one unified KV cache, least recently used
@@ -38,7 +40,12 @@ from typing import Any, Protocol, runtime_checkable
 import numpy
 import torch
 
-from quickdraft.decoding.runner import extend_in_chunks, logits_after
+from quickdraft.decoding.runner import (
+    best_shared_prefix,
+    common_prefix_length,
+    extend_in_chunks,
+    logits_after,
+)
 from quickdraft.errors import ModelError
 
 log = logging.getLogger(__name__)
@@ -196,6 +203,7 @@ class LlamaCppRunner:
         self._abort_callback = should_abort  # referenced: llama.cpp keeps the pointer
         lib.llama_set_abort_callback(self._ctx, should_abort, None)
         self.slot: str | None = None
+        self.last_adopted = 0
         self._seq = 0
         self._slots: OrderedDict[str | None, tuple[int, list[int]]] = OrderedDict()
         """slot -> (sequence id, tokens), least recently used first (the one in use last)."""
@@ -327,11 +335,37 @@ class LlamaCppRunner:
         """
         self._cancel = cancel
         try:
+            reused = self._adopt_shared_prefix(tokens)
             return extend_in_chunks(
-                self, tokens, self._prefill_forward, cancel=cancel, deadline=deadline
+                self, tokens, self._prefill_forward, reused=reused, cancel=cancel, deadline=deadline
             )
         finally:
             self._cancel = None
+
+    def _adopt_shared_prefix(self, tokens: Sequence[int]) -> int:
+        """The tokens `extend` keeps: the slot's own cached prefix of `tokens`, or a longer one
+        another slot's sequence holds (by `SHARED_PREFIX_MIN` at least), which this sequence
+        then shares: its own cells are dropped and the other's first cells given its id too
+        (kv_unified: one set of cells, no copy). Removing a sequence from a cell later (`keep`,
+        `reset`, eviction) leaves the cell to the other sequences it belongs to."""
+        own = common_prefix_length(self.tokens, tokens)
+        self.last_adopted = 0
+        others = (
+            (slot, held, len(held)) for slot, (_, held) in self._slots.items() if slot != self.slot
+        )
+        found = best_shared_prefix(tokens, own, others)
+        if found is None:
+            return own
+        shared, slot = found
+        seq, held = self._slots[slot]
+        self.lib.llama_memory_seq_rm(self._memory, self._seq, 0, -1)
+        self.lib.llama_memory_seq_cp(self._memory, seq, self._seq, 0, shared)
+        self.tokens[:] = held[:shared]  # in place: `_slots` holds this list
+        # A prefix others use is worth keeping; the slot in use stays last.
+        self._slots.move_to_end(slot)
+        self._slots.move_to_end(self.slot)
+        self.last_adopted = shared - own
+        return shared
 
     def _prefill_forward(self, chunk: Sequence[int]) -> torch.Tensor | None:
         """The last logits of one prefill chunk; None when a cancel stopped it part way."""

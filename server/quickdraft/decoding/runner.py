@@ -8,6 +8,13 @@ the two never disagree.
 Slots: a runner keeps one cache per document (`select(slot)`), so switching to another file
 and back finds each file's cache as it was. Caches not in use are kept least recently used
 first within a memory budget (`slot_bytes`); beyond it the oldest are dropped.
+
+Shared prefixes: the documents of a workspace start their prompts with the same head. When
+another slot's cache shares at least `SHARED_PREFIX_MIN` more leading tokens with a request
+than the slot's own cache does, `extend` adopts that prefix instead of computing it: by
+reference where the runtime allows (llama.cpp's unified cells, views of torch tensors, the one
+static cache's positions), and says how many tokens it took that way (`last_adopted`). Callers
+do nothing for it.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import inspect
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -47,6 +54,9 @@ class Runner(Protocol):
     """The tokens whose keys and values the cache holds, in order."""
     slot: str | None
     """The cache in use (a document), None for the default one."""
+    last_adopted: int
+    """How many of the last `extend`'s reused tokens came from another slot's cache, beyond
+    what the slot's own cache held (0: it adopted nothing)."""
 
     def select(self, slot: str | None) -> None: ...
 
@@ -73,6 +83,27 @@ class Runner(Protocol):
         cancel: threading.Event | None = None,
         deadline: float | None = None,
     ) -> torch.Tensor | None: ...
+
+
+SHARED_PREFIX_MIN = 16
+"""Another slot's cache is adopted when it shares at least this many more leading tokens with
+a request than the slot's own cache does: a shorter gain is not worth dropping the own cache."""
+
+
+def best_shared_prefix(
+    tokens: Sequence[int], own: int, others: Iterable[tuple[Any, Sequence[int], int]]
+) -> tuple[int, Any] | None:
+    """Among other slots' caches, given as (key, the tokens it holds, how many leading ones of
+    them may be reused), the one sharing the longest prefix with `tokens`: (its length, its key),
+    or None unless it beats `own` (what the slot's own cache offers) by `SHARED_PREFIX_MIN`."""
+    best: tuple[int, Any] | None = None
+    for key, held, usable in others:
+        if usable < own + SHARED_PREFIX_MIN:
+            continue
+        shared = min(common_prefix_length(held, tokens), usable)
+        if shared >= own + SHARED_PREFIX_MIN and (best is None or shared > best[0]):
+            best = (shared, key)
+    return best
 
 
 def stopped(cancel: threading.Event | None, deadline: float | None) -> bool:
@@ -151,6 +182,37 @@ def _new_cache():
     return DynamicCache()
 
 
+def share_dynamic_cache(cache: Any, n: int) -> Any | None:
+    """A new DynamicCache holding the first `n` positions of `cache` without copying them: its
+    layers' keys and values are views of `cache`'s. Neither cache ever writes into the other's
+    memory afterwards: a forward appends by concatenating into new tensors (DynamicLayer.update)
+    and a crop takes a shorter view (DynamicLayer.crop). So the memory is shared only until
+    the adopting slot's first forward (which concatenates the prefix into tensors of its own);
+    the computation is what is saved. None where the layers are not plain transformers 5
+    dynamic layers holding `n` positions (the caller then computes them)."""
+    try:
+        from transformers.cache_utils import DynamicLayer  # transformers 5 only
+    except ImportError:  # transformers 4.x: no layer objects
+        return None
+    layers = getattr(cache, "layers", None)
+    if not layers:
+        return None
+    for layer in layers:
+        if type(layer) is not DynamicLayer or not layer.is_initialized:
+            return None
+        if layer.keys.shape[-2] < n or layer.values.shape[-2] < n:
+            return None
+    shared = _new_cache()
+    if getattr(shared, "layers", None) != []:
+        return None
+    for layer in layers:
+        view = DynamicLayer()
+        view.lazy_initialization(layer.keys, layer.values)
+        view.keys, view.values = layer.keys[..., :n, :], layer.values[..., :n, :]
+        shared.layers.append(view)
+    return shared
+
+
 def kv_bytes_per_token(config: Any, element_bytes: int) -> int:
     """Keys and values one token takes in every layer's cache."""
     heads = int(config.num_attention_heads)
@@ -204,6 +266,7 @@ class ModelRunner:
         computes a row another way than a prefill chunk; `extend` reuses only these."""
         self.slot: str | None = None
         self.slot_bytes = slot_bytes
+        self.last_adopted = 0
         self._parked: OrderedDict[str | None, tuple[Any, list[int], int]] = OrderedDict()
         """Caches of the slots not in use, least recently used first."""
         kv_dtype = getattr(model.config, "dtype", None)  # the activations' dtype
@@ -222,12 +285,27 @@ class ModelRunner:
             found if found is not None else (self._make_cache(), [], 0)
         )
         self.slot = slot
-        while (
-            self._parked
-            and sum(len(t) for _, t, _ in self._parked.values()) * (self._token_bytes)
-            > self.slot_bytes
-        ):
+        while self._parked and self.parked_bytes() > self.slot_bytes:
             self._parked.popitem(last=False)
+
+    def parked_bytes(self) -> int:
+        """The memory the caches of the slots not in use hold, what `slot_bytes` bounds: every
+        tensor storage once, however many caches share it (an adopted prefix is a view of the
+        other slot's tensors), and whole (a cropped cache is a view that keeps all of it). A
+        cache without layer objects (transformers 4.x) counts as its tokens' keys and values."""
+        storages: dict[int, int] = {}
+        counted = 0
+        for cache, tokens, _ in self._parked.values():
+            layers = getattr(cache, "layers", None)
+            if layers is None:
+                counted += len(tokens) * self._token_bytes
+                continue
+            for layer in layers:
+                for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+                    if isinstance(tensor, torch.Tensor):
+                        storage = tensor.untyped_storage()
+                        storages[storage.data_ptr()] = storage.nbytes()
+        return counted + sum(storages.values())
 
     @property
     def slots(self) -> list[str | None]:
@@ -314,12 +392,47 @@ class ModelRunner:
         deadline: float | None = None,
         reuse_steps: bool,
     ) -> tuple[int, int, torch.Tensor | None]:
-        reused = common_prefix_length(self.tokens, tokens)
-        if self._prefill_kwargs and not reuse_steps:
-            reused = min(reused, self.prefilled)
+        reused = min(
+            common_prefix_length(self.tokens, tokens),
+            self._usable(self.tokens, self.prefilled, reuse_steps),
+        )
+        self.last_adopted = 0
+        found = best_shared_prefix(
+            tokens,
+            reused,
+            (
+                (slot, held, self._usable(held, prefilled, reuse_steps))
+                for slot, held, prefilled in self._donors()
+            ),
+        )
+        if found is not None and self._adopt(found[1], found[0]):
+            self.last_adopted = found[0] - reused
+            reused = found[0]
         return extend_in_chunks(
             self, tokens, self._prefill_forward, reused=reused, cancel=cancel, deadline=deadline
         )
+
+    def _usable(self, held: Sequence[int], prefilled: int, reuse_steps: bool) -> int:
+        """How many leading tokens of a cache holding `held` an `extend` may keep: all, or with
+        row-wise attention (and not `reuse_steps`) only what a prefill computed."""
+        if self._prefill_kwargs and not reuse_steps:
+            return min(len(held), prefilled)
+        return len(held)
+
+    def _donors(self) -> Iterable[tuple[str | None, list[int], int]]:
+        """The other slots' caches a prefix may be adopted from: (slot, tokens, prefilled)."""
+        return ((slot, held, prefilled) for slot, (_, held, prefilled) in self._parked.items())
+
+    def _adopt(self, slot: str | None, n: int) -> bool:
+        """Make the cache in use hold the first `n` tokens of parked `slot`'s, sharing its
+        tensors (see `share_dynamic_cache`); False where its cache cannot be shared."""
+        cache, held, prefilled = self._parked[slot]
+        shared = share_dynamic_cache(cache, n)
+        if shared is None:
+            return False
+        self.cache, self.tokens, self.prefilled = shared, list(held[:n]), min(prefilled, n)
+        self._parked.move_to_end(slot)  # a prefix others use is worth keeping
+        return True
 
     def _prefill_forward(self, chunk: Sequence[int]) -> torch.Tensor:
         return self.forward(chunk, last_only=True, prefill=True)[-1]
@@ -395,12 +508,17 @@ class StaticModelRunner(ModelRunner):
 
     def select(self, slot: str | None) -> None:
         """One preallocated cache (a compiled step is bound to its tensors): another slot
-        starts it over."""
+        starts it over, the keys and values of the slot it leaves staying in place as the one
+        donor a shared prefix may be adopted from (until a forward overwrites them)."""
         if slot != self.slot:
-            self.reset()
+            if self.tokens:
+                self._donor = (self.slot, list(self.tokens), self.prefilled)
+            self.tokens = []
+            self.prefilled = 0
             self.slot = slot
 
     def reset_all(self) -> None:
+        self._donor = None
         self.reset()
 
     def _make_cache(self):
@@ -408,6 +526,10 @@ class StaticModelRunner(ModelRunner):
 
         self._written = 0  # positions the cache has written, padding included
         self._allocated = self.capacity
+        # (slot, tokens, prefilled) of the slot last in use, whose keys and values the cache
+        # still holds at the positions of `tokens` (cut where a forward has written since); a
+        # new cache holds nobody's.
+        self._donor: tuple[str | None, list[int], int] | None = None
         return StaticCache(config=self.model.config, max_cache_len=self.capacity)
 
     def reset(self) -> None:
@@ -419,6 +541,20 @@ class StaticModelRunner(ModelRunner):
         self.tokens = []
         self.prefilled = 0
         self._rewind(0)
+
+    def _donors(self) -> Iterable[tuple[str | None, list[int], int]]:
+        return [self._donor] if self._donor is not None else []
+
+    def _adopt(self, slot: str | None, n: int) -> bool:
+        """Take the first `n` positions the donor left in the cache: nothing to copy."""
+        assert self._donor is not None and self._donor[0] == slot
+        _, held, prefilled = self._donor
+        if self._written < n and not _advance_static_cache(self.cache, n):
+            return False
+        self.tokens, self.prefilled = list(held[:n]), min(prefilled, n)
+        self._written = max(self._written, n)
+        self._rewind(n)
+        return True
 
     def keep(self, n: int) -> None:
         del self.tokens[n:]
@@ -441,6 +577,7 @@ class StaticModelRunner(ModelRunner):
         where transformers' static layers allow it, else recomputed by a prefill (which, with
         row-wise attention, computes the rows of earlier decode steps another way)."""
         old, tokens, prefilled = self.cache, list(self.tokens), self.prefilled
+        self._donor = None  # a new cache: the donor's positions are not copied
         while self.capacity < needed:
             self.capacity *= 2
         self.reset()
@@ -459,6 +596,10 @@ class StaticModelRunner(ModelRunner):
         n = len(new_tokens)
         start = len(self.tokens)
         self._rewind(start)  # drop the previous step's padding
+        if self._donor is not None:  # this forward writes over the donor's positions from start
+            del self._donor[1][start:]
+            if not self._donor[1]:
+                self._donor = None
         bucket = next((b for b in STEP_BUCKETS if b >= n), None)
         # A compiled step: any step, or a prefill chunk of exactly a bucket's size (a draft
         # model catching up), except that row-wise prefill rows are computed eagerly, in
@@ -498,6 +639,34 @@ class StaticModelRunner(ModelRunner):
 
 def _has_packed_int8(model: torch.nn.Module) -> bool:
     return getattr(model, "_quickdraft_int8", {}).get("backend") in ("onednn", "onednn7")
+
+
+def _static_layers(cache: Any) -> list[Any] | None:
+    """The layers of a transformers 5 StaticCache, all plain and allocated; else None."""
+    try:
+        from transformers.cache_utils import StaticLayer  # transformers 5 only
+    except ImportError:  # transformers 4.x: no layer objects
+        return None
+    layers = getattr(cache, "layers", None)
+    if not layers:
+        return None
+    for layer in layers:
+        if type(layer) is not StaticLayer or not getattr(layer, "is_initialized", False):
+            return None
+    return list(layers)
+
+
+def _advance_static_cache(cache: Any, n: int) -> bool:
+    """Make every layer of a transformers 5 StaticCache write its next keys and values at
+    position n, taking the positions before it (still in memory after a rewind) as held;
+    False where the layers are not plain static layers of that version."""
+    layers = _static_layers(cache)
+    if layers is None:
+        return False
+    with torch.inference_mode():  # the count was made in inference mode
+        for layer in layers:
+            layer.cumulative_length.fill_(n)
+    return True
 
 
 def _copy_static_cache(old: Any, new: Any, n: int) -> bool:
