@@ -375,6 +375,27 @@ async def test_switching_files_and_back_prefills_few_tokens(endless_models):
         assert stats["prefillTokens"] <= 32, stats
 
 
+async def test_a_file_opened_later_computes_only_its_own_part(endless_models):
+    long_body = "".join(f"def f_{i}(x):\n    return x + {i}\n\n" for i in range(80))
+    no_ahead = {**APPEND, "cache": {"warmup": False, "prefetch": False}}
+    async with lsp_session(serve_command(endless_models), init_options=no_ahead) as client:
+        await models_ready(client)
+        here, there = "file:///work/here.py", "file:///work/there.py"
+        open_doc(client, here, long_body + "value = ")
+        open_doc(client, there, long_body.replace("f_", "g_") + "other = ")
+        line = long_body.count("\n")
+        await inline(client, here, line, 8)
+        await inline(client, there, line, 8)
+        await wait_for(lambda: len(client.stats) >= 2)
+        first, second = (plain(s) for s in client.stats[-2:])
+        assert first["reusedSharedTokens"] == 0 and first["prefillTokens"] > 0
+        # The same head (the top of both files): the second file took it from the first's
+        # cache and computed only its own part.
+        assert second["reusedSharedTokens"] > 0, second
+        assert second["prefillTokens"] + second["reusedSharedTokens"] >= second["promptTokens"] - 1
+        assert second["prefillTokens"] < first["prefillTokens"]
+
+
 async def test_an_edit_warms_the_cache_before_the_request(endless_models):
     async with lsp_session(serve_command(endless_models), init_options=APPEND) as client:
         await models_ready(client)
