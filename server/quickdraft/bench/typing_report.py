@@ -323,19 +323,7 @@ def render_markdown(results: dict[str, Any], plots: list[str] | None = None) -> 
             for name, s in summary.items()
         ),
     )
-    shown = [
-        (name, message)
-        for name, variant in variants.items()
-        for message in variant.get("server", {}).get("errors", [])
-    ]
-    if shown:
-        lines += ["", "Errors the server showed the user (`window/showMessage`):", ""]
-        lines += [f"- {name}: {message}" for name, message in shown]
-    stopped = [(name, s["error"]) for name, s in summary.items() if s.get("error")]
-    if stopped:
-        lines += ["", "## Stopped variants", ""]
-        for name, error in stopped:
-            lines += [f"- **{name}**:", "", "```", str(error), "```"]
+    lines += problems_section(variants, summary)
     lines += ["", "## Holes", ""]
     lines += _table(
         ["#", "file", "line", "kind", "typed"],
@@ -353,6 +341,25 @@ def render_markdown(results: dict[str, Any], plots: list[str] | None = None) -> 
     for plot in plots or []:
         lines += ["", f"![{Path(plot).stem}]({Path(plot).name})"]
     return "\n".join(lines) + "\n"
+
+
+def problems_section(variants: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+    """Markdown lines: the errors the server showed the user, and the variants that stopped."""
+    lines: list[str] = []
+    shown = [
+        (name, message)
+        for name, variant in variants.items()
+        for message in variant.get("server", {}).get("errors", [])
+    ]
+    if shown:
+        lines += ["", "Errors the server showed the user (`window/showMessage`):", ""]
+        lines += [f"- {name}: {message}" for name, message in shown]
+    stopped = [(name, s["error"]) for name, s in summary.items() if s.get("error")]
+    if stopped:
+        lines += ["", "## Stopped variants", ""]
+        for name, error in stopped:
+            lines += [f"- **{name}**:", "", "```", str(error), "```"]
+    return lines
 
 
 def _short(text: str, limit: int = 60) -> str:

@@ -24,6 +24,7 @@ from quickdraft.bench.typing_report import (
     _ratio,
     _tok,
     _x,
+    problems_section,
 )
 from quickdraft.bench.workspace import ASK_KINDS
 
@@ -249,19 +250,7 @@ def render_markdown(results: dict[str, Any], plots: list[str] | None = None) -> 
             f"| {name} | {server.get('runtime', '-')} | {server.get('dtype', '-')} | "
             f"{server.get('device', '-')} | {_fmt(server.get('warmup_s'), '.1f', ' s')} |"
         )
-    shown = [
-        (name, message)
-        for name, variant in variants.items()
-        for message in variant.get("server", {}).get("errors", [])
-    ]
-    if shown:
-        lines += ["", "Errors the server showed the user (`window/showMessage`):", ""]
-        lines += [f"- {name}: {message}" for name, message in shown]
-    stopped = [(name, s["error"]) for name, s in summary.items() if s.get("error")]
-    if stopped:
-        lines += ["", "## Stopped variants", ""]
-        for name, error in stopped:
-            lines += [f"- **{name}**:", "", "```", str(error), "```"]
+    lines += problems_section(variants, summary)
     for plot in plots or []:
         lines += ["", f"![{Path(plot).stem}]({Path(plot).name})"]
     return "\n".join(lines) + "\n"
