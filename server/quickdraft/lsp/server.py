@@ -388,6 +388,13 @@ class QuickdraftServer(LanguageServer):
             models = completer.models.describe() if completer is not None else None
             progress.finish(True, summary, status=not remote, models=models)
             self._watch_engine(self.host.completer)
+            # The documents opened while the models loaded: warm them now, the focused one
+            # first (a fresh engine holds no cache).
+            for uri in self.documents.uris():
+                if uri != self.focused:
+                    self.schedule_warm(uri, first=False)
+            if self.focused is not None:
+                self.schedule_warm(self.focused, first=True)
             return
         running = self.host.config
         if generation == self.models_generation and running is not None:
