@@ -148,6 +148,26 @@ def test_files_are_each_used_once_and_the_cold_one_is_extra(repo):
     assert plan_workspace([], 3, open_pause_s=0, think_s=0).steps == []
 
 
+def test_the_cold_file_is_the_one_most_like_the_visits_in_size(tmp_path):
+    root = tmp_path / "repo"
+    root.mkdir()
+    sizes = {"a": 40, "b": 40, "tiny": 2, "big": 40, "c": 40}
+    for name, functions in sizes.items():
+        (root / f"{name}.py").write_text(long_python(name, functions))
+    holes = [h for h in sample_holes(root, 40, kinds=("line",), open_files=0) if usable(h)]
+    first = {}
+    for hole in holes:
+        first.setdefault(Path(hole.file).stem, hole)
+    assert {"a", "b", "tiny", "big"} <= set(first)
+    # In sampling order the tiny file comes right after the two visited ones.
+    ordered = [first["a"], first["b"], first["tiny"], first["big"]]
+    visits, cold = choose_files(ordered, 2)
+    assert [Path(h.file).stem for h in visits] == ["a", "b"]
+    assert Path(cold.file).stem == "big"  # the tiny file would cost a fraction of a visit
+    visits, cold = choose_files(ordered[:3], 2)
+    assert Path(cold.file).stem == "tiny"  # the only one left
+
+
 def test_a_hole_needs_two_characters_on_its_first_line(repo):
     hole = sampled(repo, 1)[0]
     assert usable(hole)

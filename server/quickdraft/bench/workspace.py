@@ -103,9 +103,21 @@ def usable(hole: Hole) -> bool:
     )
 
 
+CONTEXT_CHARS = (8000, 3000)
+"""How much text before and after a cursor can reach a default prompt (about 1,500 tokens):
+what makes two spots comparable in cost."""
+
+
+def context_chars(hole: Hole) -> int:
+    """How much of a default prompt the text around `hole`'s cursor can fill."""
+    return min(hole.offset, CONTEXT_CHARS[0]) + min(len(hole.text) - hole.offset, CONTEXT_CHARS[1])
+
+
 def choose_files(holes: list[Hole], count: int) -> tuple[list[Hole], Hole | None]:
-    """The first usable hole of each file, in sampling order: `count` to visit, the next one
-    for the cold baseline (None when there is no file left for it)."""
+    """The first usable hole of each file, in sampling order: `count` to visit; and for the
+    cold baseline, of the other files' first holes, the one whose surroundings fill a prompt
+    most like the visits' (their median), so that it costs what a visit would cost cold (None
+    when there is no file left for it)."""
     seen: set[str] = set()
     picked: list[Hole] = []
     for hole in holes:
@@ -113,11 +125,13 @@ def choose_files(holes: list[Hole], count: int) -> tuple[list[Hole], Hole | None
             continue
         seen.add(hole.file)
         picked.append(hole)
-        if len(picked) == count + 1:
-            break
-    if len(picked) <= count:
-        return picked[:count], None
-    return picked[:count], picked[count]
+    visits, rest = picked[:count], picked[count:]
+    if not rest:
+        return visits, None
+    sizes = sorted(context_chars(hole) for hole in visits)
+    median = sizes[len(sizes) // 2] if sizes else 0
+    cold = min(rest, key=lambda hole: (abs(context_chars(hole) - median), rest.index(hole)))
+    return visits, cold
 
 
 def move_spot(text: str, language: str, from_offset: int) -> MoveSpot | None:
