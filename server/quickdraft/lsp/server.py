@@ -336,6 +336,10 @@ class QuickdraftServer(LanguageServer):
         self.host.set_document(uri, text, language_id)
 
     def forget_document(self, uri: str) -> None:
+        with self._sync_lock:
+            self._warm_targets.pop(uri, None)  # a closed document is not warmed
+        if self.focused == uri:
+            self.focused = None
         self.completions.forget(uri)
         self.worker.submit(self.host.close_document, uri)
 
