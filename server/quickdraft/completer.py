@@ -34,7 +34,7 @@ from quickdraft.context.workspace import WorkspaceHead
 from quickdraft.decoding import GenerationStats
 from quickdraft.errors import InputError
 from quickdraft.postprocess import StopRule, decide_mode, finalize, finish
-from quickdraft.text import LINE_BREAK, unusable_reason, without_lone_surrogates
+from quickdraft.text import split_lines, unusable_reason, without_lone_surrogates
 from quickdraft.tokens import PromptTokenizer
 
 
@@ -219,12 +219,6 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-def end_position(text: str) -> tuple[int, int]:
-    """(line, character) of the end of `text`."""
-    lines = LINE_BREAK.split(text)
-    return len(lines) - 1, len(lines[-1])
 
 
 class StageClock:
@@ -432,7 +426,8 @@ class Completer:
             return 0
         request = _readable(request)
         if file_level:
-            line, character = end_position(request.text)
+            lines, _ = split_lines(request.text)
+            line, character = len(lines) - 1, len(lines[-1])
             request = dataclasses.replace(
                 request, line=line, character=character, offset=len(request.text)
             )
