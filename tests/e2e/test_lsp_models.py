@@ -69,11 +69,18 @@ def reference(tiny_models):
     return local_completer(load_models(config.model), config)
 
 
-def expected(reference, uri: str, text: str, line: int, character: int, language="python"):
+def expected(
+    reference, uri: str, text: str, line: int, character: int, language="python", others=()
+):
+    """What the server answers at (line, character) of `uri`, with the `others` (uri, text)
+    open before it, in that order, as the client opened them: every open file's top is in
+    the prompt's head."""
     from quickdraft.completer import CompletionRequest
 
     for other in list(reference.documents):
         reference.close_document(other)
+    for other, other_text in others:
+        reference.set_document(other, other_text, language)
     reference.set_document(uri, text, language)
     request = CompletionRequest(uri, text, line, character, language)
     return reference.complete(request).text
@@ -541,9 +548,15 @@ def _odd_text_scenario(tiny_models, reference):
             )
 
         good = "file:///work/good.py"
-        open_("file:///work/surrogate.py", "name = '\ud800'\nvalue = ")
-        open_("file:///work/nul.py", "data = '\x00'\n")
+        odd = [
+            ("file:///work/surrogate.py", "name = '\ud800'\nvalue = "),
+            ("file:///work/nul.py", "data = '\x00'\n"),
+        ]
+        for uri, text in odd:
+            open_(uri, text)
         open_(good, "total = ")
+        expected = expected_items(reference, good, "total = ", 0, 8, others=odd)
+        assert items_text(ask(good, 0, 8)) == expected
         # Invalid UTF-8 straight in a didChange body: the edit is applied with U+FFFD.
         bad = (
             b'{"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {"textDocument":'
@@ -552,8 +565,6 @@ def _odd_text_scenario(tiny_models, reference):
             b' "text": "\xff\xfe x"}]}}'
         )
         client.send(bad)
-        expected = expected_items(reference, good, "total = ", 0, 8)
-        assert items_text(ask(good, 0, 8)) == expected
         # The odd documents themselves are answered too (the NUL one with nothing). The bad
         # bytes became two U+FFFD: the line is "value = \ufffd\ufffd x", and its end is a
         # position the model is asked at (the edit was applied, not dropped).
@@ -571,8 +582,10 @@ def _odd_text_scenario(tiny_models, reference):
         client.close()
 
 
-def expected_items(reference, uri: str, text: str, line: int, character: int) -> list[str]:
-    want = expected(reference, uri, text, line, character)
+def expected_items(
+    reference, uri: str, text: str, line: int, character: int, others=()
+) -> list[str]:
+    want = expected(reference, uri, text, line, character, others=others)
     return [want] if want else []
 
 
