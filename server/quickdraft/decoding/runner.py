@@ -190,23 +190,17 @@ def share_dynamic_cache(cache: Any, n: int) -> Any | None:
     the adopting slot's first forward (which concatenates the prefix into tensors of its own);
     the computation is what is saved. None where the layers are not plain transformers 5
     dynamic layers holding `n` positions (the caller then computes them)."""
-    try:
-        from transformers.cache_utils import DynamicLayer  # transformers 5 only
-    except ImportError:  # transformers 4.x: no layer objects
+    layers = _plain_layers(cache, "DynamicLayer")
+    if layers is None:
         return None
-    layers = getattr(cache, "layers", None)
-    if not layers:
+    if any(layer.keys.shape[-2] < n or layer.values.shape[-2] < n for layer in layers):
         return None
-    for layer in layers:
-        if type(layer) is not DynamicLayer or not layer.is_initialized:
-            return None
-        if layer.keys.shape[-2] < n or layer.values.shape[-2] < n:
-            return None
+    dynamic_layer = type(layers[0])
     shared = _new_cache()
     if getattr(shared, "layers", None) != []:
         return None
     for layer in layers:
-        view = DynamicLayer()
+        view = dynamic_layer()
         view.lazy_initialization(layer.keys, layer.values)
         view.keys, view.values = layer.keys[..., :n, :], layer.values[..., :n, :]
         shared.layers.append(view)
@@ -641,19 +635,26 @@ def _has_packed_int8(model: torch.nn.Module) -> bool:
     return getattr(model, "_quickdraft_int8", {}).get("backend") in ("onednn", "onednn7")
 
 
-def _static_layers(cache: Any) -> list[Any] | None:
-    """The layers of a transformers 5 StaticCache, all plain and allocated; else None."""
+def _plain_layers(cache: Any, kind: str) -> list[Any] | None:
+    """The layers of a transformers 5 cache when all are plain `kind` layers
+    (`transformers.cache_utils.DynamicLayer`, `StaticLayer`) and allocated; else None."""
     try:
-        from transformers.cache_utils import StaticLayer  # transformers 5 only
-    except ImportError:  # transformers 4.x: no layer objects
+        from transformers import cache_utils
+    except ImportError:
         return None
+    layer_type = getattr(cache_utils, kind, None)  # transformers 4.x: no layer objects
     layers = getattr(cache, "layers", None)
-    if not layers:
+    if layer_type is None or not layers:
         return None
     for layer in layers:
-        if type(layer) is not StaticLayer or not getattr(layer, "is_initialized", False):
+        if type(layer) is not layer_type or not getattr(layer, "is_initialized", False):
             return None
     return list(layers)
+
+
+def _static_layers(cache: Any) -> list[Any] | None:
+    """The layers of a transformers 5 StaticCache, all plain and allocated; else None."""
+    return _plain_layers(cache, "StaticLayer")
 
 
 def _advance_static_cache(cache: Any, n: int) -> bool:
