@@ -74,6 +74,10 @@ class GenerationRequest:
     anchored_draft: Sequence[int] | None = None
     """Tokens expected right at the cursor (what followed the same text in an open file);
     n-gram strategies propose them first, as long as the output agrees with them."""
+    copy_source: Sequence[int] | None = None
+    """Tokens the output is expected to mostly copy (a next edit's region as it stands): the
+    n-gram strategies propose long runs of them while the output agrees, and realign after it
+    departs. None: no copy source."""
     deadline: float | None = None
     """Absolute `time.monotonic()` after which generation stops and returns what is done."""
     cancel: threading.Event | None = None
