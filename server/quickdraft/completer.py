@@ -391,7 +391,7 @@ class Completer:
         context = CursorContext.parse(prompt.prefix, prompt.suffix, language)
         mode = decide_mode(context, self.config.language(language).multiline)
         clock.lap("context_ms")
-        tokens = self.prompts.tokenize(prompt, heal=prompt.layout == "append")
+        tokens = self.prompts.tokenize(prompt, heal=prompt.layout != "classic")
         anchored = self.anchored_draft(request, tokens.healed)
         clock.lap("tokenize_ms")
         return PreparedCompletion(

@@ -106,7 +106,9 @@ class PromptTokenizer:
         else:
             ids = list(self.cache.ids("".join(part.text for part in parts)))
             pieces = [(part.role, list(self.cache.ids(part.text))) for part in parts]
-        before = [i for role, part_ids in pieces if role in ("prefix", "middle") for i in part_ids]
+        before = [
+            i for role, part_ids in pieces if role in ("top", "prefix", "middle") for i in part_ids
+        ]
         after = [i for role, part_ids in pieces if role == "suffix" for i in part_ids]
         return PromptTokens(ids=ids, before_cursor=before, after_cursor=after, healed=healed)
 

@@ -30,7 +30,7 @@ from quickdraft.cli_args import add_model_arguments
 from quickdraft.config import STRATEGIES, load_config
 from quickdraft.errors import ConfigError
 
-LAYOUTS = ("append", "classic")
+LAYOUTS = ("append", "classic", "pinned")
 WORK_AHEAD = {"on": True, "off": False}
 DEFAULT_HOLES = 4
 QUICK_HOLES = 2

@@ -33,7 +33,9 @@ from typing import Any, Literal
 
 from quickdraft.errors import ConfigError
 
-Role = Literal["marker", "context", "prefix", "suffix", "middle"]
+Role = Literal["marker", "context", "top", "prefix", "suffix", "middle"]
+"""`top`: the pinned top of the current file (context/prompt.py's `pinned` layout), before the
+rest of the text before the cursor (`prefix`)."""
 
 
 @dataclass(frozen=True)
@@ -128,9 +130,12 @@ class FimTemplate:
         path: str | None = None,
         language_id: str | None = None,
         middle: str = "",
+        top: str = "",
     ) -> str:
         """The whole prompt as one string (see `render_parts`)."""
-        parts = self.render_parts(prefix, suffix, snippets, repo_name, path, language_id, middle)
+        parts = self.render_parts(
+            prefix, suffix, snippets, repo_name, path, language_id, middle, top
+        )
         return "".join(part.text for part in parts)
 
     def render_parts(
@@ -142,11 +147,14 @@ class FimTemplate:
         path: str | None = None,
         language_id: str | None = None,
         middle: str = "",
+        top: str = "",
     ) -> list[PromptPart]:
         """The whole prompt: other files (`snippets`: objects/dicts with path and text, or
-        (path, text) pairs), then the current file's prefix, the hole, the suffix, and the
-        middle written so far (empty in the classic layout)."""
+        (path, text) pairs), then the current file's prefix (its pinned `top` first, a part of
+        its own), the hole, the suffix, and the middle written so far (empty in the classic
+        layout)."""
         blocks = [self.render_snippet(*_snippet_fields(s), language_id) for s in snippets]
+        top = self.sanitize(top)
         prefix = self.sanitize(prefix)
         suffix = self.sanitize(suffix)
         middle = self.sanitize(middle)
@@ -189,6 +197,7 @@ class FimTemplate:
             if blocks:
                 marker_comment = comment_prefix(language_id)
                 text("".join(blocks) + f"{marker_comment} {current}\n")
+        text(top, "top")
         text(prefix, "prefix")
         marker(self.fim_suffix)
         text(suffix, "suffix")

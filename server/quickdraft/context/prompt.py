@@ -6,9 +6,22 @@ Two layouts (`context.layout`):
     append    <prefix: text before the anchor line> <suffix marker> <suffix> <middle marker>
               <middle: text from the anchor line to the cursor>
 
+    pinned    <top: the file's first lines> <prefix: a short window above the anchor>
+              <suffix marker> <suffix> <middle marker> <middle>
+
 In the append layout, typing on a line, Backspace over what was just typed and Enter only
 change the end of the prompt (the middle), so the engine's KV cache holds everything before it
-and a keystroke costs only its own tokens. The anchor moves in coarse steps: it is the line
+and a keystroke costs only its own tokens.
+
+The pinned layout also keeps moves cheap. In the append layout the prefix is the window of
+lines above the anchor, so moving 30 lines moves its start and the whole file part of the
+prompt is computed again; opening a file computes it all. Pinned splits the file's part in two:
+its top (the first lines, as many as fit what the moving part leaves: imports, definitions,
+what the file is about) stays in place whatever the cursor does, and only a short window above
+the anchor, the suffix and the middle (`context.near_share` of the budget) move with it. The
+top is computed once per file (warm-up does it before the first request), a move computes only
+the window. When the window reaches into the top, the two join into one run of lines from the
+first; otherwise the lines between them are left out. The anchor moves in coarse steps: it is the line
 number at or above the cursor's that is a multiple of `context.anchor_lines`, so it stays put
 while the cursor stays in that window of lines, and moves when it leaves it or jumps elsewhere.
 (How the token boundary at the cursor is handled is the Completer's business: token healing.)
@@ -59,6 +72,9 @@ REGION_LOOKBACK = 400
 """Boundaries come from parsing the region of interest, starting up to this many lines above."""
 MIDDLE_SHARE = 0.15
 """Append layout: the share of the file budget set aside for the middle (anchor to cursor)."""
+PINNED_MIDDLE_SHARE = 0.4
+"""Pinned layout: the share of the moving part (`near_share` of the budget) set aside for the
+middle."""
 MIDDLE_STEP = 64
 """A middle larger than its allowance takes tokens from the prefix in steps of this many, so
 the prefix start moves rarely even then."""
@@ -94,6 +110,9 @@ class Prompt:
     """Append layout: the text from the anchor line to the cursor (after the middle marker)."""
     anchor_line: int | None = None
     """Append layout: the 0-based line the middle starts at."""
+    top: str = ""
+    """Pinned layout: the file's first lines, pinned ahead of the window above the anchor
+    (the start of `prefix`)."""
     parts: list[PromptPart] = field(default_factory=list)
     """`text` as markers and text of each role, in order (joined, they give `text`)."""
 
@@ -366,6 +385,25 @@ def _fit_prefix(
     return "".join(doc.full[start:end]) + tail, start, truncated, used
 
 
+def _fit_top(text: str, budget: int, count: TokenCounter) -> list[str]:
+    """The document's first whole lines (line breaks included) within `budget` tokens, from
+    the text's start only: as long as those lines stay the same, so does the answer."""
+    if budget <= 0:
+        return []
+    contents, endings = split_lines(text[: budget * CHARS_PER_TOKEN_BOUND])
+    lines: list[str] = []
+    used = 0
+    for content, ending in zip(contents, endings, strict=True):
+        if not ending:  # cut mid-line, or the document's last line: not a whole line
+            break
+        cost = count(content + ending)
+        if used + cost > budget:
+            break
+        used += cost
+        lines.append(content + ending)
+    return lines
+
+
 def _fit_suffix(
     doc: _Window, row: int, character: int, budget: int, count: TokenCounter
 ) -> tuple[str, int, bool, int]:
@@ -510,14 +548,15 @@ def build_prompt(
             f"character {character} is outside line {line}, which has "
             f"{len(doc.contents[row])} characters"
         )
-    append = config.layout == "append"
+    append = config.layout in ("append", "pinned")
+    pinned = config.layout == "pinned"
     documents = list(open_documents or ())
     root_dir = _display_root(path, documents, root)
     shown_path = _show(uri_to_path(path), root_dir) if path else None
 
-    def parts_of(prefix: str, suffix: str, snippets: Sequence[Snippet], middle: str):
+    def parts_of(prefix: str, suffix: str, snippets: Sequence[Snippet], middle: str, top: str = ""):
         return template.render_parts(
-            prefix, suffix, snippets, repo_name, shown_path, language_id, middle
+            prefix, suffix, snippets, repo_name, shown_path, language_id, middle, top
         )
 
     def render(prefix: str, suffix: str, snippets: Sequence[Snippet], middle: str = "") -> str:
@@ -561,7 +600,13 @@ def build_prompt(
 
     # -- current document ------------------------------------------------------------------
     file_budget = max(total - overhead, 0)
-    suffix_budget = int(file_budget * config.suffix_share)
+    # The part that moves with the cursor: all of the file's in the append layout, a share of
+    # the whole budget in the pinned one (the rest pins the file's top).
+    near_budget = min(file_budget, int(total * config.near_share)) if pinned else file_budget
+    top_budget = max(file_budget - near_budget, 0)
+    top_lines_budget = top_budget
+    top_lines = _fit_top(text, top_budget, count) if pinned else []
+    suffix_budget = int(near_budget * config.suffix_share)
     suffix, end, suffix_cut, suffix_used = _fit_suffix(doc, row, character, suffix_budget, count)
     middle = ""
     if append:
@@ -570,19 +615,49 @@ def build_prompt(
         if middle_tokens > (file_budget - suffix_used) // 2:
             # One huge line (minified code, data) or a long stretch since the anchor: no
             # room for a prefix. The classic layout cuts the text before the cursor to fit.
-            append, middle = False, ""
+            append, pinned, middle = False, False, ""
+    top = ""
+
+    def fit_append(budget: int) -> tuple[str, str, int, bool]:
+        """(top, prefix section, first row, truncated) with `budget` tokens for the lines
+        above the anchor (pinned: besides the top's own budget)."""
+        section, first, cut, used = _fit_prefix(doc, first_middle_row, "", max(budget, 0), count)
+        if not doc.at_start and section == "" and first_middle_row == 0:
+            cut = True
+        if not pinned:
+            return "", section, first, cut
+        # What moves no further than the anchor's window leaves the rest of the file budget
+        # to the top; a middle too long for its allowance takes the top's place (rarely).
+        # (the middle counted as its allowance and 64-token steps: the top changes only when
+        # the middle passes a step)
+        room = min(top_budget, file_budget - suffix_used - allowance - excess - used)
+        pinned_lines = top_lines if room >= top_lines_budget else _fit_top(text, room, count)
+        anchor_doc = doc.first_line + first_middle_row
+        pinned_end = min(len(pinned_lines), anchor_doc)
+        if not pinned_end:
+            return "", section, first, cut
+        if doc.first_line + first <= len(pinned_lines):
+            # The window reaches into the top: one run of lines from the first, split where
+            # the top ends (so the top's tokens are the same whatever the cursor's line).
+            join = pinned_end - doc.first_line
+            return (
+                "".join(pinned_lines[:pinned_end]),
+                "".join(doc.full[join:first_middle_row]),
+                join,
+                False,
+            )
+        return "".join(pinned_lines), section, first, True
+
     if append:
-        allowance = int(file_budget * MIDDLE_SHARE)
+        allowance = (
+            int(near_budget * PINNED_MIDDLE_SHARE) if pinned else int(file_budget * MIDDLE_SHARE)
+        )
         excess = max(0, middle_tokens - allowance)
         excess = -(-excess // MIDDLE_STEP) * MIDDLE_STEP
-        prefix_budget = file_budget - suffix_used - allowance - excess
-        prefix_section, start, prefix_cut, _ = _fit_prefix(
-            doc, first_middle_row, "", max(prefix_budget, 0), count
-        )
-        if not doc.at_start and prefix_section == "" and first_middle_row == 0:
-            prefix_cut = True
-        rendered_parts = parts_of(prefix_section, suffix, snippets, middle)
-        prefix = prefix_section + middle
+        prefix_budget = near_budget - suffix_used - allowance - excess
+        top, prefix_section, start, prefix_cut = fit_append(prefix_budget)
+        rendered_parts = parts_of(prefix_section, suffix, snippets, middle, top)
+        prefix = top + prefix_section + middle
     else:
         prefix_budget = file_budget - (suffix_used if not suffix_cut else suffix_budget)
         prefix, start, prefix_cut, prefix_used = _fit_prefix(
@@ -600,15 +675,15 @@ def build_prompt(
     # Token counts of lines don't add up exactly to a section's (merges across line
     # boundaries); shave the prefix until the whole prompt fits.
     for _ in range(4):
-        if tokens <= total or not prefix_section:
+        if tokens <= total or not (prefix_section or top):
             break
         prefix_budget = max(prefix_budget - (tokens - total) - 1, 0)
         if append:
-            prefix_section, start, prefix_cut, _ = _fit_prefix(
-                doc, first_middle_row, "", prefix_budget, count
-            )
-            prefix = prefix_section + middle
-            rendered_parts = parts_of(prefix_section, suffix, snippets, middle)
+            if pinned and not prefix_section:
+                top_budget = max(top_budget - (tokens - total) - 1, 0)
+            top, prefix_section, start, prefix_cut = fit_append(prefix_budget)
+            prefix = top + prefix_section + middle
+            rendered_parts = parts_of(prefix_section, suffix, snippets, middle, top)
         else:
             prefix, start, prefix_cut, _ = _fit_prefix(
                 doc, row, doc.contents[row][:character], prefix_budget, count
@@ -623,14 +698,15 @@ def build_prompt(
         prefix=prefix,
         suffix=suffix,
         snippets=snippets,
-        prefix_start_line=doc.first_line + start,
+        prefix_start_line=0 if top else doc.first_line + start,
         suffix_end_line=doc.first_line + end,
         language=grammar,
         prompt_tokens=tokens,
         prefix_truncated=prefix_cut,
         suffix_truncated=suffix_cut,
-        layout="append" if append else "classic",
+        layout=("pinned" if pinned else "append") if append else "classic",
         middle=middle,
         anchor_line=doc.first_line + first_middle_row if append else None,
         parts=rendered_parts,
+        top=top,
     )
