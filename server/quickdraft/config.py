@@ -247,9 +247,7 @@ def _snake(key: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower().replace("-", "_")
 
 
-def _check_scalar(
-    path: str, name: str, value: Any, annotation: Any, section: str = ""
-) -> Any:
+def _check_scalar(path: str, name: str, value: Any, annotation: Any, section: str = "") -> Any:
     """Return `value` converted to `annotation`, or raise ConfigError naming `path`. The range
     checked is `section.name`'s when there is one, else `name`'s."""
     origin = get_origin(annotation)

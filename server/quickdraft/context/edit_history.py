@@ -61,15 +61,16 @@ class Hunk:
 
     @property
     def old_lines(self) -> list[str]:
-        return _lines(self.old)
+        return lines_with_breaks(self.old)
 
     @property
     def new_lines(self) -> list[str]:
-        return _lines(self.new)
+        return lines_with_breaks(self.new)
 
 
-def _lines(text: str) -> list[str]:
-    """`text` as lines with their breaks (LSP's: \\r\\n, \\r, \\n)."""
+def lines_with_breaks(text: str) -> list[str]:
+    """`text` as lines, each with its break (LSP's: \\r\\n, \\r, \\n); a last line without
+    one as it is. Joined, they give `text`."""
     if not text:
         return []
     out, start = [], 0
@@ -89,9 +90,7 @@ def unified_diff(hunk: Hunk, path: str, context: int = 0) -> str:
     when nothing changed. `context`: unchanged lines shown around each change."""
     old, new = hunk.old_lines, hunk.new_lines
     produced = list(
-        difflib.unified_diff(
-            old, new, fromfile=f"a/{path}", tofile=f"b/{path}", n=context, lineterm=""
-        )
+        difflib.unified_diff(old, new, fromfile=path, tofile=path, n=context, lineterm="")
     )
     # The two file lines, then hunk headers and lines that carry their own line breaks.
     lines = produced[:2] + [line.rstrip("\r\n") for line in produced[2:]]
@@ -181,7 +180,7 @@ class EditHistory:
         if before == after:
             self.recorded += 1
             return
-        old_lines, new_lines = _lines(before), _lines(after)
+        old_lines, new_lines = lines_with_breaks(before), lines_with_breaks(after)
         # Common ends first: difflib then compares only the lines that differ.
         head = 0
         while head < min(len(old_lines), len(new_lines)) and old_lines[head] == new_lines[head]:
