@@ -199,6 +199,19 @@ class Backend(Protocol):
         deadline: float | None,
     ) -> Generated: ...
 
+    def generate_edit(
+        self,
+        prepared: Any,
+        *,
+        strategy: str | None,
+        cancel: threading.Event | None,
+        deadline: float | None,
+    ) -> Generated:
+        """A next edit's rewrite of its region (`prepared`: a next_edit.PreparedEdit): the
+        prompt as it is, stopped by its rule, `raw_text` the text written (special tokens
+        left out)."""
+        ...
+
     def warm(self, prepared: PreparedCompletion, cancel: threading.Event | None) -> int:
         """Compute ahead the caches this request will need; the tokens computed."""
         ...

@@ -151,6 +151,37 @@ class CacheConfig:
     """After answering, compute the completion that follows accepting the suggestion."""
 
 
+EditFormat = Literal["auto", "instruct", "zeta", "sweep", "instinct"]
+EDIT_FORMATS: tuple[str, ...] = get_args(EditFormat)
+
+
+@dataclass
+class EditsConfig:
+    """Next-edit suggestions (`textDocument/copilotInlineEdit`): the region the model rewrites
+    around the cursor, the recent edits it is shown, and its budget."""
+
+    enabled: bool = True
+    lines_above: int = 8
+    """Lines of the editable region above the cursor's line (snapped to statement boundaries)."""
+    lines_below: int = 16
+    """Lines of the editable region below the cursor's line."""
+    history_hunks: int = 16
+    """Recent edits kept per document (coalesced hunks; the oldest go first)."""
+    history_bytes: int = 16384
+    """...and at most this many bytes of them (old and new text) per document."""
+    history_files: int = 3
+    """Other files whose recent edits go into the prompt (the most recently edited first)."""
+    format: EditFormat = "auto"
+    """The prompt format: `instruct` (a chat prompt for instruction-tuned models such as the
+    Qwen2.5-Coder Instruct models quickdraft ships), `zeta` (zed-industries/zeta), `sweep`
+    (sweepai's next-edit models), `instinct` (Continue's Instinct). `auto`: the one the model's
+    name says (zeta, sweep, instinct), else `instruct`."""
+    max_new_tokens: int = 512
+    """The most tokens one rewrite of the region may take (an answer cut there gives no edit)."""
+    max_draft_length: int = 256
+    """The longest run of the region proposed as one copy draft."""
+
+
 @dataclass
 class LanguageConfig:
     """Per-language overrides. Unset fields fall back to the global values."""
@@ -167,6 +198,7 @@ class QuickdraftConfig:
     decoding: DecodingConfig = field(default_factory=DecodingConfig)
     context: ContextConfig = field(default_factory=ContextConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    edits: EditsConfig = field(default_factory=EditsConfig)
     languages: dict[str, LanguageConfig] = field(default_factory=dict)
 
     def language(self, language_id: str | None) -> LanguageConfig:
@@ -208,6 +240,14 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
     "memory_mb": (0, 1 << 20),
     "connect_timeout_s": (0.1, 600.0),
     "read_timeout_s": (0.1, 3600.0),
+    "lines_above": (0, 1000),
+    "lines_below": (0, 1000),
+    "history_hunks": (0, 1000),
+    "history_bytes": (0, 1 << 24),
+    "history_files": (0, 64),
+    # A section's own range, where one name means different things in two sections.
+    "edits.max_new_tokens": (1, 8192),
+    "edits.max_draft_length": (1, 4096),
 }
 
 
@@ -215,8 +255,9 @@ def _snake(key: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower().replace("-", "_")
 
 
-def _check_scalar(path: str, name: str, value: Any, annotation: Any) -> Any:
-    """Return `value` converted to `annotation`, or raise ConfigError naming `path`."""
+def _check_scalar(path: str, name: str, value: Any, annotation: Any, section: str = "") -> Any:
+    """Return `value` converted to `annotation`, or raise ConfigError naming `path`. The range
+    checked is `section.name`'s when there is one, else `name`'s."""
     origin = get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         options = get_args(annotation)
@@ -227,7 +268,7 @@ def _check_scalar(path: str, name: str, value: Any, annotation: Any) -> Any:
             if option is type(None):
                 continue
             try:
-                return _check_scalar(path, name, value, option)
+                return _check_scalar(path, name, value, option, section)
             except ConfigError as exc:
                 errors.append(str(exc))
         raise ConfigError(errors[0] if errors else f"{path}: must not be null")
@@ -255,7 +296,7 @@ def _check_scalar(path: str, name: str, value: Any, annotation: Any) -> Any:
         return value
     else:  # pragma: no cover - only reached if a field of a new type is added without support
         raise ConfigError(f"{path}: unsupported setting type {annotation!r}")
-    low, high = _RANGES.get(name, (None, None))
+    low, high = _RANGES.get(f"{section}.{name}", _RANGES.get(name, (None, None)))
     if low is not None and value < low:
         raise ConfigError(f"{path}: {value} is below the minimum {low}")
     if high is not None and value > high:
@@ -290,7 +331,7 @@ def _merge_dataclass(path: str, current: Any, data: Any) -> Any:
                 merged[lang] = _merge_dataclass(f"{where}.{lang}", base, lang_data)
             updates[key] = merged
         else:
-            updates[key] = _check_scalar(where, key, value, annotation)
+            updates[key] = _check_scalar(where, key, value, annotation, _snake(path))
     return dataclasses.replace(current, **updates)
 
 

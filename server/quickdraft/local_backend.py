@@ -14,7 +14,7 @@ import os
 import platform
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -36,6 +36,9 @@ from quickdraft.models.loading import LoadedModels, Progress
 from quickdraft.models.store import quickdraft_home, write_json_atomic
 from quickdraft.text import unusable_reason
 from quickdraft.tokens import PromptTokenizer
+
+if TYPE_CHECKING:
+    from quickdraft.next_edit import PreparedEdit
 
 log = logging.getLogger(__name__)
 
@@ -204,6 +207,38 @@ class LocalBackend:
             self.models.tokenizer.decode(result.tokens, skip_special_tokens=True)
         )
         return Generated(raw or "", result.tokens, result.stop_reason, result.stats)
+
+    def generate_edit(
+        self,
+        prepared: PreparedEdit,
+        *,
+        strategy: str | None,
+        cancel: threading.Event | None,
+        deadline: float | None,
+    ) -> Generated:
+        """A next edit's rewrite: the region as it stands is the copy source the n-gram
+        strategies draft from (long drafts, realigned after the output departs from it), in
+        a cache slot of its own (the document's completion cache stays as it is)."""
+        decoding = self.config.decoding
+        result = self.engine.generate(
+            GenerationRequest(
+                prompt_ids=prepared.prompt_ids,
+                max_new_tokens=prepared.max_new_tokens,
+                strategy=strategy or decoding.strategy,
+                temperature=decoding.temperature,
+                top_p=decoding.top_p,
+                seed=decoding.seed,
+                language=prepared.request.language_id,
+                kind="edit",
+                copy_source=prepared.copy_source,
+                deadline=deadline,
+                cancel=cancel,
+                stop=prepared.stop_rule(),
+                slot=prepared.slot,
+            )
+        )
+        text = self.models.tokenizer.decode(result.tokens, skip_special_tokens=True)
+        return Generated(text, result.tokens, result.stop_reason, result.stats)
 
     def draft_length_for(self, language_id: str | None) -> int | None:
         """The fixed draft length for a language: the user's setting for that language, else

@@ -12,10 +12,14 @@ Lines end at `\\n`, `\\r\\n` or `\\r`, as the LSP specification says.
 from __future__ import annotations
 
 import bisect
+import logging
 from dataclasses import dataclass, field
 
+from quickdraft.context.edit_history import EditHistory, lines_touched
 from quickdraft.errors import PositionError
 from quickdraft.text import LINE_BREAK, unusable_reason
+
+logger = logging.getLogger(__name__)
 
 UTF8 = "utf-8"
 UTF16 = "utf-16"
@@ -176,15 +180,19 @@ class Document:
             self.edited_at = None
             self.cursor_at = None
             return
-        start = self.offset_at(range_[0], range_[1], strict=False)
-        end = self.offset_at(range_[2], range_[3], strict=False)
-        if end < start:
-            start, end = end, start
+        start, end = self.span(range_)
         old = self.text
         self.text = old[:start] + text + old[end:]
         self._update_line_starts(start, end, len(text), old)
         self.edited_at = start + len(text)
         self.cursor_at = self.edited_at
+
+    def span(self, range_: tuple[int, int, int, int]) -> tuple[int, int]:
+        """(start, end) offsets (code points) of an edit's LSP range, clamped as the LSP
+        specification says, in order."""
+        start = self.offset_at(range_[0], range_[1], strict=False)
+        end = self.offset_at(range_[2], range_[3], strict=False)
+        return (start, end) if start <= end else (end, start)
 
     def _update_line_starts(self, start: int, end: int, inserted: int, old: str) -> None:
         starts = self.line_starts if self._line_starts is not None else None
@@ -219,11 +227,15 @@ class Document:
 
 
 class DocumentStore:
-    """Open documents by URI. Lives on the event loop; the model worker gets snapshots."""
+    """Open documents by URI. Lives on the event loop; the model worker gets snapshots.
 
-    def __init__(self, encoding: str = UTF16):
+    `history` records every change applied here, in order (context.edit_history): the recent
+    edits a next-edit prompt shows come from the very changes that made the text."""
+
+    def __init__(self, encoding: str = UTF16, history: EditHistory | None = None):
         self.encoding = encoding
         self._documents: dict[str, Document] = {}
+        self.history = history or EditHistory()
 
     def __contains__(self, uri: str) -> bool:
         return uri in self._documents
@@ -238,6 +250,8 @@ class DocumentStore:
         return self._documents.get(uri)
 
     def open(self, uri: str, text: str, language_id: str = "", version: int = 0) -> Document:
+        """Open (or reopen: its history starts again) a document."""
+        self.history.forget(uri)
         document = Document(uri, text, language_id, version, self.encoding)
         self._documents[uri] = document
         return document
@@ -251,10 +265,31 @@ class DocumentStore:
         """Apply content changes in order; raises KeyError for a document that is not open."""
         document = self._documents[uri]
         for text, range_ in changes:
+            if range_ is None:
+                before = document.text
+                document.apply_change(text, None)
+                self._record(document, self.history.record_full, uri, before, text)
+                continue
+            start, end = document.span(range_)
+            line, block_start, block_end = lines_touched(
+                document.text, document.line_starts, start, end
+            )
+            old = document.text[block_start:block_end]
             document.apply_change(text, range_)
+            new_end = block_end + len(text) - (end - start)
+            new = document.text[block_start:new_end]
+            self._record(document, self.history.record, uri, block_start, line, old, new)
         if version is not None:
             document.version = version
         return document
 
+    def _record(self, document: Document, record, *args) -> None:
+        # The change is applied already: whatever the history does, the text stays right.
+        try:
+            record(*args)
+        except Exception:  # pragma: no cover - a bug in the history must not lose an edit
+            logger.exception("edit history: could not record a change to %s", document.uri)
+
     def close(self, uri: str) -> Document | None:
+        self.history.forget(uri)
         return self._documents.pop(uri, None)

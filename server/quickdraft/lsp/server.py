@@ -36,7 +36,7 @@ from quickdraft.errors import PositionError
 from quickdraft.lsp import handlers
 from quickdraft.lsp.configuration import ConfigChange, ConfigurationManager
 from quickdraft.lsp.documents import UTF16, DocumentStore
-from quickdraft.lsp.service import CompletionService
+from quickdraft.lsp.service import CompletionService, NextEditService
 from quickdraft.lsp.status import LoadProgress, StatusReporter
 from quickdraft.lsp.worker import (
     CompleterLoader,
@@ -79,6 +79,17 @@ def _describe_structure_error(exc: BaseException) -> str:
 
 
 class QuickdraftProtocol(LanguageServerProtocol):
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(self, params: types.InitializeParams):
+        # pygls builds the capabilities from the registered features; the requests outside
+        # the LSP specification (copilotInlineEdit) are advertised under `experimental`.
+        result = yield from super().lsp_initialize(params)
+        experimental = getattr(self._server, "experimental", None)
+        if experimental:
+            known = result.capabilities.experimental
+            result.capabilities.experimental = {**(known or {}), **experimental}
+        return result
+
     def structure_message(self, data: dict[str, Any]):
         try:
             return super().structure_message(data)
@@ -162,6 +173,10 @@ class QuickdraftServer(LanguageServer):
         self.worker = ModelWorker()
         self.host = ModelHost(loader)
         self.completions = CompletionService(self)
+        self.next_edits = NextEditService(self)
+        self.experimental: dict[str, Any] = {}
+        """`capabilities.experimental` at `initialize` (the handlers of features outside the
+        specification add theirs)."""
         self.status = StatusReporter(self)
         self.loading: LoadProgress | None = None
         """The model load in progress, if any."""
@@ -341,12 +356,14 @@ class QuickdraftServer(LanguageServer):
         if self.focused == uri:
             self.focused = None
         self.completions.forget(uri)
+        self.next_edits.cancel(uri)
         self.worker.submit(self.host.close_document, uri)
 
     # --- configuration and models -----------------------------------------------------
 
     def apply_config_change(self, change: ConfigChange) -> None:
         """Hand a new configuration to the worker: reload models when they changed."""
+        self.configure_history(change.config)
         if change.changed:
             self.completions.typed_ahead.clear()  # suggestions made under other settings
         if change.models_changed:
@@ -355,9 +372,14 @@ class QuickdraftServer(LanguageServer):
             self.worker.submit(self.host.update_config, change.config)
             self.log("configuration updated")
 
+    def configure_history(self, config: QuickdraftConfig) -> None:
+        """The edit history's bounds (edits.history_hunks, edits.history_bytes)."""
+        self.documents.history.configure(config.edits.history_hunks, config.edits.history_bytes)
+
     def load_models(self, config: QuickdraftConfig) -> None:
         """Load (or reload) the models on the worker; report each step and the outcome to the
         client (status notification, work-done progress, log)."""
+        self.configure_history(config)
 
         self.models_generation += 1
         generation = self.models_generation

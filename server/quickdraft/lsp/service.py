@@ -2,7 +2,8 @@
 
 `inlineCompletion` and the `completion` fallback differ only in how they dress the answer; the
 work is here. Everything runs on the event loop except `ModelHost.complete`, which runs on the
-model worker thread.
+model worker thread. Next edits (`textDocument/copilotInlineEdit`) have their own service
+below (`NextEditService`), on the same worker: one model, one queue.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 
 from quickdraft.errors import PositionError, QuickdraftError
+from quickdraft.lsp.documents import Document
 from quickdraft.postprocess import TypedAheadCache
 
 if TYPE_CHECKING:
@@ -292,6 +294,169 @@ class CompletionService:
         self.server.log(
             f"[{request_id}] {feature}: {len(text)} chars, {what}, {latency_ms:.0f} ms"
             + (f", {payload['tokensPerForward']:.2f} tokens/forward" if not cached else "")
+        )
+
+
+# --- next edits ------------------------------------------------------------------------------
+
+
+def suggest_next_edit(host: Any, request: Any, cancel: threading.Event) -> Any:
+    """On the worker: the next edit for `request` (a next_edit.NextEditRequest), or None when
+    it was superseded while queued."""
+    completer = host.require_completer()
+    if cancel.is_set():
+        return None
+    # next_edit imports torch (seconds): the server answers `initialize` before that.
+    from quickdraft.next_edit import suggest
+
+    return suggest(completer, request, cancel=cancel)
+
+
+def edit_item(snapshot: Document, edit: Any, version: int) -> dict[str, Any]:
+    """One edit of a `copilotInlineEdit` answer: its text, its range in LSP units of the
+    document as it was asked about (`snapshot`), and that document's version."""
+    start_line, start_character = snapshot.position_at(edit.start)
+    end_line, end_character = snapshot.position_at(edit.end)
+    return {
+        "text": edit.text,
+        "range": {
+            "start": {"line": start_line, "character": start_character},
+            "end": {"line": end_line, "character": end_character},
+        },
+        "textDocument": {"uri": snapshot.uri, "version": version},
+    }
+
+
+class NextEditService:
+    """`textDocument/copilotInlineEdit`: checks on the event loop, the rewrite on the model
+    worker, the answer in the version of the document asked about. A newer request for a
+    document supersedes the one running for it (its generation stops at its next step)."""
+
+    def __init__(self, server: QuickdraftServer):
+        self.server = server
+        self._inflight: dict[str, threading.Event] = {}
+
+    async def suggest(
+        self,
+        uri: str,
+        version: int,
+        position: tuple[int, int],
+        *,
+        request_id: Any,
+        feature: str = "inlineEdit",
+    ) -> list[dict[str, Any]]:
+        """The edits to show for `uri` at `version`, cursor at `position` (LSP units); empty
+        when there are none or the request cannot be answered (logged)."""
+        server = self.server
+        document = server.documents.get(uri)
+        if document is None:
+            server.log(f"[{request_id}] {feature}: {uri} is not open; no edit", "warning")
+            return []
+        if version != document.version:
+            server.log(
+                f"[{request_id}] {feature}: {uri} is at version {document.version}, not "
+                f"{version}; no edit"
+            )
+            return []
+        config = server.config.current
+        if not config.edits.enabled:
+            server.log(f"[{request_id}] {feature}: next edits are disabled (edits.enabled)")
+            return []
+        line, character = position
+        try:
+            column = document.to_codepoint(line, character, strict=True)
+        except PositionError as exc:
+            server.log(f"[{request_id}] {feature}: {uri}: {exc}; no edit", "warning")
+            return []
+        # next_edit imports torch (seconds): the server answers `initialize` before that.
+        from quickdraft.next_edit import NextEditRequest
+
+        text = document.text
+        offset = document.line_starts[line] + column
+        document.cursor_at = offset
+        own, others = server.documents.history.recent(uri, config.edits.history_files)
+        request = NextEditRequest(
+            uri, text, line, column, document.language_id, offset, own, others
+        )
+        # The answer's ranges are in this text, whatever edits arrive meanwhile.
+        snapshot = Document(uri, text, document.language_id, version, document.encoding)
+        self.cancel(uri)
+        cancel = threading.Event()
+        self._inflight[uri] = cancel
+        started = time.monotonic()
+        future = server.worker.submit(suggest_next_edit, server.host, request, cancel, preempt=True)
+        try:
+            result = await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            cancel.set()  # $/cancelRequest: the engine stops at its next step
+            server.log(f"[{request_id}] {feature}: cancelled")
+            raise
+        except QuickdraftError as exc:
+            server.log(f"[{request_id}] {feature}: {exc}", "warning")
+            return []
+        finally:
+            if self._inflight.get(uri) is cancel:
+                del self._inflight[uri]
+        if cancel.is_set() or result is None:
+            server.log(f"[{request_id}] {feature}: superseded by a newer request")
+            return []
+        if result.skipped:
+            server.log(f"[{request_id}] {feature}: {result.skipped}; no edit")
+            return []
+        items = [edit_item(snapshot, edit, version) for edit in result.edits]
+        current = server.documents.get(uri)
+        if current is None or current.version != version:
+            server.log(f"[{request_id}] {feature}: {uri} changed meanwhile; no edit")
+            items = []
+        loaded_at = server.host.loaded_at
+        self._report(
+            request_id,
+            uri,
+            feature,
+            max(started, loaded_at) if loaded_at is not None else started,
+            result,
+            items,
+        )
+        return items
+
+    def cancel(self, uri: str) -> None:
+        """Stop the request running for `uri` (a newer one came, or the document closed)."""
+        previous = self._inflight.pop(uri, None)
+        if previous is not None:
+            previous.set()
+
+    def _report(
+        self,
+        request_id: Any,
+        uri: str,
+        feature: str,
+        started: float,
+        result: Any,
+        items: list[dict[str, Any]],
+    ) -> None:
+        latency_ms = (time.monotonic() - started) * 1000.0
+        payload = stats_payload(result, latency_ms=latency_ms, source="model")
+        region = result.region
+        payload.update(
+            uri=uri,
+            requestId=request_id,
+            feature=feature,
+            chars=sum(len(item["text"]) for item in items),
+            editCount=len(items),
+            copiedTokens=result.copied_tokens,
+            format=result.format,
+            rejected=result.rejected,
+            regionLines=[region.start_line, region.end_line] if region is not None else None,
+        )
+        completer = self.server.host.completer
+        if completer is not None:
+            payload["compute"] = completer.compute
+        self.server.protocol.notify(STATS_NOTIFICATION, payload)
+        why = f" ({result.rejected})" if result.rejected else ""
+        self.server.log(
+            f"[{request_id}] {feature}: {len(items)} edits{why}, {payload['tokens']} tokens "
+            f"({result.copied_tokens} copied), {latency_ms:.0f} ms, "
+            f"{payload['tokensPerForward']:.2f} tokens/forward"
         )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quickdraft.completer import Completer, CompletionRequest, Generated, PreparedCompletion
 from quickdraft.config import QuickdraftConfig
@@ -23,6 +23,9 @@ from quickdraft.remote.generator import RemoteGenerator
 from quickdraft.remote.models import RemoteModels, load_remote_models
 from quickdraft.remote.status import EngineStatus
 from quickdraft.tokens import PromptTokenizer
+
+if TYPE_CHECKING:
+    from quickdraft.next_edit import PreparedEdit
 
 STRATEGY = "remote"
 """The name completions from the engine carry in their stats."""
@@ -80,14 +83,51 @@ class RemoteBackend:
         cancel: threading.Event | None,
         deadline: float | None,
     ) -> Generated:
+        return self._generate(
+            prepared.prompt.text,
+            prepared.max_new_tokens,
+            len(prepared.prompt_ids),
+            prepared.text_stop_rule(),
+            cancel,
+            deadline,
+        )
+
+    def generate_edit(
+        self,
+        prepared: PreparedEdit,
+        *,
+        strategy: str | None,
+        cancel: threading.Event | None,
+        deadline: float | None,
+    ) -> Generated:
+        """A next edit's prompt as a plain `/v1/completions` request (the engine drafts for
+        itself), its stream closed once the region is written."""
+        return self._generate(
+            prepared.prompt.text,
+            prepared.max_new_tokens,
+            len(prepared.prompt_ids),
+            prepared.text_stop_rule(),
+            cancel,
+            deadline,
+        )
+
+    def _generate(
+        self,
+        prompt: str,
+        max_tokens: int,
+        prompt_tokens: int,
+        should_stop: Callable[[str], bool],
+        cancel: threading.Event | None,
+        deadline: float | None,
+    ) -> Generated:
         decoding = self.config.decoding
         result = self.generator.generate(
-            prepared.prompt.text,
-            max_tokens=prepared.max_new_tokens,
+            prompt,
+            max_tokens=max_tokens,
             temperature=decoding.temperature,
             top_p=decoding.top_p,
             seed=decoding.seed,
-            should_stop=prepared.text_stop_rule(),
+            should_stop=should_stop,
             cancel=cancel,
             deadline=deadline,
         )
@@ -98,7 +138,7 @@ class RemoteBackend:
         )
         stats = GenerationStats(
             strategy=STRATEGY,
-            prompt_tokens=len(prepared.prompt_ids),
+            prompt_tokens=prompt_tokens,
             new_tokens=len(tokens),
             prefill_ms=result.prefill_ms,
             decode_ms=result.decode_ms,

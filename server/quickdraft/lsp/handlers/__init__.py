@@ -9,6 +9,7 @@ from quickdraft.lsp.handlers import (
     configuration,
     focus,
     inline_completion,
+    inline_edit,
     lifecycle,
     sync,
 )
@@ -18,5 +19,13 @@ if TYPE_CHECKING:
 
 
 def register_all(server: QuickdraftServer) -> None:
-    for module in (lifecycle, sync, focus, configuration, inline_completion, completion):
+    for module in (
+        lifecycle,
+        sync,
+        focus,
+        configuration,
+        inline_completion,
+        completion,
+        inline_edit,
+    ):
         module.register(server)

@@ -1,0 +1,337 @@
+"""The next-edit pipeline (`textDocument/copilotInlineEdit`), beside the completion pipeline:
+
+    request -> region (context.edit_prompt) -> prompt (recent edits, other files, the region)
+            -> tokenize -> generate (the Completer's backend, copy drafting from the region)
+            -> the region as rewritten -> diff against the region as it is -> minimal edits
+
+Plain functions over a `Completer` (its backend, tokenizer, open documents' workspace head and
+settings); nothing here knows LSP. Offsets are code points into the request's text. Like
+`Completer.complete`, each answer says what every stage took (`NextEdit.stages`).
+
+The answer is judged before it is shown (`reject_reason`): a rewrite that did not finish the
+region (it hit `max_new_tokens` or the deadline mid-region) gives no edit, and neither does
+one that replaces more than REWRITE_SHARE of the region's characters (at least REWRITE_FLOOR
+of them): a next edit changes a few spots, and a model that rewrote most of the region
+wandered off (or deleted it). A rewrite larger than GROWTH_LIMIT times the region (plus
+GROWTH_SLACK characters) is refused for the same reason.
+
+Threads: run on the Completer's thread (the language server's model worker).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from quickdraft.completer import Completer, Generated, StageClock
+from quickdraft.context import Prompt
+from quickdraft.context.edit_history import Hunk, lines_with_breaks
+from quickdraft.context.edit_prompt import (
+    ContextFile,
+    EditableRegion,
+    EditContext,
+    EditPrompt,
+    choose_format,
+    choose_region,
+    display_path,
+    render_edit_prompt,
+)
+from quickdraft.context.prompt import offset_of
+from quickdraft.decoding import GenerationStats
+from quickdraft.text import unusable_reason, without_lone_surrogates
+
+EDIT_SLOT = "#edit"
+"""Suffix of the KV cache slot next edits compute in: their prompt shares nothing with the
+document's completion prompt, whose cache must stay for the next keystroke."""
+STOP_TAIL_TOKENS = 12
+"""The stop rule decodes only this many of the last tokens to look for the closing marker."""
+REWRITE_SHARE = 0.5
+REWRITE_FLOOR = 80
+GROWTH_LIMIT = 4
+GROWTH_SLACK = 200
+ANSWER_TOKENS_SLACK = 64
+"""A rewrite gets at most twice the region's tokens plus this many (within
+`edits.max_new_tokens`): enough for any next edit, not for a runaway."""
+
+
+@dataclass
+class NextEditRequest:
+    uri: str
+    text: str
+    line: int
+    character: int
+    """The cursor, 0-based line and code point column."""
+    language_id: str | None = None
+    offset: int | None = None
+    """The cursor's index into `text`, when the caller knows it."""
+    hunks: Sequence[Hunk] = ()
+    """This document's recent edits, oldest first (context.edit_history)."""
+    other_hunks: Sequence[Hunk] = ()
+    """Other documents' recent edits, oldest first."""
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace `start`..`end` (code points into the request's text) with `text`."""
+
+    start: int
+    end: int
+    text: str
+
+
+@dataclass
+class PreparedEdit:
+    """A next-edit request turned into what the backend gets."""
+
+    request: NextEditRequest
+    region: EditableRegion
+    prompt: EditPrompt
+    prompt_ids: list[int]
+    copy_source: list[int]
+    """The region as it stands (and the answer's closing), as tokens: most of the answer."""
+    max_new_tokens: int
+    tokenizer: Any
+
+    @property
+    def slot(self) -> str:
+        return self.request.uri + EDIT_SLOT
+
+    def text_stop_rule(self) -> Callable[[str], bool]:
+        """Text so far -> has the region been written out?"""
+        return self.prompt.closed
+
+    def stop_rule(self) -> Callable[[list[int]], bool]:
+        """New tokens so far -> has the region been written out? (Decodes only the tail:
+        the closing marker is a few tokens long.)"""
+        prompt, decode = self.prompt, self.tokenizer.decode
+
+        def stop(tokens: list[int]) -> bool:
+            if len(tokens) <= STOP_TAIL_TOKENS:
+                return prompt.closed(decode(tokens, skip_special_tokens=False))
+            tail = decode(tokens[-STOP_TAIL_TOKENS:], skip_special_tokens=False)
+            return prompt.closing in tail
+
+        return stop
+
+
+@dataclass
+class NextEdit:
+    edits: list[Edit] = field(default_factory=list)
+    """The smallest edits that turn the region into the rewrite, top to bottom."""
+    region: EditableRegion | None = None
+    format: str = ""
+    rewritten: str | None = None
+    """The region as the model wrote it (None: it did not finish it)."""
+    raw_text: str = ""
+    tokens: list[int] = field(default_factory=list)
+    stop_reason: str = ""
+    stats: GenerationStats = field(default_factory=GenerationStats)
+    prompt_tokens: int = 0
+    latency_ms: float = 0.0
+    stages: dict[str, float] = field(default_factory=dict)
+    """Milliseconds per stage: context_ms (region, history, prompt), tokenize_ms,
+    prefill_ms, decode_ms, diff_ms."""
+    rejected: str | None = None
+    """Why the rewrite gave no edit although it differs from the region (reject_reason)."""
+    skipped: str | None = None
+    """Why no rewrite was attempted (next edits disabled, document unusable)."""
+    mode: str = "edit"
+
+    @property
+    def copied_tokens(self) -> int:
+        """Output tokens that came from accepted copy drafts (the region as it stood)."""
+        return int((self.stats.accepted_by_source or {}).get("copy", 0))
+
+
+# --- the answer -------------------------------------------------------------------------
+
+
+def minimal_edits(old: str, new: str, base: int = 0) -> list[Edit]:
+    """The edits turning `old` into `new`: a line-level diff (difflib), each changed run of
+    lines trimmed to the characters that differ at both of its ends; offsets are into `old`
+    plus `base`. None when the texts are equal."""
+    if old == new:
+        return []
+    a, b = lines_with_breaks(old), lines_with_breaks(new)
+    starts = [0]
+    for line in a:
+        starts.append(starts[-1] + len(line))
+    edits = []
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        removed, added = "".join(a[i1:i2]), "".join(b[j1:j2])
+        head = 0
+        while head < min(len(removed), len(added)) and removed[head] == added[head]:
+            head += 1
+        tail = 0
+        while (
+            tail < min(len(removed), len(added)) - head
+            and removed[len(removed) - 1 - tail] == added[len(added) - 1 - tail]
+        ):
+            tail += 1
+        start = base + starts[i1] + head
+        edits.append(Edit(start, base + starts[i2] - tail, added[head : len(added) - tail]))
+    return edits
+
+
+def reject_reason(region: str, rewritten: str | None, edits: Sequence[Edit]) -> str | None:
+    """Why a rewrite of `region` must give no edit, or None (see the module's rule)."""
+    if rewritten is None:
+        return "the rewrite did not finish the region"
+    replaced = sum(edit.end - edit.start for edit in edits)
+    if replaced > max(REWRITE_SHARE * len(region), REWRITE_FLOOR):
+        return f"the rewrite replaced {replaced} of the region's {len(region)} characters"
+    if len(rewritten) > GROWTH_LIMIT * len(region) + GROWTH_SLACK:
+        return f"the rewrite grew the region from {len(region)} to {len(rewritten)} characters"
+    return None
+
+
+# --- the pipeline -----------------------------------------------------------------------
+
+
+def skip_reason(completer: Completer, request: NextEditRequest) -> str | None:
+    """None if the request should go to the model, else the reason not to."""
+    config = completer.config
+    if not config.edits.enabled:
+        return "next edits are disabled (edits.enabled)"
+    if not config.language(request.language_id).enabled:
+        return f"completion disabled for {request.language_id}"
+    return unusable_reason(request.text, config.context.max_document_bytes)
+
+
+def edit_format(completer: Completer) -> str:
+    """`edits.format`, with `auto` resolved by the model's names."""
+    models = completer.models
+    preset = getattr(models, "preset", None)
+    target = getattr(getattr(models, "target_info", None), "reference", None)
+    served = (getattr(models, "engine", None) or {}).get("model")
+    names = [getattr(preset, "name", None), target, served]
+    return choose_format(completer.config.edits.format, names)
+
+
+def _context_files(completer: Completer, uri: str) -> list[ContextFile]:
+    """The workspace head's chunks of the other open files, within the snippet budget."""
+    context = completer.config.context
+    budget = int(context.max_prompt_tokens * context.snippet_share)
+    own = completer.head.chunk_of(uri)
+    files, used = [], 0
+    for chunk in completer.head.snippets():
+        if chunk is own:
+            continue
+        cost = completer.count_tokens(chunk.text)
+        if used + cost > budget:
+            break
+        used += cost
+        files.append(ContextFile(display_path(chunk.path, completer.root), chunk.text))
+    return files
+
+
+def prepare(
+    completer: Completer, request: NextEditRequest, *, clock: StageClock | None = None
+) -> PreparedEdit:
+    """The region, the prompt and its tokens for `request`. Raises PositionError for a cursor
+    outside the document."""
+    clock = clock or StageClock()
+    offset = request.offset
+    if offset is None:
+        offset = offset_of(request.text, request.line, request.character)
+    config = completer.config.edits
+    path = display_path(request.uri, completer.root)
+    region = choose_region(
+        request.text,
+        offset,
+        lines_above=config.lines_above,
+        lines_below=config.lines_below,
+        language_id=request.language_id,
+        path=path,
+    )
+    root = completer.root
+    hunks = [(display_path(h.uri, root), h) for h in (*request.other_hunks, *request.hunks)]
+    context = EditContext(
+        region=region,
+        path=path,
+        language_id=request.language_id,
+        hunks=hunks,
+        files=_context_files(completer, request.uri),
+        special_tokens=completer.template.special_tokens,
+    )
+    prompt = render_edit_prompt(edit_format(completer), context)
+    clock.lap("context_ms")
+    tokens = completer.prompts.tokenize(
+        Prompt(text=prompt.text, prefix="", suffix="", parts=prompt.parts), heal=False
+    )
+    copy_source = list(completer.prompts.cache.ids(prompt.answer))
+    limit = min(config.max_new_tokens, 2 * len(copy_source) + ANSWER_TOKENS_SLACK)
+    clock.lap("tokenize_ms")
+    return PreparedEdit(
+        request=request,
+        region=region,
+        prompt=prompt,
+        prompt_ids=tokens.ids,
+        copy_source=copy_source,
+        max_new_tokens=limit,
+        tokenizer=completer.tokenizer,
+    )
+
+
+def suggest(
+    completer: Completer,
+    request: NextEditRequest,
+    *,
+    cancel: threading.Event | None = None,
+    strategy: str | None = None,
+) -> NextEdit:
+    """The next edit at the request's cursor: no edits when the model keeps the region as it
+    is, or when its rewrite is refused (`NextEdit.rejected` says why)."""
+    started = time.perf_counter()
+    clean = without_lone_surrogates(request.text)
+    if clean is not request.text:
+        request = dataclasses.replace(request, text=clean)  # offsets unchanged
+    skipped = skip_reason(completer, request)
+    if skipped is not None:
+        return NextEdit(skipped=skipped)
+    clock = StageClock()
+    prepared = prepare(completer, request, clock=clock)
+    decoding = completer.config.decoding
+    deadline = time.monotonic() + decoding.deadline_ms / 1000 if decoding.deadline_ms else None
+    generated: Generated = completer.backend.generate_edit(
+        prepared, strategy=strategy, cancel=cancel, deadline=deadline
+    )
+    clock.lap("generate_ms")
+    region = prepared.region
+    ended = generated.stop_reason in ("eos", "stop")
+    rewritten = prepared.prompt.region_of(generated.raw_text, ended)
+    edits = minimal_edits(region.text, rewritten, region.start) if rewritten is not None else []
+    rejected = reject_reason(region.text, rewritten, edits)
+    if rejected is not None:
+        edits = []
+    clock.lap("diff_ms")
+    stats, lapped = generated.stats, clock.stages
+    stages = {
+        "context_ms": lapped["context_ms"],
+        "tokenize_ms": lapped["tokenize_ms"],
+        "prefill_ms": round(stats.prefill_ms, 2),
+        "decode_ms": round(max(0.0, lapped["generate_ms"] - stats.prefill_ms), 2),
+        "diff_ms": lapped["diff_ms"],
+    }
+    return NextEdit(
+        edits=edits,
+        region=region,
+        format=prepared.prompt.format,
+        rewritten=rewritten,
+        raw_text=generated.raw_text,
+        tokens=generated.tokens,
+        stop_reason=generated.stop_reason,
+        stats=stats,
+        prompt_tokens=len(prepared.prompt_ids),
+        latency_ms=(time.perf_counter() - started) * 1000,
+        stages=stages,
+        rejected=rejected,
+    )

@@ -1,0 +1,368 @@
+"""`textDocument/copilotInlineEdit` end to end: a real `quickdraft serve` server process, the real
+Completer, document store, edit history and next-edit pipeline, with the model replaced by
+`RenamingBackend`, whose rewrite of the region is known: it finishes the rename the person's
+last edit started (every other occurrence of the old name gets the new one). So the test checks
+the history, the region, the diff and the LSP ranges exactly.
+
+Each test starts this file as the server (`python test_inline_edit_lsp.py serve ...`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import re
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+
+import pytest
+from conftest import edit, open_doc, plain, wait_for
+from pygls.exceptions import JsonRpcInvalidParams
+from pygls.protocol.json_rpc import JsonRPCRequestMessage
+
+INLINE_EDIT = "textDocument/copilotInlineEdit"
+URI = "file:///work/shapes.py"
+
+# --- the fake model (runs in the server process) ----------------------------------------------
+
+
+class RenamingBackend:
+    """Generates next edits by rule: the region, with the word the last hunk replaced renamed
+    everywhere. Regions holding `UNCLOSED` are left unfinished (max tokens); `SLOW` ones wait
+    for their cancel event (30 s at most), and `ENDINGS` ones say how the slow ones ended."""
+
+    def __init__(self, config):
+        from quickdraft.context import get_fim_template
+        from quickdraft.testing import build_tiny_tokenizer
+        from quickdraft.tokens import PromptTokenizer
+
+        tokenizer = build_tiny_tokenizer()
+
+        class Models:
+            family = "qwen2.5-coder"
+            preset = None
+
+            def __init__(self):
+                self.tokenizer = tokenizer
+
+            def summary(self):
+                return "renaming fake"
+
+            def describe(self):
+                return {"runtime": "fake", "dtype": None, "device": "cpu"}
+
+        self.models = Models()
+        self.prompts = PromptTokenizer(tokenizer, get_fim_template("qwen2.5-coder"))
+        self.config = config
+        self.endings: list[str] = []
+
+    def configure(self, config):
+        self.config = config
+        return config
+
+    def index_documents(self, documents, current):
+        pass
+
+    def forget_document(self, uri):
+        pass
+
+    def generate(self, prepared, *, strategy, cancel, deadline):
+        from quickdraft.completer import Generated
+        from quickdraft.decoding import GenerationStats
+
+        return Generated("", [], "eos", GenerationStats())
+
+    def generate_edit(self, prepared, *, strategy, cancel, deadline):
+        from quickdraft.completer import Generated
+        from quickdraft.decoding import GenerationStats
+
+        region = prepared.region.text
+        closing = prepared.prompt.closing
+        stop = "stop"
+        if "SLOW" in region:
+            deadline_at = time.monotonic() + 30
+            while not cancel.is_set() and time.monotonic() < deadline_at:
+                time.sleep(0.01)
+            self.endings.append("cancelled" if cancel.is_set() else "ran to its end")
+            written = region
+        elif "ENDINGS" in region:
+            written = region.replace("ENDINGS", "ENDINGS " + ",".join(self.endings))
+        else:
+            written = renamed(region, prepared.request.hunks)
+        text = written + closing
+        if "UNCLOSED" in region:
+            text, stop = written[: len(written) // 2], "max_tokens"
+        tokens = list(self.models.tokenizer.encode(text, add_special_tokens=False))
+        copied = sum(1 for a, b in zip(tokens, prepared.copy_source, strict=False) if a == b)
+        stats = GenerationStats(
+            strategy="fake",
+            prompt_tokens=len(prepared.prompt_ids),
+            new_tokens=len(tokens),
+            target_forwards=3,
+            produced_tokens=len(tokens),
+            drafted_by_source={"copy": len(prepared.copy_source)},
+            accepted_by_source={"copy": copied},
+        )
+        return Generated(text, tokens, stop, stats)
+
+    def warm(self, prepared, cancel):
+        return 0
+
+    compute = {"runtime": "fake", "dtype": None, "kernel": None, "reason": "a test double"}
+    compute_path = None
+    batch_invariant = False
+
+    def close(self):
+        pass
+
+
+def renamed(region: str, hunks) -> str:
+    """`region` with the word the last hunk replaced by another renamed everywhere."""
+    if not hunks:
+        return region
+    old, new = re.findall(r"\w+", hunks[-1].old), re.findall(r"\w+", hunks[-1].new)
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new).get_opcodes():
+        if tag == "replace" and i2 - i1 == 1 and j2 - j1 == 1:
+            return re.sub(rf"\b{re.escape(old[i1])}\b", new[j1], region)
+    return region
+
+
+def fake_loader(config, progress=None):
+    from quickdraft.completer import Completer
+
+    return Completer(RenamingBackend(config), config)
+
+
+def run_server(argv: list[str]) -> None:
+    import argparse
+
+    from quickdraft.cli_args import config_dict_from_args
+    from quickdraft.config import load_config
+    from quickdraft.lsp import cli
+    from quickdraft.lsp.server import create_server
+
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    cli.configure_logging(args.log_level)
+    cli.serve(create_server(load_config(config_dict_from_args(args)), loader=fake_loader), None)
+
+
+if __name__ == "__main__":
+    run_server(sys.argv[1:])
+    sys.exit(0)
+
+
+# --- helpers -----------------------------------------------------------------------------
+
+
+def command(*flags: str) -> list[str]:
+    return [sys.executable, __file__, "serve", "--target", "fake", *flags]
+
+
+async def raw_request(client, method: str, params, timeout: float = 60.0):
+    """Send a request exactly as given; await the answer (the first waits for the server to
+    import its pipeline, which conftest's 10 s does not always allow on 2 busy cores)."""
+    msg_id = f"raw-{uuid.uuid4()}"
+    future: Future = Future()
+    client.protocol._request_futures[msg_id] = future
+    client.protocol._send_data(
+        JsonRPCRequestMessage(id=msg_id, method=method, jsonrpc="2.0", params=params)
+    )
+    return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+
+
+def data(value):
+    """An answer as plain dicts and lists (pygls reads unknown results as named tuples)."""
+    if hasattr(value, "_asdict"):
+        value = value._asdict()
+    if isinstance(value, dict):
+        return {key: data(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [data(item) for item in value]
+    return value
+
+
+async def inline_edit(client, uri: str, version, line: int, character: int):
+    params = {"textDocument": {"uri": uri, "version": version}}
+    params["position"] = {"line": line, "character": character}
+    return data(await raw_request(client, INLINE_EDIT, params))
+
+
+def positions(text: str) -> list[tuple[int, int]]:
+    """(line, UTF-16 length) of every line of `text`."""
+    return [(i, len(line.encode("utf-16-le")) // 2) for i, line in enumerate(text.split("\n"))]
+
+
+def apply(text: str, edits: list[dict]) -> str:
+    """The edits (LSP ranges in UTF-16 units, none overlapping) applied to `text`."""
+    lines = text.split("\n")
+
+    def offset(position) -> int:
+        line = lines[position["line"]]
+        units, column = 0, 0
+        while column < len(line) and units < position["character"]:
+            units += 2 if ord(line[column]) > 0xFFFF else 1
+            column += 1
+        return sum(len(x) + 1 for x in lines[: position["line"]]) + column
+
+    spans = sorted(
+        ((offset(e["range"]["start"]), offset(e["range"]["end"]), e["text"]) for e in edits),
+        reverse=True,
+    )
+    for start, end, new in spans:
+        text = text[:start] + new + text[end:]
+    return text
+
+
+def inside(text: str, edits: list[dict]) -> bool:
+    bounds = dict(positions(text))
+    for e in edits:
+        for end in ("start", "end"):
+            at = e["range"][end]
+            if at["line"] not in bounds or not 0 <= at["character"] <= bounds[at["line"]]:
+                return False
+    return True
+
+
+SHAPES = (
+    "def area(width, height):\n"
+    "    scale = width * height\n"
+    "    return width * height\n"
+    "\n"
+    "\n"
+    "print(area(2, 3))\n"
+)
+
+
+# --- tests -------------------------------------------------------------------------------
+
+
+async def test_the_capability_is_advertised(session):
+    async with session(command()) as client:
+        experimental = plain(client.initialize_result.capabilities.experimental)
+        assert experimental == {"inlineEdit": True}
+
+
+async def test_a_rename_is_finished_with_the_smallest_edits(session):
+    async with session(command()) as client:
+        open_doc(client, URI, SHAPES, version=1)
+        # Rename `width` to `w` in the signature, as a client sends it: one change.
+        edit(client, URI, 2, (0, 9), (0, 14), "w")
+        answer = await inline_edit(client, URI, 2, 0, 10)
+        current = SHAPES.replace("(width,", "(w,", 1)
+        edits = answer["edits"]
+        assert all(e["textDocument"] == {"uri": URI, "version": 2} for e in edits)
+        assert inside(current, edits)
+        assert apply(current, edits) == SHAPES.replace("width", "w")
+        # Lines 1 and 2 changed together: one line-level hunk, trimmed to the characters
+        # that differ at both ends (from after the first `w` to the end of the second).
+        [only] = edits
+        assert only["text"] == " * height\n    return w"
+        assert only["range"] == {
+            "start": {"line": 1, "character": len("    scale = w")},
+            "end": {"line": 2, "character": len("    return width")},
+        }
+        await wait_for(lambda: any(plain(s).get("feature") == "inlineEdit" for s in client.stats))
+        [stats] = [plain(s) for s in client.stats if plain(s).get("feature") == "inlineEdit"]
+        assert stats["editCount"] == 1 and stats["uri"] == URI
+        assert stats["copiedTokens"] > 0 and stats["targetForwards"] == 3
+        assert stats["format"] == "instruct" and stats["rejected"] is None
+        assert stats["stagesMs"].keys() >= {"context_ms", "tokenize_ms", "diff_ms"}
+
+
+async def test_ranges_are_utf16_units_of_the_version_asked(session):
+    async with session(command()) as client:
+        text = "def f(name):\n    s = '😀' + name\n\n    return name\n"
+        open_doc(client, URI, text, version=5)
+        edit(client, URI, 6, (0, 6), (0, 10), "label")
+        answer = await inline_edit(client, URI, 6, 0, 8)
+        current = text.replace("(name)", "(label)")
+        edits = answer["edits"]
+        assert inside(current, edits)
+        assert apply(current, edits) == text.replace("name", "label")
+        # After '😀' (2 UTF-16 units, 1 code point) the column counts it twice.
+        first = edits[0]["range"]
+        assert (first["start"]["line"], first["start"]["character"]) == (
+            1,
+            len("    s = '😀' + ") + 1,
+        )
+        assert first["end"] == {"line": 1, "character": first["start"]["character"] + 4}
+        assert len(edits) == 2 and edits[1]["range"]["start"] == {"line": 3, "character": 11}
+
+
+async def test_stale_versions_and_unknown_documents_get_no_edits(session):
+    async with session(command()) as client:
+        open_doc(client, URI, SHAPES, version=1)
+        edit(client, URI, 2, (0, 9), (0, 14), "w")
+        assert (await inline_edit(client, URI, 1, 0, 10)) == {"edits": []}
+        assert (await inline_edit(client, "file:///nowhere.py", 1, 0, 0)) == {"edits": []}
+        assert (await inline_edit(client, URI, 2, 40, 0)) == {"edits": []}  # past the last line
+        assert (await inline_edit(client, URI, 2, 0, 99)) == {"edits": []}  # past the line's end
+        assert len((await inline_edit(client, URI, 2, 0, 10))["edits"]) == 1
+        assert any("not 1" in m.message for m in client.log_messages)
+
+
+async def test_bad_params_get_invalid_params_and_the_server_keeps_serving(session):
+    async with session(command()) as client:
+        open_doc(client, URI, SHAPES, version=1)
+        edit(client, URI, 2, (0, 9), (0, 14), "w")
+        bad = [
+            {"textDocument": {"uri": URI}, "position": {"line": 0, "character": 0}},
+            {"textDocument": {"uri": URI, "version": "2"}, "position": {"line": 0, "character": 0}},
+            {"textDocument": {"version": 2}, "position": {"line": 0, "character": 0}},
+            {"textDocument": {"uri": URI, "version": 2}, "position": {"line": -1, "character": 0}},
+            {"textDocument": {"uri": URI, "version": 2}},
+            None,
+        ]
+        for params in bad:
+            with pytest.raises(JsonRpcInvalidParams) as info:
+                await raw_request(client, INLINE_EDIT, params)
+            assert INLINE_EDIT in str(info.value)
+        # A notification about a shown edit is accepted.
+        client.protocol.notify("textDocument/didShowInlineEdit", {"item": {"text": "w"}})
+        assert len((await inline_edit(client, URI, 2, 0, 10))["edits"]) == 1
+
+
+async def test_an_unfinished_rewrite_gives_no_edit(session):
+    async with session(command()) as client:
+        text = "def f(x):\n    return x  # UNCLOSED\n"
+        open_doc(client, URI, text, version=1)
+        edit(client, URI, 2, (0, 6), (0, 7), "y")
+        assert (await inline_edit(client, URI, 2, 0, 7)) == {"edits": []}
+        await wait_for(lambda: any(plain(s).get("feature") == "inlineEdit" for s in client.stats))
+        stats = plain(client.stats[-1])
+        assert stats["editCount"] == 0 and "did not finish" in stats["rejected"]
+        assert stats["stopReason"] == "max_tokens"
+
+
+async def test_a_newer_request_supersedes_the_older_and_stops_it(session):
+    async with session(command()) as client:
+        slow = "SLOW = 1\n" + "\n" * 40 + "ENDINGS = 2\n"
+        open_doc(client, URI, slow, version=1)
+        # Once the models are loaded, a request starts on the worker at once.
+        assert (await inline_edit(client, URI, 1, 41, 0))["edits"][0]["text"] == " "
+        older = asyncio.ensure_future(inline_edit(client, URI, 1, 0, 0))
+        await asyncio.sleep(0.5)
+        assert not older.done()
+        newer = asyncio.ensure_future(inline_edit(client, URI, 1, 41, 0))
+        assert (await asyncio.wait_for(older, 20)) == {"edits": []}
+        answer = await asyncio.wait_for(newer, 20)
+        # The older generation saw its cancel event (it did not run on for 30 s).
+        [item] = answer["edits"]
+        assert "cancelled" in item["text"] and "ran to its end" not in item["text"]
+
+
+def test_history_is_recorded_from_the_changes_the_store_applies():
+    """The server's store records each change once, in order (threads: the event loop only)."""
+    from quickdraft.lsp.documents import DocumentStore
+
+    store = DocumentStore()
+    store.open(URI, SHAPES, "python", 1)
+    store.change(URI, [("w", (0, 9, 0, 14))], 2)
+    [hunk] = store.history.hunks(URI)
+    assert (hunk.old, hunk.new) == ("def area(width, height):\n", "def area(w, height):\n")
+    assert threading.current_thread() is threading.main_thread()

@@ -1,0 +1,267 @@
+"""Next edits: the region, the prompt formats, the diff from a rewrite to minimal edits, and the
+pipeline through a tiny local model (the region goes to the engine as the copy source)."""
+
+from __future__ import annotations
+
+import pytest
+
+from quickdraft.config import load_config
+from quickdraft.context.edit_history import Hunk
+from quickdraft.context.edit_prompt import (
+    CURSOR,
+    REGION_END,
+    REGION_START,
+    EditContext,
+    choose_format,
+    choose_region,
+    render_edit_prompt,
+)
+from quickdraft.errors import ConfigError
+from quickdraft.lsp.documents import Document
+from quickdraft.lsp.service import edit_item
+from quickdraft.next_edit import Edit, NextEditRequest, minimal_edits, reject_reason
+
+# --- minimal edits --------------------------------------------------------------------------
+
+REGION = "def f(a, b):\n    x = a + b\n    return x\n"
+
+
+def applied(old: str, edits: list[Edit], base: int = 0) -> str:
+    for edit in sorted(edits, key=lambda e: e.start, reverse=True):
+        old = old[: edit.start - base] + edit.text + old[edit.end - base :]
+    return old
+
+
+def test_nothing_changed_gives_no_edit():
+    assert minimal_edits(REGION, REGION) == []
+
+
+def test_one_character_is_one_character_edit():
+    new = REGION.replace("a + b", "a - b")
+    assert minimal_edits(REGION, new) == [Edit(23, 24, "-")]
+
+
+def test_a_line_replaced_is_trimmed_to_what_differs():
+    new = REGION.replace("    x = a + b\n", "    x = a * b + 1\n")
+    [edit] = minimal_edits(REGION, new, base=100)
+    assert (edit.start, edit.end, edit.text) == (100 + 23, 100 + 26, "* b + 1")
+    assert applied(REGION, [edit], base=100) == new
+
+
+def test_inserted_and_deleted_lines():
+    inserted = REGION.replace("    return x\n", "    print(x)\n    return x\n")
+    [edit] = minimal_edits(REGION, inserted)
+    assert edit.start == edit.end and edit.text == "    print(x)\n"
+    deleted = REGION.replace("    x = a + b\n", "")
+    [edit] = minimal_edits(REGION, deleted)
+    assert edit.text == "" and REGION[edit.start : edit.end] == "    x = a + b\n"
+
+
+def test_changes_far_apart_are_separate_edits_top_to_bottom():
+    old = "a = 1\nb = 2\nc = 3\nd = 4\n"
+    new = "a = 10\nb = 2\nc = 3\nd = 40\n"
+    edits = minimal_edits(old, new)
+    assert [(e.start, e.end, e.text) for e in edits] == [(5, 5, "0"), (23, 23, "0")]
+    assert applied(old, edits) == new
+
+
+def test_unicode_offsets_are_code_points_and_ranges_utf16_units():
+    old = "s = '😀' + name\nt = name\n"
+    new = old.replace("name", "label")
+    edits = minimal_edits(old, new)
+    assert applied(old, edits) == new
+    document = Document("file:///u.py", old, "python", 3)
+    first = edit_item(document, edits[0], 3)
+    # '😀' is one code point and two UTF-16 units: the range counts it twice.
+    assert first["range"]["start"] == {"line": 0, "character": len("s = '😀' + ") + 1}
+    assert first["textDocument"] == {"uri": "file:///u.py", "version": 3}
+    utf8 = Document("file:///u.py", old, "python", 3, "utf-8")
+    assert edit_item(utf8, edits[0], 3)["range"]["start"]["character"] == len("s = '' + ") + 4
+
+
+def test_rewrites_that_did_not_finish_or_replace_most_of_the_region_are_refused():
+    region = "x = 1\n" * 30
+    assert reject_reason(region, None, []) == "the rewrite did not finish the region"
+    small = region.replace("x = 1", "y = 1", 3)
+    assert reject_reason(region, small, minimal_edits(region, small)) is None
+    other = "z = 2\n" * 30
+    assert "replaced" in reject_reason(region, other, minimal_edits(region, other))
+    assert "replaced" in reject_reason(region, "", minimal_edits(region, ""))
+    grown = region + "w = 3\n" * 200
+    assert "grew" in reject_reason(region, grown, minimal_edits(region, grown))
+    # A short region may be rewritten whole (the floor): one line has no "most" to keep.
+    assert reject_reason("x = 1", "y = 2", minimal_edits("x = 1", "y = 2")) is None
+
+
+# --- the region ---------------------------------------------------------------------------
+
+PYTHON = (
+    "".join(f"v{i} = {i}\n" for i in range(20))
+    + ("result = compute(\n    alpha,\n    beta,\n    gamma,\n)\n")
+    + "".join(f"w{i} = {i}\n" for i in range(20))
+)
+
+
+def test_the_region_is_lines_around_the_cursor_never_past_the_file():
+    text = "".join(f"line {i}\n" for i in range(10))
+    region = choose_region(text, text.index("line 5"), lines_above=2, lines_below=3)
+    assert (region.start_line, region.end_line) == (3, 9)
+    assert region.text == "line 3\nline 4\nline 5\nline 6\nline 7\nline 8"
+    assert region.text[region.cursor :].startswith("line 5")
+    assert region.before == "line 0\nline 1\nline 2\n" and region.after.startswith("line 9")
+    top = choose_region(text, 0, lines_above=8, lines_below=100)
+    assert (top.start_line, top.end_line) == (0, 11) and top.at_file_start and top.at_file_end
+    assert top.text == text and top.after == ""
+    empty = choose_region("", 0, lines_above=8, lines_below=16)
+    assert (empty.text, empty.start, empty.end) == ("", 0, 0)
+
+
+def test_region_ends_snap_to_statement_boundaries_with_a_grammar():
+    cursor = PYTHON.index("v18")
+    # 18 + 4 = line 22 ("    gamma,"), in the middle of the call: the end moves past it.
+    region = choose_region(
+        PYTHON, cursor, lines_above=1, lines_below=4, language_id="python", path="a.py"
+    )
+    assert region.text.endswith("    gamma,\n)") and region.end_line == 25
+    # Without a grammar the region is what was asked for.
+    plain = choose_region(PYTHON, cursor, lines_above=1, lines_below=4)
+    assert plain.end_line == 23 and plain.text.endswith("    beta,")
+    # A start in the middle of the call moves up to the statement's first line.
+    inside = choose_region(
+        PYTHON, PYTHON.index("    beta"), lines_above=1, lines_below=1, language_id="python"
+    )
+    assert inside.text.startswith("result = compute(")
+
+
+# --- the prompt formats -------------------------------------------------------------------
+
+
+def context(**fields) -> EditContext:
+    text = "def f(a):\n    return a\n\nx = f(1)\n"
+    region = choose_region(text, text.index("return"), lines_above=1, lines_below=2)
+    hunk = Hunk("file:///w/a.py", 0, 0, "def f(b):\n", "def f(a):\n")
+    defaults = dict(
+        region=region,
+        path="a.py",
+        language_id="python",
+        hunks=[("a.py", hunk)],
+        special_tokens=("<|endoftext|>", "<|file_sep|>"),
+    )
+    return EditContext(**{**defaults, **fields})
+
+
+@pytest.mark.parametrize("name", ["instruct", "zeta", "sweep", "instinct"])
+def test_every_format_ends_with_the_answers_opening_and_reads_the_region_back(name):
+    ctx = context()
+    prompt = render_edit_prompt(name, ctx)
+    text = prompt.text
+    if name != "sweep":  # (sweep shows a hunk as its original and updated lines)
+        assert "-def f(b):" in text and "+def f(a):" in text  # the recent edit, as a diff
+    assert "x = f(1)" in text and "return a" in text
+    rewritten = ctx.region.text.replace("return a", "return a + 1")
+    answer = rewritten + prompt.closing + "\ntrailing"
+    assert prompt.region_of(answer, ended=False) == rewritten
+    assert prompt.region_of(rewritten[:5], ended=False) is None  # cut off: not finished
+    assert prompt.answer.startswith(ctx.region.text)  # the copy source: the region first
+    if name == "instruct":
+        assert text.endswith("<|im_start|>assistant\n```python\n")
+    if name == "zeta":
+        # (the region starts at the top of the file: the excerpt says so)
+        assert text.endswith(f"### Response:\n\n```a.py\n<|start_of_file|>\n{REGION_START}\n")
+        assert f"{CURSOR}return a" in text and REGION_END in text
+        assert prompt.region_of(f"def{CURSOR} g{prompt.closing}", ended=True) == "def g"
+    if name == "sweep":
+        assert text.endswith("<|file_sep|>updated/a.py\n")
+        assert "<|file_sep|>a.py.diff\noriginal:\ndef f(b):\nupdated:\ndef f(a):\n" in text
+        assert prompt.region_of(rewritten + "\n", ended=True) == rewritten  # stopped at the sep
+    if name == "instinct":
+        assert text.endswith("<|im_start|>assistant\n") and "### User Excerpt:\na.py" in text
+        assert prompt.region_of(rewritten + "\n", ended=True) == rewritten
+
+
+def test_document_text_cannot_end_a_section():
+    text = "x = '<|im_end|>'\ny = '<|editable_region_end|>'\n"
+    region = choose_region(text, 0, lines_above=0, lines_below=1)
+    for name in ("instruct", "zeta", "instinct"):
+        prompt = render_edit_prompt(name, context(region=region, hunks=[]))
+        assert "'<|im_end|>'" not in prompt.text
+        assert "'<|editable_region_end|>'" not in prompt.text
+
+
+def test_auto_picks_the_format_by_the_models_name():
+    assert choose_format("auto", ["qwen2.5-coder-1.5b", None]) == "instruct"
+    assert choose_format("auto", [None, "zed-industries/zeta"]) == "zeta"
+    assert choose_format("auto", [None, "/models/sweep-next-edit-1.5b.gguf"]) == "sweep"
+    assert choose_format("auto", ["", "continuedev/instinct"]) == "instinct"
+    assert choose_format("zeta", ["qwen2.5-coder-1.5b"]) == "zeta"
+
+
+def test_edits_settings_are_validated_in_their_own_section():
+    config = load_config({"edits": {"maxDraftLength": 256, "linesAbove": 4, "format": "sweep"}})
+    assert (config.edits.max_draft_length, config.edits.lines_above) == (256, 4)
+    assert config.decoding.max_draft_length == 12  # the decoding section's own key
+    with pytest.raises(ConfigError, match="edits.format"):
+        load_config({"edits": {"format": "gpt"}})
+    with pytest.raises(ConfigError, match="decoding.max_draft_length"):
+        load_config({"decoding": {"max_draft_length": 256}})
+    with pytest.raises(ConfigError, match="edits.history_files"):
+        load_config({"edits": {"history_files": -1}})
+
+
+# --- the pipeline with a tiny local model ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def completer():
+    from quickdraft.local_backend import local_completer
+    from quickdraft.testing import build_tiny_loaded_models
+
+    return local_completer(
+        build_tiny_loaded_models(), load_config({"edits": {"max_new_tokens": 24}})
+    )
+
+
+def test_the_engine_gets_the_prompt_and_the_region_as_copy_source(completer, monkeypatch):
+    from quickdraft.next_edit import suggest
+
+    text = "def f(a):\n    return a\n\nx = f(1)\n"
+    hunk = Hunk("file:///w/a.py", 0, 0, "def f(b):\n", "def f(a):\n")
+    request = NextEditRequest("file:///w/a.py", text, 1, 4, "python", hunks=[hunk])
+    seen = []
+    generate = completer.backend.engine.generate
+    monkeypatch.setattr(
+        completer.backend.engine, "generate", lambda req: seen.append(req) or generate(req)
+    )
+    result = suggest(completer, request, strategy="ngram")
+    [sent] = seen
+    region = result.region
+    assert region.text == text  # the whole (short) file, its empty last line included
+    encode = completer.prompts.cache.ids
+    assert list(sent.copy_source) == list(encode(region.text + "\n```"))
+    assert sent.slot == "file:///w/a.py#edit"  # the document's completion cache is left be
+    assert sent.max_new_tokens == 24
+    assert result.format == "instruct" and result.prompt_tokens == len(sent.prompt_ids)
+    decoded = completer.tokenizer.decode(sent.prompt_ids)
+    assert decoded.endswith("<|im_start|>assistant\n```python\n") and "-def f(b):" in decoded
+    # A tiny random model does not close the region in 24 tokens: no edit, and it says why.
+    assert result.stop_reason == "max_tokens" and result.edits == []
+    assert result.rejected == "the rewrite did not finish the region"
+    assert list(result.stages) == [
+        "context_ms",
+        "tokenize_ms",
+        "prefill_ms",
+        "decode_ms",
+        "diff_ms",
+    ]
+
+
+def test_disabled_next_edits_do_no_model_work(completer, monkeypatch):
+    from quickdraft.next_edit import suggest
+
+    completer.update_config(load_config({"edits": {"enabled": False}}))
+    try:
+        monkeypatch.setattr(completer.backend.engine, "generate", None)  # never called
+        result = suggest(completer, NextEditRequest("file:///w/a.py", "x = 1\n", 0, 0, "python"))
+        assert result.skipped and result.edits == []
+    finally:
+        completer.update_config(load_config({"edits": {"max_new_tokens": 24}}))
