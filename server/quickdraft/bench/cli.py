@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 
 from quickdraft.bench import report
+from quickdraft.bench.edits_replay import add_edits_arguments, run_edits
 from quickdraft.bench.holes import resolve_languages, sample_holes
 from quickdraft.bench.runner import (
     ALL_STRATEGIES,
@@ -63,7 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             " match with the hidden text. Writes results.json, report.md and plots."
         ),
     )
-    parser.add_argument("--repo", required=True, type=Path, help="repository to sample holes from")
+    parser.add_argument(
+        "--repo", type=Path, help="repository to sample holes from (required but with --edits)"
+    )
     add_model_arguments(parser, runtime_list=True)
     add_config_argument(parser)
     group = parser.add_argument_group("bench")
@@ -121,10 +124,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up runs")
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_typing_arguments(parser)
+    add_edits_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.edits:
+        return run_edits(args)
+    if args.repo is None:
+        raise ConfigError("--repo: required (the repository to sample holes from)")
     if args.typing:
         return run_typing(args)
     repo = Path(args.repo).expanduser()
