@@ -169,6 +169,7 @@ def test_mining_keeps_the_commits_with_one_file_and_close_small_hunks(history):
     assert area.current[: area.cursor].endswith("def area(w")
     # The truth: the next hunk applied too, the third not yet.
     assert area.truth == lines(renamed(AREA, "width", "w", [0, 2]))
+    assert area.next_lines == 2
     shapes = pairs[1]
     # Hunk 1 is the two lines of the constructor; hunk 2 the method that reads the field.
     assert shapes.current.splitlines()[1:3] == [
@@ -176,7 +177,7 @@ def test_mining_keeps_the_commits_with_one_file_and_close_small_hunks(history):
         "        self.label = label",
     ]
     assert "return self.label" not in shapes.current and "return self.label" in shapes.truth
-    assert shapes.hunks == 2
+    assert shapes.hunks == 2 and shapes.next_lines == 5  # lines 3 to 8
 
 
 def test_mining_reads_a_bare_mirror_as_it_reads_a_checkout(history, tmp_path):
@@ -543,6 +544,19 @@ def test_a_server_without_next_edits_stops_each_strategy_clearly(
         assert record["runs"] == []
     assert "Stopped strategies" in (out / "report.md").read_text()
     assert "stopped" in capsys.readouterr().err
+
+
+def test_edits_list_prints_the_pairs_and_starts_no_server(history, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main([*edits_args(history["root"], out), "--edits-list"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("2 pairs from ")
+    area = history["commits"]["area"][:10]
+    assert (
+        printed[1]
+        == f"{area} 2025-02-01 geo/area.py (3 hunks, the next 2 lines down): 'idth' -> ''"
+    )
+    assert not out.exists()
 
 
 def test_flags_are_checked(history, tmp_path, capsys):

@@ -6,6 +6,7 @@ quickdraft bench --repo . --preset P --sweep-draft-length 1,2,4,6,8,12
 quickdraft bench --repo . --preset P --strategies ar,remote --remote-url http://gpu-box:8000/v1
 quickdraft bench --repo . --preset P --runtime torch,llamacpp --strategies ar,ngram,hybrid
 quickdraft bench --repo . --preset P --typing --typing-layouts append,classic --strategies ar,hybrid
+quickdraft bench --edits --edits-repo path/to/repo-or-git-dir --preset P   # next-edit suggestions
 
 Local strategies run on local models (`ar`, the baseline, always); `remote` runs the same holes
 through the same Completer pipeline with a serving engine generating (quickdraft.remote).

@@ -106,6 +106,8 @@ class EditPair:
     """The file after the first two hunks: what the next edit should make of `current`."""
     hunks: int
     """How many hunks the commit has (the pair uses the first two)."""
+    next_lines: int
+    """Lines from the cursor's line down to the first line the next hunk changes."""
 
     @property
     def current(self) -> str:
@@ -313,6 +315,9 @@ def pair_of(directory: Path, repository: str, candidate: Candidate) -> EditPair 
     if current == before or truth == current:
         return None
     start, end, text = smallest_change(before, current)
+    first, second = hunks[0], hunks[1]
+    next_line = second.old_start + first.new_count - first.old_count
+    cursor_line = current.count("\n", 0, start + len(text))
     language = language_for_path(candidate.path)
     assert language is not None  # candidates() checked
     return EditPair(
@@ -327,6 +332,7 @@ def pair_of(directory: Path, repository: str, candidate: Candidate) -> EditPair 
         edit_text=text,
         truth=truth,
         hunks=len(hunks),
+        next_lines=next_line - cursor_line,
     )
 
 

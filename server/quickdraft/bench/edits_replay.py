@@ -365,6 +365,11 @@ def add_edits_arguments(parser: argparse.ArgumentParser) -> None:
         "--seed picks which when there are more",
     )
     group.add_argument(
+        "--edits-list",
+        action="store_true",
+        help="print the pairs mined (one line each) and stop: no server, no model",
+    )
+    group.add_argument(
         "--edits-timeout-s",
         type=float,
         default=600.0,
@@ -393,6 +398,16 @@ def edits_settings(args: argparse.Namespace) -> dict[str, Any]:
     return settings
 
 
+def pair_summary(pair: EditPair) -> str:
+    """One line about a pair: commit, date, file, hunks, and the user's edit."""
+    removed = pair.before[pair.edit_start : pair.edit_end]
+    return (
+        f"{pair.commit[:10]} {pair.date[:10]} {pair.path} ({pair.hunks} hunks, the next "
+        f"{pair.next_lines} lines down): "
+        f"{removed!r:.40} -> {pair.edit_text!r:.40}"
+    )
+
+
 def serve_command(flags: list[str]) -> list[str]:
     """The server every strategy runs: this Python's `quickdraft serve` with the model flags."""
     return [sys.executable, "-m", "quickdraft.cli", "serve", *flags]
@@ -417,6 +432,11 @@ def run_edits(args: argparse.Namespace) -> int:
             f"--edits-repo: no commit since {args.edits_since} in {repo} changes one source file "
             "in 2-4 small hunks close together"
         )
+    if args.edits_list:
+        print(f"{len(pairs)} pairs from {pairs[0].repository} (commits since {args.edits_since}):")
+        for pair in pairs:
+            print(pair_summary(pair))
+        return 0
     flags = model_flags(args)
     if args.quick and "--no-calibrate" not in flags:
         flags.append("--no-calibrate")

@@ -291,7 +291,7 @@ def render_pairs(results: dict[str, Any]) -> list[str]:
     env = results["env"]
     strategies = results.get("strategies", {})
     names = list(strategies)
-    header = ["#", "commit", "date", "path", "hunks", *[f"`{n}`" for n in names]]
+    header = ["#", "commit", "date", "path", "hunks", "next hunk", *[f"`{n}`" for n in names]]
     rows = []
     for index, pair in enumerate(env.get("pairs", [])):
         cells = []
@@ -305,6 +305,7 @@ def render_pairs(results: dict[str, Any]) -> list[str]:
                 str(pair.get("date", ""))[:10],
                 f"`{pair['path']}`",
                 str(pair.get("hunks", "")),
+                f"{pair['next_lines']} lines down" if "next_lines" in pair else "–",
                 *cells,
             ]
         )
