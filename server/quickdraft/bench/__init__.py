@@ -21,4 +21,10 @@ timed on them through `Completer` (prompts built exactly as `quickdraft serve` b
 - `typing_cli`: its arguments and the run;
 - `workspace`, `workspace_replay`, `workspace_report`: `--typing-scenario workspace`, files
   opened together and visited (didFocus), planned, sent and reported.
+
+`--edits` asks a real `quickdraft serve` for next edits (`textDocument/copilotInlineEdit`):
+
+- `edits`: next-edit pairs mined from a repository's git history;
+- `edits_replay`: one server per strategy, every pair sent as an editor sends it, the run;
+- `edits_report`: scoring against the next hunk, the summary and report.md.
 """

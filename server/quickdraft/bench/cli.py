@@ -6,6 +6,7 @@ quickdraft bench --repo . --preset P --sweep-draft-length 1,2,4,6,8,12
 quickdraft bench --repo . --preset P --strategies ar,remote --remote-url http://gpu-box:8000/v1
 quickdraft bench --repo . --preset P --runtime torch,llamacpp --strategies ar,ngram,hybrid
 quickdraft bench --repo . --preset P --typing --typing-layouts append,classic --strategies ar,hybrid
+quickdraft bench --edits --edits-repo path/to/repo-or-git-dir --preset P   # next-edit suggestions
 
 Local strategies run on local models (`ar`, the baseline, always); `remote` runs the same holes
 through the same Completer pipeline with a serving engine generating (quickdraft.remote).
@@ -24,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 
 from quickdraft.bench import report
+from quickdraft.bench.edits_replay import add_edits_arguments, run_edits
 from quickdraft.bench.holes import resolve_languages, sample_holes
 from quickdraft.bench.runner import (
     ALL_STRATEGIES,
@@ -63,7 +65,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             " match with the hidden text. Writes results.json, report.md and plots."
         ),
     )
-    parser.add_argument("--repo", required=True, type=Path, help="repository to sample holes from")
+    parser.add_argument(
+        "--repo", type=Path, help="repository to sample holes from (required but with --edits)"
+    )
     add_model_arguments(parser, runtime_list=True)
     add_config_argument(parser)
     group = parser.add_argument_group("bench")
@@ -121,10 +125,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up runs")
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_typing_arguments(parser)
+    add_edits_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.edits:
+        return run_edits(args)
+    if args.repo is None:
+        raise ConfigError("--repo: required (the repository to sample holes from)")
     if args.typing:
         return run_typing(args)
     repo = Path(args.repo).expanduser()

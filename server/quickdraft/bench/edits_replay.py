@@ -1,0 +1,468 @@
+"""`quickdraft bench --edits`: next-edit pairs (edits.py) replayed through the real language
+server, as an editor asks for next edits.
+
+For every strategy (`ar` first: the baseline) one `quickdraft serve` runs as a subprocess with
+the bench's model flags and `decoding.strategy` set (typing_server.py starts and initializes it
+as VS Code does). Every pair then goes the same way on every server:
+
+1. `didOpen` the file as it was before the commit;
+2. `didChange` with the commit's first hunk as one incremental change (range and text), so the
+   server's edit history sees the user's edit;
+3. `textDocument/copilotInlineEdit` with `{textDocument: {uri, version}, position}` at the end
+   of the edit's new text, awaited; `textDocument/didShowInlineEdit` for the first edit shown;
+4. the `$/quickdraft/stats` the server sends for the request (matched by `requestId`);
+5. `didClose`.
+
+The answer's edits are applied to the editor's copy of the document: each must name the
+document and the version asked, lie inside it, and not overlap another; any that does not makes
+the run an error. The result is scored against the truth (edits_report.py). results.json is
+rewritten after every pair, so an interrupt keeps what was measured; report.md at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from quickdraft.bench import edits_report
+from quickdraft.bench.editor import EditorDocument
+from quickdraft.bench.edits import (
+    DEFAULT_MAX_PAIRS,
+    DEFAULT_SINCE,
+    EditPair,
+    git_dir,
+    head_commit,
+    mine_pairs,
+)
+from quickdraft.bench.lsp_client import METHOD_NOT_FOUND, Answer
+from quickdraft.bench.provenance import peak_memory, provenance
+from quickdraft.bench.typing_cli import model_flags, parse_names
+from quickdraft.bench.typing_replay import merge_settings
+from quickdraft.bench.typing_server import TypingServer
+from quickdraft.config import STRATEGIES, load_config
+from quickdraft.errors import ConfigError, LanguageServerError, QuickdraftError
+from quickdraft.lsp.documents import UTF16, Document
+from quickdraft.models.store import write_json_atomic
+
+PREFIX = "quickdraft bench --edits"
+INLINE_EDIT = "textDocument/copilotInlineEdit"
+DID_SHOW = "textDocument/didShowInlineEdit"
+DEFAULT_STRATEGIES = "ar,ngram,hybrid"
+QUICK_PAIRS = 3
+STATS_WAIT_S = 5.0
+"""How long the stats notification of an answered request is waited for."""
+WARMUP_TEXT = "def area(width, height):\n    return width * height\n\n\nprint(area(2, 3))\n"
+WARMUP_EDIT = (len("def area(width"), len("def area(width"), "_cm")
+"""The untimed first next edit: a parameter renamed, so the server loads its edit prompt."""
+
+
+class EditError(QuickdraftError):
+    """An answer's edits cannot be applied to the document they were asked for."""
+
+
+def apply_edits(text: str, uri: str, version: int, edits: Any) -> str:
+    """`text` with the answer's `edits` applied (all ranges are in `text`, UTF-16); EditError
+    when one names another document or version, lies outside the text or overlaps another."""
+    if not isinstance(edits, list):
+        raise EditError(f"edits is not a list: {edits!r:.80}")
+    document = Document(uri, text, "plaintext", version, UTF16)
+    spans: list[tuple[int, int, str]] = []
+    for number, edit in enumerate(edits, 1):
+        if not isinstance(edit, dict) or not isinstance(edit.get("text"), str):
+            raise EditError(f"edit {number} has no text: {edit!r:.80}")
+        named = edit.get("textDocument") or {}
+        if named.get("uri") != uri:
+            raise EditError(f"edit {number} is for {named.get('uri')}, asked for {uri}")
+        if named.get("version") != version:
+            raise EditError(
+                f"edit {number} is for version {named.get('version')}, asked for version {version}"
+            )
+        try:
+            start, end = (
+                document.offset_at(edit["range"][side]["line"], edit["range"][side]["character"])
+                for side in ("start", "end")
+            )
+        except (KeyError, TypeError) as exc:
+            raise EditError(f"edit {number} has no valid range ({exc!r})") from None
+        except QuickdraftError as exc:
+            raise EditError(f"edit {number}'s range is outside the document: {exc}") from None
+        if end < start:
+            raise EditError(f"edit {number}'s range ends before it starts")
+        spans.append((start, end, edit["text"]))
+    spans.sort(key=lambda span: (span[0], span[1]))
+    for (_, end, _), (start, _, _) in zip(spans, spans[1:], strict=False):
+        if start < end:
+            raise EditError("edits overlap")
+    for start, end, new in reversed(spans):
+        text = text[:start] + new + text[end:]
+    return text
+
+
+@dataclass
+class EditsOptions:
+    out: Path
+    strategies: list[str]
+    server_command: list[str]
+    """`python -m quickdraft.cli serve` and the model flags, without settings."""
+    settings: dict[str, Any]
+    """The settings tree every strategy's server starts from."""
+    since: str = DEFAULT_SINCE
+    seed: int = 0
+    request_timeout_s: float = 600.0
+    load_timeout_s: float = 1800.0
+    stats_wait_s: float = STATS_WAIT_S
+
+
+class EditsBench:
+    """Every strategy's server, and on it every pair."""
+
+    def __init__(self, pairs: list[EditPair], options: EditsOptions, *, head: str | None = None):
+        self.pairs = pairs
+        self.options = options
+        self.out = options.out
+        repository = pairs[0].repository if pairs else None
+        self.root = self.out / "workspace" / (Path(repository).name if repository else "repo")
+        self.env: dict[str, Any] = {
+            **provenance(),
+            "repository": repository,
+            "head": head,
+            "since": options.since,
+            "seed": options.seed,
+            "pairs": [pair.to_dict() for pair in pairs],
+            "strategies": options.strategies,
+            "server_command": options.server_command,
+            "settings": options.settings,
+            "root": str(self.root),
+            "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "interrupted": False,
+        }
+        self.strategies: dict[str, dict[str, Any]] = {}
+        self.server: TypingServer | None = None
+
+    def say(self, message: str) -> None:
+        print(f"{PREFIX}: {message}" if not message.startswith(" ") else message, file=sys.stderr)
+
+    def results(self) -> dict[str, Any]:
+        results = {"env": self.env, "strategies": self.strategies}
+        results["summary"] = edits_report.summarize(results)
+        return results
+
+    def write(self, *, final: bool) -> dict[str, Any]:
+        self.env.update(peak_memory())
+        if final:
+            self.env["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        results = self.results()
+        write_json_atomic(self.out / "results.json", results)
+        if final:
+            (self.out / "report.md").write_text(
+                edits_report.render_markdown(results), encoding="utf-8"
+            )
+        return results
+
+    def run(self) -> dict[str, Any]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            asyncio.run(self._run_all())
+        except KeyboardInterrupt:
+            self.env["interrupted"] = True
+            if self.server is not None:
+                self.server.client.kill()
+            self.write(final=True)
+            raise
+        return self.write(final=True)
+
+    async def _run_all(self) -> None:
+        for number, strategy in enumerate(self.options.strategies, 1):
+            await self._run_strategy(number, strategy)
+
+    async def _run_strategy(self, number: int, strategy: str) -> None:
+        options = self.options
+        settings = merge_settings(options.settings, {"decoding": {"strategy": strategy}})
+        record: dict[str, Any] = {"settings": settings, "server": {}, "error": None, "runs": []}
+        self.strategies[strategy] = record
+        log_path = self.out / "logs" / f"serve-{number}-{strategy}.log"
+        self.say(
+            f"strategy {number}/{len(options.strategies)} {strategy}: starting quickdraft serve "
+            f"(log: {log_path})"
+        )
+        command = [*options.server_command, "--log-level", "info"]
+        server = TypingServer(command, settings, log_path, self.say, root=self.root)
+        self.server = server
+        started = time.perf_counter()
+        try:
+            self.say("  loading models and warming up (the first request waits for them)…")
+            await server.start(options.load_timeout_s)
+            record["server"]["warmup_s"] = round(await server.warm_up(options.load_timeout_s), 3)
+            await self._warm_up_edits(server)
+            models = server.models or {}
+            record["server"].update(
+                models=models,
+                runtime=models.get("runtime"),
+                dtype=models.get("dtype"),
+                device=models.get("device"),
+            )
+            self.say(f"  ready after {time.perf_counter() - started:.1f} s")
+            for index, pair in enumerate(self.pairs):
+                run = await self._run_pair(server, index, pair)
+                record["runs"].append(run)
+                self.say(
+                    f"  pair {index + 1}/{len(self.pairs)} {pair.name}: "
+                    + edits_report.pair_line(run)
+                )
+                self.write(final=False)
+        except LanguageServerError as exc:
+            record["error"] = str(exc)
+            self.say(f"  strategy {strategy} stopped: {exc}")
+        finally:
+            record["server"]["log"] = str(log_path)
+            record["server"]["errors"] = list(server.errors)
+            await server.close()
+            record["server"]["exit_status"] = server.client.returncode
+            self.server = None
+            self.write(final=False)
+
+    async def _warm_up_edits(self, server: TypingServer) -> None:
+        """One untimed next edit; a server that does not know the request stops here."""
+        client = server.client
+        doc = EditorDocument((self.root / "quickdraft-warmup.py").as_uri(), "python", WARMUP_TEXT)
+        client.notify("textDocument/didOpen", doc.did_open())
+        start, end, text = WARMUP_EDIT
+        client.notify("textDocument/didChange", doc.edit(start, end, text))
+        request = client.request(INLINE_EDIT, inline_edit_params(doc, start + len(text)))
+        answer = await client.wait(request, self.options.load_timeout_s, what="the warm-up edit")
+        client.notify("textDocument/didClose", {"textDocument": {"uri": doc.uri}})
+        if answer.error and answer.error.get("code") == METHOD_NOT_FOUND:
+            raise LanguageServerError(
+                f"the server does not implement {INLINE_EDIT}: {answer.error.get('message')}"
+            )
+
+    async def _run_pair(self, server: TypingServer, index: int, pair: EditPair) -> dict[str, Any]:
+        client = server.client
+        uri = (self.root / pair.path).as_uri()
+        doc = EditorDocument(uri, pair.language, pair.before)
+        client.notify("textDocument/didOpen", doc.did_open())
+        client.notify(
+            "textDocument/didChange", doc.edit(pair.edit_start, pair.edit_end, pair.edit_text)
+        )
+        assert doc.text == pair.current
+        version = doc.document.version
+        request = client.request(INLINE_EDIT, inline_edit_params(doc, pair.cursor))
+        run: dict[str, Any] = {
+            "pair": index,
+            "id": request.id,
+            "version": version,
+            "position": doc.position(pair.cursor),
+        }
+        try:
+            answer = await client.wait(
+                request,
+                self.options.request_timeout_s,
+                what=f"the next edit for pair {index + 1}",
+                heartbeat=lambda waited: self.say(f"    waiting for the answer ({waited:.0f} s)…"),
+            )
+            run["latency_ms"] = round((answer.received - request.sent) * 1000, 3)
+            self._read_answer(answer, pair, uri, version, run)
+            if run["edits"] and run["error"] is None:
+                client.notify(DID_SHOW, {"item": answer.result["edits"][0]})
+        finally:
+            if not client.exited:
+                client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+        if not answer.error:
+            await self._read_stats(server, request.id, run)
+        return run
+
+    @staticmethod
+    def _read_answer(
+        answer: Answer, pair: EditPair, uri: str, version: int, run: dict[str, Any]
+    ) -> None:
+        """The answer's edits, applied to the document asked about and scored (or the error)."""
+        if answer.error:
+            run.update(edits=None, error=f"error answer: {answer.error.get('message')}")
+            return
+        result = answer.result
+        edits = result.get("edits") if isinstance(result, dict) else None
+        try:
+            if edits is None:
+                raise EditError(f"the answer has no edits: {result!r:.80}")
+            applied = apply_edits(pair.current, uri, version, edits)
+        except EditError as exc:
+            run.update(edits=edits if isinstance(edits, list) else None, error=str(exc))
+            return
+        run["edits"] = [{"range": e["range"], "text": e["text"]} for e in edits]
+        run["error"] = None
+        run.update(edits_report.score(pair.current, pair.truth, applied))
+
+    async def _read_stats(self, server: TypingServer, request_id: int, run: dict[str, Any]) -> None:
+        deadline = time.perf_counter() + self.options.stats_wait_s
+        while request_id not in server.stats and time.perf_counter() < deadline:
+            await asyncio.sleep(0.01)
+        stats = server.stats.get(request_id)
+        run["stats"] = stats is not None
+        if stats is None:
+            return
+        run.update(
+            server_ms=stats.get("latencyMs"),
+            tokens=stats.get("tokens"),
+            target_forwards=stats.get("targetForwards"),
+            tokens_per_forward=stats.get("tokensPerForward"),
+            copied_tokens=stats.get("copiedTokens"),
+            stats_edit_count=stats.get("editCount"),
+            feature=stats.get("feature"),
+            prompt_tokens=stats.get("promptTokens"),
+            prefill_tokens=stats.get("prefillTokens"),
+            accepted_by_source=stats.get("acceptedBySource"),
+            drafted_by_source=stats.get("draftedBySource"),
+            engine=stats.get("engine"),
+        )
+
+
+def inline_edit_params(doc: EditorDocument, offset: int) -> dict[str, Any]:
+    """`textDocument/copilotInlineEdit` as the Copilot client sends it."""
+    return {
+        "textDocument": {"uri": doc.uri, "version": doc.document.version},
+        "position": doc.position(offset),
+    }
+
+
+# --- the command line -----------------------------------------------------------------------
+
+
+def add_edits_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "edits",
+        "with --edits: next-edit suggestions (textDocument/copilotInlineEdit) through `quickdraft"
+        " serve`, on pairs mined from a repository's git history (--strategies: default "
+        f"{DEFAULT_STRATEGIES}; ar is always run)",
+    )
+    group.add_argument(
+        "--edits", action="store_true", help="the next-edit benchmark: a server per strategy"
+    )
+    group.add_argument(
+        "--edits-repo",
+        type=Path,
+        metavar="PATH",
+        help="the repository whose history gives the pairs: a checkout or a (bare) git "
+        "directory (default: --repo)",
+    )
+    group.add_argument(
+        "--edits-since",
+        default=DEFAULT_SINCE,
+        metavar="DATE",
+        help=f"only commits since DATE (git log --since; default {DEFAULT_SINCE})",
+    )
+    group.add_argument(
+        "--edits-max-pairs",
+        type=int,
+        metavar="N",
+        help=f"pairs to mine (default {DEFAULT_MAX_PAIRS}; {QUICK_PAIRS} with --quick); "
+        "--seed picks which when there are more",
+    )
+    group.add_argument(
+        "--edits-list",
+        action="store_true",
+        help="print the pairs mined (one line each) and stop: no server, no model",
+    )
+    group.add_argument(
+        "--edits-timeout-s",
+        type=float,
+        default=600.0,
+        help="longest wait for one next edit before the server counts as stuck (default 600)",
+    )
+
+
+def parse_edit_strategies(value: str | None) -> list[str]:
+    names = parse_names(value, DEFAULT_STRATEGIES, STRATEGIES, "--strategies")
+    return ["ar", *[name for name in names if name != "ar"]]
+
+
+def edits_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings tree from --config and --max-tokens (`edits.max_new_tokens`), validated."""
+    settings: dict[str, Any] = {}
+    if getattr(args, "config", None) is not None:
+        try:
+            settings = json.loads(Path(args.config).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"--config: cannot read {args.config}: {exc}") from None
+        if not isinstance(settings, dict):
+            raise ConfigError(f"--config: {args.config} must hold a JSON object")
+    if getattr(args, "max_new_tokens", None):
+        settings = merge_settings(settings, {"edits": {"maxNewTokens": args.max_new_tokens}})
+    load_config(settings)  # ConfigError names the key
+    return settings
+
+
+def pair_summary(pair: EditPair) -> str:
+    """One line about a pair: commit, date, file, hunks, and the user's edit."""
+    removed = pair.before[pair.edit_start : pair.edit_end]
+    return (
+        f"{pair.commit[:10]} {pair.date[:10]} {pair.path} ({pair.hunks} hunks, the next "
+        f"{pair.next_lines} lines down): "
+        f"{removed!r:.40} -> {pair.edit_text!r:.40}"
+    )
+
+
+def serve_command(flags: list[str]) -> list[str]:
+    """The server every strategy runs: this Python's `quickdraft serve` with the model flags."""
+    return [sys.executable, "-m", "quickdraft.cli", "serve", *flags]
+
+
+def run_edits(args: argparse.Namespace) -> int:
+    """`quickdraft bench --edits ...`: returns the exit status."""
+    if args.typing:
+        raise ConfigError("--edits: not with --typing (each is its own benchmark)")
+    if args.sweep_draft_length:
+        raise ConfigError("--sweep-draft-length: not with --edits")
+    repo = args.edits_repo or args.repo
+    if repo is None:
+        raise ConfigError("--edits-repo: required with --edits (or give --repo)")
+    wanted = args.edits_max_pairs or (QUICK_PAIRS if args.quick else DEFAULT_MAX_PAIRS)
+    strategies = parse_edit_strategies(args.strategies)
+    settings = edits_settings(args)
+    directory = git_dir(Path(repo))
+    pairs = mine_pairs(Path(repo), since=args.edits_since, max_pairs=wanted, seed=args.seed)
+    if not pairs:
+        raise ConfigError(
+            f"--edits-repo: no commit since {args.edits_since} in {repo} changes one source file "
+            "in 2-4 small hunks close together"
+        )
+    if args.edits_list:
+        print(f"{len(pairs)} pairs from {pairs[0].repository} (commits since {args.edits_since}):")
+        for pair in pairs:
+            print(pair_summary(pair))
+        return 0
+    flags = model_flags(args)
+    if args.quick and "--no-calibrate" not in flags:
+        flags.append("--no-calibrate")
+    out = args.out or Path("bench-out") / datetime.now().strftime("edits-%Y%m%d-%H%M%S")
+    options = EditsOptions(
+        out=Path(out),
+        strategies=strategies,
+        server_command=serve_command(flags),
+        settings=settings,
+        since=args.edits_since,
+        seed=args.seed,
+        request_timeout_s=args.edits_timeout_s,
+    )
+    bench = EditsBench(pairs, options, head=head_commit(directory))
+    bench.say(
+        f"{len(pairs)} pairs from {pairs[0].repository} (commits since {args.edits_since}), "
+        f"strategies {', '.join(strategies)}"
+    )
+    try:
+        results = bench.run()
+    except KeyboardInterrupt:
+        bench.say(f"interrupted; what was measured is in {options.out}")
+        raise
+    print(edits_report.summary_table(results))
+    print(f"\nresults: {options.out / 'results.json'}  report: {options.out / 'report.md'}")
+    failed = edits_report.failures(results)
+    for line in failed:
+        print(f"{PREFIX}: {line}", file=sys.stderr)
+    return 1 if failed else 0
