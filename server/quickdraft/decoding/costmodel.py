@@ -8,7 +8,7 @@ new tokens and the draft model's time per token, and before every step picks the
 draft length k that maximise expected tokens per second:
 
     with per-token acceptance a, k drafts yield E[tokens] = (1 - a^(k+1)) / (1 - a)
-    at a cost of T_target(k + 1) + k * T_draft  (T_draft = 0 for n-gram drafts)
+    at a cost of T_target(k + 1) + k * T_draft  (T_draft = 0 for n-gram and copy drafts)
 
 and plain decoding (k = 0) is always a candidate, so the choice is never slower than `ar` by
 more than the estimation error.
@@ -53,7 +53,11 @@ class CostModel:
         )
 
     def target_step_ms(self, new_tokens: int) -> float:
-        """Interpolate (linearly) the measured forward times; extrapolate past the largest."""
+        """Interpolate (linearly) the measured forward times; extrapolate past the largest.
+
+        Past the largest measured size (copy drafts run to hundreds of tokens) each further
+        token costs what a token of prefill costs, a long forward being a prefill chunk, when
+        calibration measured the prefill; else the slope of the last two measured sizes."""
         sizes = sorted(self.target_ms)
         if new_tokens <= sizes[0]:
             return self.target_ms[sizes[0]]
@@ -61,9 +65,17 @@ class CostModel:
             if new_tokens <= high:
                 t = (new_tokens - low) / (high - low)
                 return self.target_ms[low] * (1 - t) + self.target_ms[high] * t
+        return self.target_ms[sizes[-1]] + self._ms_per_extra_token() * (new_tokens - sizes[-1])
+
+    def _ms_per_extra_token(self) -> float:
+        """What one more token costs in a forward longer than the largest measured size."""
+        if self.measured and self.prefill_tokens_per_s > 0:
+            return 1000.0 / self.prefill_tokens_per_s
+        sizes = sorted(self.target_ms)
+        if len(sizes) < 2:
+            return 0.0
         low, high = sizes[-2], sizes[-1]
-        slope = (self.target_ms[high] - self.target_ms[low]) / (high - low)
-        return self.target_ms[high] + slope * (new_tokens - high)
+        return max(0.0, (self.target_ms[high] - self.target_ms[low]) / (high - low))
 
     def catch_up_ms(self, tokens: int) -> float:
         """Time for the draft model to compute `tokens` it has not seen (a prefill)."""
@@ -79,7 +91,8 @@ class CostModel:
         catch_up: int = 0,
         remaining_tokens: int = 1,
     ) -> float:
-        """Expected throughput of one step: `source` "ngram" or "draft" proposing k tokens.
+        """Expected throughput of one step: `source` ("ngram", "copy" or "draft") proposing k
+        tokens; only the draft model's tokens cost time of their own.
 
         A draft model that lags the sequence by `catch_up` tokens (a cold cache) must compute
         them first. That prefill is paid once and serves every later draft step, so this step
@@ -161,7 +174,8 @@ class AcceptanceTracker:
     maximum-likelihood per-token acceptance of a geometric run.
     """
 
-    PRIORS = {"ngram": 0.7, "ngram:short": 0.4, "draft": 0.6}
+    PRIORS = {"ngram": 0.7, "ngram:short": 0.4, "draft": 0.6, "copy": 0.9}
+    """Before any evidence. A copy source is most of a rewrite: its drafts are mostly right."""
 
     def __init__(self, decay: float = 0.9, prior_weight: float = 4.0) -> None:
         self.decay = decay

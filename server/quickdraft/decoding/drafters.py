@@ -16,7 +16,7 @@ from quickdraft.decoding.verify import warp
 @dataclass
 class Proposal:
     source: str
-    """"ngram" or "draft"."""
+    """"ngram", "draft" or "copy"."""
     tokens: list[int]
     probs: torch.Tensor | None = None
     """(k, V) draft distributions when sampling from the draft model; None for greedy/n-gram."""

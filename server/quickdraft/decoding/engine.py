@@ -2,7 +2,8 @@
 
     prompt ──prefill (reusing the cached prefix)──▶ target KV holds prompt[:-1], pending = prompt[-1]
     loop:
-      propose   d1..dk        n-gram lookup, draft model, or nothing (k = 0 is plain decoding)
+      propose   d1..dk        copy source, n-gram lookup, draft model, or nothing (k = 0 is plain
+                              decoding)
       verify    target([pending, d1..dk]) -> logits (k+1, V)        one forward, k+1 positions
       accept    j drafts + 1 target token                          (verify.accept_greedy/sampling)
       crop      target KV to prompt + accepted drafts; the new token becomes `pending`
@@ -24,6 +25,7 @@ from typing import Any
 import torch
 
 from quickdraft.config import STRATEGIES, DecodingConfig
+from quickdraft.decoding.copy import CopyAligner
 from quickdraft.decoding.costmodel import (
     MEASURED_SIZES,
     AcceptanceTracker,
@@ -46,7 +48,8 @@ from quickdraft.decoding.verify import accept_greedy, accept_sampling, warp
 from quickdraft.errors import ConfigError, InputError
 from quickdraft.machine import OtherLoad
 
-SOURCES = ("ngram", "draft")
+SOURCES = ("ngram", "draft", "copy")
+"""Where drafts come from: prompt lookup, the draft model, a copy source (a next edit's region)."""
 
 
 @dataclass
@@ -78,6 +81,9 @@ class GenerationRequest:
     """Tokens the output is expected to mostly copy (a next edit's region as it stands): the
     n-gram strategies propose long runs of them while the output agrees, and realign after it
     departs. None: no copy source."""
+    max_copy_draft: int = 256
+    """The most copy-source tokens one step drafts when the cost model chooses the length
+    (`draft_length` None); completions' drafts are bounded by `max_draft_length` instead."""
     deadline: float | None = None
     """Absolute `time.monotonic()` after which generation stops and returns what is done."""
     cancel: threading.Event | None = None
@@ -339,6 +345,8 @@ class Engine:
             raise ConfigError("a required prefix (token healing) needs the engine's token bytes")
         if request.temperature < 0:
             raise InputError(f"temperature must be >= 0, got {request.temperature}")
+        if request.max_copy_draft < 1:
+            raise InputError(f"max copy draft must be at least 1, got {request.max_copy_draft}")
 
     def _stopped(self, request: GenerationRequest) -> str | None:
         if not stopped(request.cancel, request.deadline):
@@ -383,6 +391,9 @@ class Engine:
         if uses_ngram:
             self.ngram.set_source(LIVE, lookup_context)
             self.ngram.set_source(LIVE_AFTER, list(request.after_cursor or ()))
+        # A copy source (a next edit's region) is followed token by token: drafts come from
+        # where the output stands in it.
+        aligner = CopyAligner(request.copy_source) if uses_ngram and request.copy_source else None
         owed = request.required_prefix  # token healing: bytes the new tokens must spell first
         sequence = prompt
         while reason is None:
@@ -393,7 +404,7 @@ class Engine:
             # target's own token.
             budget = request.max_new_tokens - len(new) - 1
             proposal = self._propose(
-                sequence, lookup_context, new, request, budget, generator, owed
+                sequence, lookup_context, new, request, budget, generator, owed, aligner
             )
             drafts = proposal.tokens if proposal is not None else []
             if proposal is not None and proposal.source == "draft":
@@ -447,6 +458,8 @@ class Engine:
             if uses_ngram and appended:
                 lookup_context.extend(sequence[-appended:])
                 self.ngram.extend_source(LIVE, sequence[-appended:])
+                if aligner is not None:
+                    aligner.advance(sequence[-appended:])
 
         if new:
             self.ngram.add_completion(new)
@@ -470,15 +483,23 @@ class Engine:
         budget: int,
         generator: torch.Generator,
         owed: bytes = b"",
+        aligner: CopyAligner | None = None,
     ) -> Proposal | None:
         """Pick this step's drafter and draft length; None means a plain decoding step.
 
         `sequence` is what the target and the draft model see; `lookup_context` is what the
-        n-gram index matches on (the text before the cursor and the `new` tokens).
+        n-gram index matches on (the text before the cursor and the `new` tokens). `aligner`
+        follows the output in the request's copy source, whose proposal comes first.
         """
         fixed_k = request.draft_length
+        if request.strategy == "ar":
+            return None
+        if aligner is not None:
+            copied = self._copy(aligner, request, budget)
+            if copied is not None:
+                return copied
         max_k = min(budget, fixed_k if fixed_k is not None else self.config.max_draft_length)
-        if request.strategy == "ar" or max_k <= 0:
+        if max_k <= 0:
             return None
 
         match = None
@@ -534,6 +555,28 @@ class Engine:
             assert match is not None
             return Proposal("ngram", match.tokens[:k], tracker_key=ngram_key)
         return self._draft(sequence, k, request, generator, owed)
+
+    def _copy(
+        self, aligner: CopyAligner, request: GenerationRequest, budget: int
+    ) -> Proposal | None:
+        """The copy source's next tokens where the output stands in it: exactly `draft_length`
+        of them when fixed, else the length the cost model finds fastest, up to
+        `max_copy_draft` (far beyond completions' drafts: a rewrite copies whole lines). None
+        when the output stands nowhere in the source, or plain decoding is expected faster."""
+        fixed_k = request.draft_length
+        tokens = aligner.propose(
+            min(budget, fixed_k if fixed_k is not None else request.max_copy_draft)
+        )
+        if not tokens:
+            return None
+        if fixed_k is None:
+            k, _ = self.cost_model.best_k(
+                "copy", self.acceptance.rate(request.language, "copy"), len(tokens)
+            )
+            if k == 0:
+                return None
+            tokens = tokens[:k]
+        return Proposal("copy", tokens)
 
     def _remaining_tokens(self, request: GenerationRequest, produced: int, budget: int) -> int:
         """How many more tokens this request will likely produce: the budget, or fewer when
