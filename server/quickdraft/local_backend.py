@@ -231,6 +231,7 @@ class LocalBackend:
                 language=prepared.request.language_id,
                 kind="edit",
                 copy_source=prepared.copy_source,
+                max_copy_draft=self.config.edits.max_draft_length,
                 deadline=deadline,
                 cancel=cancel,
                 stop=prepared.stop_rule(),

@@ -217,7 +217,8 @@ def completer():
     from quickdraft.testing import build_tiny_loaded_models
 
     return local_completer(
-        build_tiny_loaded_models(), load_config({"edits": {"max_new_tokens": 24}})
+        build_tiny_loaded_models(),
+        load_config({"edits": {"max_new_tokens": 24, "max_draft_length": 40}}),
     )
 
 
@@ -240,6 +241,7 @@ def test_the_engine_gets_the_prompt_and_the_region_as_copy_source(completer, mon
     assert list(sent.copy_source) == list(encode(region.text + "\n```"))
     assert sent.slot == "file:///w/a.py#edit"  # the document's completion cache is left be
     assert sent.max_new_tokens == 24
+    assert sent.max_copy_draft == 40  # edits.max_draft_length, not the default 256
     assert result.format == "instruct" and result.prompt_tokens == len(sent.prompt_ids)
     decoded = completer.tokenizer.decode(sent.prompt_ids)
     assert decoded.endswith("<|im_start|>assistant\n```python\n") and "-def f(b):" in decoded
@@ -264,4 +266,6 @@ def test_disabled_next_edits_do_no_model_work(completer, monkeypatch):
         result = suggest(completer, NextEditRequest("file:///w/a.py", "x = 1\n", 0, 0, "python"))
         assert result.skipped and result.edits == []
     finally:
-        completer.update_config(load_config({"edits": {"max_new_tokens": 24}}))
+        completer.update_config(
+            load_config({"edits": {"max_new_tokens": 24, "max_draft_length": 40}})
+        )
