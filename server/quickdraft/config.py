@@ -125,14 +125,14 @@ class ContextConfig:
     document and spot."""
     max_document_bytes: int = 2_000_000
     """Documents larger than this are not used for completion (answered with an empty result)."""
-    layout: Literal["pinned", "append", "classic"] = "append"
+    layout: Literal["pinned", "append", "classic"] = "pinned"
     """`append`: the text from an anchor line to the cursor goes after the FIM middle marker,
     so typing only appends to the prompt; `classic`: prefix, suffix, then the middle marker.
     `pinned`: as `append`, but the file's text starts with its top (its first lines, as many
     as the budget leaves), pinned there, and only a short window above the anchor, the suffix
     and the middle move with the cursor (`near_share`): opening a file or moving in it then
     computes only that window (context/prompt.py)."""
-    near_share: float = 0.22
+    near_share: float = 0.3
     """`pinned`: the share of the whole budget for the part of the prompt that moves with the
     cursor (the lines above the anchor, the suffix and the middle)."""
     anchor_lines: int = 16

@@ -125,9 +125,10 @@ def test_variants_are_every_combination_with_their_settings():
         "cache": {"warmup": False, "prefetch": False},
         "decoding": {"strategy": "hybrid"},
     }
-    assert [v.name for v in parse_variants(None, None, None)][:2] == [
-        "append/ar/ahead-on",
-        "append/ar/ahead-off",
+    assert [v.name for v in parse_variants(None, None, None)][:3] == [
+        "pinned/ar/ahead-on",
+        "pinned/ar/ahead-off",
+        "pinned/hybrid/ahead-on",
     ]
     for bad in (("zigzag", None, None), (None, "beam", None), (None, None, "maybe")):
         with pytest.raises(ConfigError, match="zigzag|beam|maybe"):

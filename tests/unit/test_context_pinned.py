@@ -77,7 +77,7 @@ def test_typing_only_appends_in_the_pinned_layout(count):
     text = module(200)
     lines = text.split("\n")
     first = prompt_at(text, 322, count)
-    lines[322] = lines[322][:4] + "res"
+    lines[322] = lines[322][:4] + "res" + lines[322][4:]
     typed = build_prompt("\n".join(lines), 322, 7, "python", [], QWEN, count, pinned())
     assert typed.top == first.top
     assert part(typed, "prefix") == part(first, "prefix")

@@ -30,7 +30,9 @@ from quickdraft.cli_args import add_model_arguments
 from quickdraft.config import STRATEGIES, load_config
 from quickdraft.errors import ConfigError
 
-LAYOUTS = ("append", "classic", "pinned")
+LAYOUTS = ("pinned", "append", "classic")
+DEFAULT_TYPING_LAYOUTS = "pinned,append"
+"""The default layout and the one before it (whole prefix windows), side by side."""
 WORK_AHEAD = {"on": True, "off": False}
 DEFAULT_HOLES = 4
 QUICK_HOLES = 2
@@ -71,7 +73,7 @@ def parse_variants(
     layouts: str | None, strategies: str | None, work_ahead: str | None
 ) -> list[Variant]:
     """Every combination of the comma-separated choices, layouts outermost."""
-    chosen_layouts = parse_names(layouts, ",".join(LAYOUTS), LAYOUTS, "--typing-layouts")
+    chosen_layouts = parse_names(layouts, DEFAULT_TYPING_LAYOUTS, LAYOUTS, "--typing-layouts")
     chosen_strategies = parse_names(strategies, "ar,hybrid", STRATEGIES, "--strategies")
     ahead = parse_names(work_ahead, "on,off", tuple(WORK_AHEAD), "--typing-work-ahead")
     return [
@@ -94,7 +96,9 @@ def add_typing_arguments(parser: argparse.ArgumentParser) -> None:
         help="the typing benchmark: a fresh server per variant, keystrokes over LSP",
     )
     group.add_argument(
-        "--typing-layouts", metavar="L,L", help="context.layout values (default append,classic)"
+        "--typing-layouts",
+        metavar="L,L",
+        help=f"context.layout values (default {DEFAULT_TYPING_LAYOUTS})",
     )
     group.add_argument(
         "--typing-work-ahead",

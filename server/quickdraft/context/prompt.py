@@ -72,9 +72,6 @@ REGION_LOOKBACK = 400
 """Boundaries come from parsing the region of interest, starting up to this many lines above."""
 MIDDLE_SHARE = 0.15
 """Append layout: the share of the file budget set aside for the middle (anchor to cursor)."""
-PINNED_MIDDLE_SHARE = 0.4
-"""Pinned layout: the share of the moving part (`near_share` of the budget) set aside for the
-middle."""
 MIDDLE_STEP = 64
 """A middle larger than its allowance takes tokens from the prefix in steps of this many, so
 the prefix start moves rarely even then."""
@@ -649,9 +646,7 @@ def build_prompt(
         return "".join(pinned_lines), section, first, True
 
     if append:
-        allowance = (
-            int(near_budget * PINNED_MIDDLE_SHARE) if pinned else int(file_budget * MIDDLE_SHARE)
-        )
+        allowance = min(int(file_budget * MIDDLE_SHARE), near_budget // 2)
         excess = max(0, middle_tokens - allowance)
         excess = -(-excess // MIDDLE_STEP) * MIDDLE_STEP
         prefix_budget = near_budget - suffix_used - allowance - excess

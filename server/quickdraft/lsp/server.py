@@ -234,16 +234,19 @@ class QuickdraftServer(LanguageServer):
 
     # --- documents --------------------------------------------------------------------
 
-    def sync_document(self, uri: str) -> None:
+    def sync_document(self, uri: str, *, opened: bool = False) -> None:
         """Tell the Completer (on the worker) about `uri`'s current text, coalescing bursts of
         changes into one update that reads the latest text when it runs; then, when the worker
-        is idle, warm the document's caches toward a request at the edit."""
+        is idle, warm the document's caches toward a request at the edit. An edited document
+        is warmed first; one just `opened` after those already waiting, so that files opened
+        together are warmed in the order they were opened (the client's didFocus says which
+        one is in front)."""
         with self._sync_lock:
             if uri in self._pending_sync:
                 return
             self._pending_sync.add(uri)
         self.worker.submit(self._flush_sync, uri)
-        self.schedule_warm(uri)
+        self.schedule_warm(uri, first=not opened)
 
     def schedule_warm(self, uri: str, *, first: bool = True) -> None:
         """Idle warm-up (cache.warmup): extend `uri`'s KV caches toward the prompt its next

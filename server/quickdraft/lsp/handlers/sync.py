@@ -14,7 +14,7 @@ def did_open(ls: QuickdraftServer, params: types.DidOpenTextDocumentParams) -> N
     item = params.text_document
     ls.documents.open(item.uri, item.text, item.language_id, item.version)
     ls.completions.forget(item.uri)
-    ls.sync_document(item.uri)
+    ls.sync_document(item.uri, opened=True)
 
 
 def did_change(ls: QuickdraftServer, params: types.DidChangeTextDocumentParams) -> None:
