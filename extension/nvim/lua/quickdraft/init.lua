@@ -124,6 +124,27 @@ local function capabilities()
   })
 end
 
+--- Neovim 0.11 gives request handlers no `ctx.request_id` (later ones do); plugins that tell
+--- a late answer from the current one by it (sidekick.nvim's next edits) drop every answer
+--- without it. This client's handlers get it.
+local function with_request_ids(client)
+  local request = client.request
+  client.request = function(self, method, params, handler, bufnr)
+    if not handler then
+      return request(self, method, params, handler, bufnr)
+    end
+    local id
+    local ok
+    ok, id = request(self, method, params, function(err, result, ctx, ...)
+      if type(ctx) == 'table' and ctx.request_id == nil then
+        ctx.request_id = id
+      end
+      return handler(err, result, ctx, ...)
+    end, bufnr)
+    return ok, id
+  end
+end
+
 local function lsp_config(opts)
   local tree = config.tree(opts)
   local cmd = config.cmd(opts)
@@ -139,6 +160,7 @@ local function lsp_config(opts)
     -- Sent as workspace/didChangeConfiguration right after initialize, and on update().
     settings = tree,
     capabilities = capabilities(),
+    on_init = with_request_ids,
     handlers = {
       ['$/quickdraft/stats'] = record_stats,
       ['$/quickdraft/status'] = record_status,
