@@ -108,6 +108,7 @@ def test_next_edit_after_accepting_a_suggestion(tmp_path: Path):
         "typing clears it",
         "an answer for another version is never shown",
         ":QuickdraftStatus shows the next edit's latency and tokens per forward",
+        "handlers get ctx.request_id",
     } <= passed(result)
     requests = [
         json.loads(line)["data"]

@@ -116,5 +116,21 @@ H.run(function()
   H.eq('<C-o> goes back', 3, api.nvim_win_get_cursor(0)[1])
   H.type('<Tab>')
   H.eq('<Tab> without an edit jumps forward in the jump list, as <C-i>', 1, api.nvim_win_get_cursor(0)[1])
+
+  -- Handlers of this client get ctx.request_id (Neovim 0.11 gives none; sidekick.nvim needs it),
+  -- through `client:request` and the deprecated `client.request` alike.
+  local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
+  params.textDocument.version = vim.lsp.util.buf_versions[bufnr]
+  local seen = {}
+  local _, colon_id = client:request('textDocument/copilotInlineEdit', params, function(_, _, ctx)
+    seen.colon = ctx.request_id
+  end, bufnr)
+  local _, dot_id = client.request('textDocument/copilotInlineEdit', params, function(_, _, ctx)
+    seen.dot = ctx.request_id
+  end, bufnr)
+  H.wait(function()
+    return seen.colon and seen.dot
+  end, 5000)
+  H.eq('handlers get ctx.request_id', { colon = colon_id, dot = dot_id }, seen)
   H.data.counts = nextedit.counts
 end)

@@ -129,13 +129,21 @@ end
 --- without it. This client's handlers get it.
 local function with_request_ids(client)
   local request = client.request
-  client.request = function(self, method, params, handler, bufnr)
+  client.request = function(...)
+    -- `client:request(...)`, or the deprecated `client.request(...)` Neovim still accepts.
+    local first = ...
+    local method, params, handler, bufnr
+    if type(first) == 'table' and getmetatable(first) == getmetatable(client) then
+      method, params, handler, bufnr = select(2, ...)
+    else
+      method, params, handler, bufnr = ...
+    end
     if not handler then
-      return request(self, method, params, handler, bufnr)
+      return request(client, method, params, handler, bufnr)
     end
     local id
     local ok
-    ok, id = request(self, method, params, function(err, result, ctx, ...)
+    ok, id = request(client, method, params, function(err, result, ctx, ...)
       if type(ctx) == 'table' and ctx.request_id == nil then
         ctx.request_id = id
       end
