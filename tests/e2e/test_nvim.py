@@ -170,6 +170,8 @@ def test_help_file_tags(tmp_path: Path):
         "quickdraft-dtype",
         "quickdraft-statusline",
         "quickdraft-focus",
+        "quickdraft-next-edits",
+        "quickdraft-sidekick",
     ):
         assert tag + "\t" in tags, tags
 

@@ -332,5 +332,37 @@ test('next word and next line of a suggestion', function()
   eq('x', ghost.next_line('x'))
 end)
 
+test('next_edit and client_name options', function()
+  local opts = config.normalize({})
+  eq({ enabled = true, debounce_ms = 500, keymaps = { jump_or_apply = '<Tab>', dismiss = '<Esc>' } },
+    opts.next_edit)
+  eq('quickdraft', opts.client_name)
+  opts = config.normalize({ next_edit = { debounce_ms = 0, keymaps = { dismiss = false } } })
+  eq({ true, 0, '<Tab>', false }, { opts.next_edit.enabled, opts.next_edit.debounce_ms,
+    opts.next_edit.keymaps.jump_or_apply, opts.next_edit.keymaps.dismiss })
+  eq('quickdraft_copilot', config.normalize({ client_name = 'quickdraft_copilot' }).client_name)
+  for _, bad in ipairs({ { next_edit = { enabled = 'yes' } }, { next_edit = { debounce_ms = -1 } },
+    { next_edit = { debounce_ms = 1.5 } }, { next_edit = 'on' }, { client_name = '' },
+    { client_name = 'has space' }, { client_name = 3 } }) do
+    eq(false, (pcall(config.normalize, bad)))
+  end
+  -- the tree sent to the server has none of them
+  eq(vim.empty_dict(), config.tree(config.normalize({ client_name = 'x', next_edit = { enabled = false } })))
+end)
+
+test('next edit stats are kept apart and formatted', function()
+  eq(true, stats.is_next_edit({ feature = 'inlineEdit' }))
+  eq(false, stats.is_next_edit({ feature = 'inlineCompletion' }))
+  eq(false, stats.is_next_edit(nil))
+  eq('no next edit yet', stats.format_edit(nil))
+  local raw = { feature = 'inlineEdit', latencyMs = 140.4, tokensPerForward = 3.2, editCount = 1,
+    tokens = 52, copiedTokens = 40 }
+  eq('140 ms · 3.20 tokens per forward · 1 edit (40 of 52 tokens copied)', stats.format_edit(stats.normalize(raw)))
+  eq('12 ms · 0 edits · refused: replaced more than half of the region',
+    stats.format_edit(stats.normalize({ latencyMs = 12, editCount = 0, tokens = 0,
+      rejected = 'replaced more than half of the region' })))
+  eq('2 edits', stats.format_edit({ edit_count = 2 }))
+end)
+
 io.stdout:write(('%d passed, %d failed\n'):format(passed, failed))
 os.exit(failed == 0 and 0 or 1)

@@ -18,6 +18,11 @@ Environment:
                       `$/quickdraft/status` "loading") for this many ms, then "ready"
   QD_FAKE_POSITION_ENCODING  negotiate this position encoding ("utf-16", "utf-32") instead of
                       the first the client offers (Neovim offers utf-8 first)
+  QD_FAKE_INLINE_EDIT "1": offer next edits (capabilities.experimental.inlineEdit) and answer
+                      textDocument/copilotInlineEdit with one edit (the first `add` of the
+                      document becomes `plus`) for the version asked, or for the version before
+                      it when the document holds "STALE"; each request and didShowInlineEdit is
+                      logged, and `$/quickdraft/stats` sent with feature "inlineEdit"
   QD_FAKE_STDERR      "1": write STDERR_LINES to stderr at the start (log records at their
                       levels, lines without a level, a traceback), as the real server's stderr
 
@@ -41,6 +46,7 @@ from typing import Any
 from lsprotocol import types
 from pygls.capabilities import ServerCapabilitiesBuilder
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol, lsp_method
 
 SUGGESTION = (
     json.loads(os.environ["QD_FAKE_SUGGESTION_JSON"])
@@ -54,13 +60,24 @@ LOADING_MS = int(os.environ.get("QD_FAKE_LOADING_MS") or 0)
 STATUS = "$/quickdraft/status"
 POSITION_ENCODING = os.environ.get("QD_FAKE_POSITION_ENCODING")
 DID_FOCUS = "textDocument/didFocus"
+INLINE_EDIT = os.environ.get("QD_FAKE_INLINE_EDIT") == "1"
 
 if POSITION_ENCODING:
     ServerCapabilitiesBuilder.choose_position_encoding = classmethod(
         lambda cls, capabilities: POSITION_ENCODING
     )
 
-server = LanguageServer("quickdraft-fake", "0.0.1")
+
+class FakeProtocol(LanguageServerProtocol):
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(self, params: types.InitializeParams):
+        result = yield from super().lsp_initialize(params)
+        if INLINE_EDIT:
+            result.capabilities.experimental = {"inlineEdit": True}
+        return result
+
+
+server = LanguageServer("quickdraft-fake", "0.0.1", protocol_cls=FakeProtocol)
 
 # What the real server's stderr looks like (format of server/quickdraft/lsp/cli.py
 # configure_logging), with llama.cpp's load warning, lines that carry no level and a traceback.
@@ -172,6 +189,50 @@ def did_focus(ls: LanguageServer, params: Any) -> None:
         end = document.offset_at_position(types.Position(line, position["character"]))
         entry["prefix"] = document.source[start:end]
     log("didFocus", entry)
+
+
+@server.feature("textDocument/copilotInlineEdit")
+def copilot_inline_edit(ls: LanguageServer, params: Any) -> dict[str, Any]:
+    plain = as_plain(params)
+    uri, version = plain["textDocument"]["uri"], plain["textDocument"]["version"]
+    position = plain["position"]
+    document = ls.workspace.get_text_document(uri)
+    log(
+        "copilotInlineEdit",
+        {"version": version, "line": position["line"], "character": position["character"]},
+    )
+    ls.protocol.notify(
+        "$/quickdraft/stats",
+        {
+            "feature": "inlineEdit",
+            "latencyMs": 42.0,
+            "tokens": 8,
+            "tokensPerForward": 2.5,
+            "editCount": 1,
+            "copiedTokens": 6,
+            "rejected": None,
+        },
+    )
+    for line, text in enumerate(document.lines):
+        column = text.find("add")
+        if column >= 0:
+            answered = version - 1 if "STALE" in document.source else version
+            end = {"line": line, "character": column + 3}
+            return {
+                "edits": [
+                    {
+                        "text": "plus",
+                        "range": {"start": {"line": line, "character": column}, "end": end},
+                        "textDocument": {"uri": uri, "version": answered},
+                    }
+                ]
+            }
+    return {"edits": []}
+
+
+@server.feature("textDocument/didShowInlineEdit")
+def did_show_inline_edit(ls: LanguageServer, params: Any) -> None:
+    log("didShowInlineEdit", as_plain(params))
 
 
 @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())

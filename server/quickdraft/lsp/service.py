@@ -73,6 +73,8 @@ class CompletionService:
         self.typed_ahead = TypedAheadCache()
         """Answers on the event loop, so a typed-ahead hit never waits for the worker."""
         self._inflight: dict[str, _Job] = {}
+        self._prefetching: dict[str, list[tuple[int, str]]] = {}
+        """Per document, the (offset, text) of each prefetch submitted and not finished."""
 
     # --- the request ------------------------------------------------------------------
 
@@ -216,41 +218,96 @@ class CompletionService:
         """Compute, in the background, the completion that follows accepting `suggestion`
         whole (and its first line, when it has several), and keep it in the typed-ahead cache:
         Tab then the next request costs no model time. A request of the user's stops it."""
-        # completer imports torch (seconds): the server answers `initialize` before that.
-        from quickdraft.completer import CompletionRequest
-
         accepted = [suggestion]
         if "\n" in suggestion.strip("\n"):
             accepted.append(suggestion.split("\n", 1)[0])
-        loop = asyncio.get_running_loop()
         for inserted in accepted:
             new_text = text[:offset] + inserted + text[offset:]
             lines = inserted.split("\n")
             new_line = line + len(lines) - 1
             new_column = (column if len(lines) == 1 else 0) + len(lines[-1])
-            new_offset = offset + len(inserted)
-            request = CompletionRequest(
-                uri,
-                new_text,
-                new_line,
-                new_column,
-                language_id,
-                offset=new_offset,
-                slot=uri + PREFETCH_SLOT,  # the document's own caches keep what is typed
+            self._prefetch_at(
+                uri, language_id, new_text, offset + len(inserted), new_line, new_column
             )
-            future = self.server.worker.submit_background(self.server.host.complete, request)
 
-            def done(fut, prefix=new_text[:new_offset], suffix=new_text[new_offset:]) -> None:
-                if fut.cancelled() or fut.exception() is not None:
-                    return
-                completion = fut.result()
-                if completion is None or completion.stop_reason == "cancelled":
-                    return
-                loop.call_soon_threadsafe(self._prefetched, uri, prefix, suffix, completion)
+    def _prefetch_at(
+        self, uri: str, language_id: str, text: str, offset: int, line: int, column: int
+    ) -> None:
+        """Compute the completion at `offset` of `text` in the background, into the typed-ahead
+        cache."""
+        # completer imports torch (seconds): the server answers `initialize` before that.
+        from quickdraft.completer import CompletionRequest
 
-            future.add_done_callback(done)
+        request = CompletionRequest(
+            uri,
+            text,
+            line,
+            column,
+            language_id,
+            offset=offset,
+            slot=uri + PREFETCH_SLOT,  # the document's own caches keep what is typed
+        )
+        running = self._prefetching.setdefault(uri, [])
+        key = (offset, text)
+        running.append(key)
+        loop = asyncio.get_running_loop()
+        future = self.server.worker.submit_background(self.server.host.complete, request)
 
-    def _prefetched(self, uri: str, prefix: str, suffix: str, completion: Any) -> None:
+        def finished() -> None:
+            if key in running:
+                running.remove(key)
+
+        def done(fut, prefix=text[:offset], suffix=text[offset:]) -> None:
+            if fut.cancelled() or fut.exception() is not None:
+                loop.call_soon_threadsafe(finished)
+                return
+            completion = fut.result()
+            if completion is None or completion.stop_reason == "cancelled":
+                loop.call_soon_threadsafe(finished)
+                return
+            loop.call_soon_threadsafe(self._prefetched, uri, prefix, suffix, completion, key)
+
+        future.add_done_callback(done)
+
+    def accepted(self, uri: str, line: int, character: int, text: str) -> str:
+        """A suggestion was accepted (its item's command, run by the editor after inserting
+        it): `text` at (line, character), LSP units of the document before it went in. Makes
+        sure the completion that follows it is computed ahead: "ready" when the typed-ahead
+        cache has it, "running" when its prefetch runs, "started" when this starts it; else
+        why not ("prefetch off", "not open", "not there": the document does not hold `text`
+        at that place)."""
+        server = self.server
+        config = server.config.current
+        if not (config.cache.prefetch and config.model.backend == "local"):
+            return "prefetch off"
+        document = server.documents.get(uri)
+        if document is None:
+            return "not open"
+        try:
+            column = document.to_codepoint(line, character, strict=True)
+        except PositionError:
+            return "not there"
+        start = document.line_starts[line] + column
+        end = start + len(text)
+        current = document.text
+        if not text or current[start:end] != text:
+            return "not there"
+        if any(key == (end, current) for key in self._prefetching.get(uri, [])):
+            return "running"
+        if self.typed_ahead.lookup(uri, current[:end], current[end:]) is not None:
+            return "ready"
+        lines = text.split("\n")
+        end_line = line + len(lines) - 1
+        end_column = (column if len(lines) == 1 else 0) + len(lines[-1])
+        self._prefetch_at(uri, document.language_id, current, end, end_line, end_column)
+        return "started"
+
+    def _prefetched(
+        self, uri: str, prefix: str, suffix: str, completion: Any, key: tuple[int, str]
+    ) -> None:
+        running = self._prefetching.get(uri, [])
+        if key in running:
+            running.remove(key)
         self.typed_ahead.remember(uri, prefix, completion.text, suffix, "prefetch")
         what = f"{len(completion.text)} chars" if completion.text else "nothing to add"
         prefill = getattr(completion.stats, "prefill_tokens", 0)
@@ -267,6 +324,7 @@ class CompletionService:
 
     def forget(self, uri: str) -> None:
         self._cancel_inflight(uri)
+        self._prefetching.pop(uri, None)
         self.typed_ahead.invalidate(uri)
 
     # --- answers ----------------------------------------------------------------------

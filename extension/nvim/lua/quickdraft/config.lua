@@ -43,6 +43,19 @@ M.defaults = {
     dismiss = '<C-]>',
   },
   hl_group = 'QuickdraftSuggestion',
+  -- The LSP client's name. Plugins that look for a next-edit server by name (sidekick.nvim looks
+  -- for one whose name contains "copilot") find quickdraft under e.g. 'quickdraft_copilot'.
+  client_name = 'quickdraft',
+  -- Next edits (textDocument/copilotInlineEdit), where the server offers them: asked
+  -- `debounce_ms` after the cursor last moved in Normal mode, on InsertLeave and after a
+  -- suggestion is accepted. Normal-mode keys (false disables one; each falls back to the key's
+  -- own meaning when no edit is shown): `jump_or_apply` moves to the edit, pressed there applies
+  -- it; `dismiss` hides it. `enabled = false` where another plugin (sidekick.nvim) shows them.
+  next_edit = {
+    enabled = true,
+    debounce_ms = 500,
+    keymaps = { jump_or_apply = '<Tab>', dismiss = '<Esc>' },
+  },
 }
 
 --- The longest `debounce_ms` accepted (more would feel like no completion at all).
@@ -104,6 +117,15 @@ function M.normalize(opts)
     return type(value) == 'number' and value >= 0 and value <= M.MAX_FOCUS_DEBOUNCE_MS and value % 1 == 0
   end, ('a whole number of milliseconds from 0 to %d'):format(M.MAX_FOCUS_DEBOUNCE_MS))
   vim.validate('keymaps', merged.keymaps, 'table')
+  vim.validate('client_name', merged.client_name, function(value)
+    return type(value) == 'string' and value:match('^[%w_.-]+$') ~= nil
+  end, 'a name of letters, digits, _ . -')
+  vim.validate('next_edit', merged.next_edit, 'table')
+  vim.validate('next_edit.enabled', merged.next_edit.enabled, 'boolean')
+  vim.validate('next_edit.debounce_ms', merged.next_edit.debounce_ms, function(value)
+    return type(value) == 'number' and value >= 0 and value <= M.MAX_FOCUS_DEBOUNCE_MS and value % 1 == 0
+  end, ('a whole number of milliseconds from 0 to %d'):format(M.MAX_FOCUS_DEBOUNCE_MS))
+  vim.validate('next_edit.keymaps', merged.next_edit.keymaps, 'table')
   if not vim.tbl_contains({ 'auto', 'native', 'plugin', false }, merged.inline) then
     error(("quickdraft: inline must be 'auto', 'native', 'plugin' or false, got %s"):format(
       vim.inspect(merged.inline)

@@ -431,10 +431,11 @@ end
 
 --- Start watching `bufnr` (on LspAttach).
 ---@param bufnr integer
----@param opts table { debounce_ms, hl_group }
+---@param opts table { debounce_ms, hl_group, client_name }
 function M.attach(bufnr, opts)
   options.debounce_ms = opts.debounce_ms or options.debounce_ms
   options.hl_group = opts.hl_group or options.hl_group
+  options.client_name = opts.client_name or options.client_name
   local s = state(bufnr)
   if s.augroup then
     return

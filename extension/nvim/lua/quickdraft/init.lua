@@ -29,6 +29,8 @@ local server_status = {}
 --- its reports merged over its begin (a report carries no title)
 local progress = {}
 local reported_few_tokens_per_forward = false
+---@type table|nil the last `$/quickdraft/stats` of a next edit (normalized)
+local last_edit = nil
 
 local function has_native_inline()
   return vim.lsp.inline_completion ~= nil and type(vim.lsp.inline_completion.enable) == 'function'
@@ -66,6 +68,11 @@ end
 
 local function record_stats(_, result, ctx)
   local normalized = stats.normalize(result)
+  if stats.is_next_edit(result) then
+    last_edit = normalized
+    api.nvim_exec_autocmds('User', { pattern = 'QuickdraftStats', modeline = false, data = result })
+    return
+  end
   if stats.too_few_tokens_per_forward(normalized) and not reported_few_tokens_per_forward then
     reported_few_tokens_per_forward = true
     vim.lsp.log.warn(('quickdraft: the server reported %s tokens per forward for a computed answer '
@@ -117,6 +124,35 @@ local function capabilities()
   })
 end
 
+--- Neovim 0.11 gives request handlers no `ctx.request_id` (later ones do); plugins that tell
+--- a late answer from the current one by it (sidekick.nvim's next edits) drop every answer
+--- without it. This client's handlers get it.
+local function with_request_ids(client)
+  local request = client.request
+  client.request = function(...)
+    -- `client:request(...)`, or the deprecated `client.request(...)` Neovim still accepts.
+    local first = ...
+    local method, params, handler, bufnr
+    if type(first) == 'table' and getmetatable(first) == getmetatable(client) then
+      method, params, handler, bufnr = select(2, ...)
+    else
+      method, params, handler, bufnr = ...
+    end
+    if not handler then
+      return request(client, method, params, handler, bufnr)
+    end
+    local id
+    local ok
+    ok, id = request(client, method, params, function(err, result, ctx, ...)
+      if type(ctx) == 'table' and ctx.request_id == nil then
+        ctx.request_id = id
+      end
+      return handler(err, result, ctx, ...)
+    end, bufnr)
+    return ok, id
+  end
+end
+
 local function lsp_config(opts)
   local tree = config.tree(opts)
   local cmd = config.cmd(opts)
@@ -132,6 +168,7 @@ local function lsp_config(opts)
     -- Sent as workspace/didChangeConfiguration right after initialize, and on update().
     settings = tree,
     capabilities = capabilities(),
+    on_init = with_request_ids,
     handlers = {
       ['$/quickdraft/stats'] = record_stats,
       ['$/quickdraft/status'] = record_status,
@@ -206,10 +243,21 @@ end
 --- Accept the whole suggestion; false when none is shown.
 ---@return boolean
 function M.accept()
+  local accepted
   if M.inline_mode() == 'native' then
-    return vim.lsp.inline_completion.get() == true
+    accepted = vim.lsp.inline_completion.get() == true
+  else
+    accepted = require('quickdraft.ghost').accept()
   end
-  return require('quickdraft.ghost').accept()
+  if accepted and M.options.next_edit.enabled then
+    -- After the text is in (0.12 applies it on the next loop): the edit that follows it.
+    vim.schedule(function()
+      vim.schedule(function()
+        require('quickdraft.nextedit').after_accept()
+      end)
+    end)
+  end
+  return accepted
 end
 
 local function accept_part(part_of)
@@ -287,6 +335,10 @@ local function on_attach(args)
     require('quickdraft.ghost').attach(bufnr, opts)
   end
   focus.attach(client, bufnr)
+  local experimental = client.server_capabilities.experimental
+  if opts.next_edit.enabled and type(experimental) == 'table' and experimental.inlineEdit == true then
+    require('quickdraft.nextedit').attach(bufnr, { debounce_ms = opts.next_edit.debounce_ms, client_name = M.name })
+  end
 end
 
 local function on_detach(args)
@@ -302,6 +354,7 @@ local function on_detach(args)
   end, vim.lsp.get_clients({ bufnr = args.buf, name = M.name }))
   if #others == 0 then
     focus.detach(args.buf)
+    require('quickdraft.nextedit').detach(args.buf)
   end
 end
 
@@ -318,6 +371,26 @@ local function set_keymaps(keymaps)
   map(keymaps.accept_word, M.accept_word, 'quickdraft: accept the next word')
   map(keymaps.accept_line, M.accept_line, 'quickdraft: accept the next line')
   map(keymaps.dismiss, M.dismiss, 'quickdraft: dismiss the suggestion')
+end
+
+local function map_normal(lhs, action, desc)
+  if not lhs or lhs == '' then
+    return
+  end
+  vim.keymap.set('n', lhs, function()
+    if not action() then
+      api.nvim_feedkeys(vim.keycode(lhs), 'ni', false)
+    end
+  end, { desc = desc, silent = true })
+end
+
+local function set_next_edit_keymaps(next_edit)
+  if not next_edit.enabled then
+    return
+  end
+  local nextedit = require('quickdraft.nextedit')
+  map_normal(next_edit.keymaps.jump_or_apply, nextedit.jump_or_apply, 'quickdraft: go to the next edit, apply it')
+  map_normal(next_edit.keymaps.dismiss, nextedit.dismiss, 'quickdraft: dismiss the next edit')
 end
 
 --- Everything :QuickdraftStatus shows, as data. `state` is the server's as a statusline shows
@@ -357,6 +430,7 @@ function M.status()
     progress = shown and shown.progress or nil,
     backend = shown and shown.status and shown.status.backend or nil,
     last = totals.last,
+    last_edit = last_edit,
     totals = vim.deepcopy(totals),
   }
 end
@@ -401,6 +475,9 @@ function M.show_status()
       table.insert(lines, '      ' .. details)
     end
     table.insert(lines, 'session: ' .. stats.format_totals(st.totals))
+    if M.options.next_edit.enabled then
+      table.insert(lines, 'next edit: ' .. stats.format_edit(st.last_edit))
+    end
   end
   vim.notify(table.concat(lines, '\n'), vim.log.levels.INFO)
   return lines
@@ -413,6 +490,7 @@ function M.restart()
     return #M.clients() == 0
   end, 20)
   totals = stats.new_totals()
+  last_edit = nil
   server_status, progress = {}, {}
   vim.lsp.enable(M.name, true)
 end
@@ -444,15 +522,20 @@ function M.setup(opts)
     return
   end
   M.options = config.normalize(opts)
+  M.name = M.options.client_name
   configure_focus(M.options)
 
   augroup = api.nvim_create_augroup('quickdraft', { clear = true })
   require('quickdraft.highlight').setup(augroup)
+  local nextedit = require('quickdraft.nextedit')
+  nextedit.set_highlights()
+  api.nvim_create_autocmd('ColorScheme', { group = augroup, callback = nextedit.set_highlights })
   api.nvim_create_autocmd('LspAttach', { group = augroup, callback = on_attach })
   api.nvim_create_autocmd('LspDetach', { group = augroup, callback = on_detach })
   api.nvim_create_autocmd('LspProgress', { group = augroup, callback = record_progress })
 
   set_keymaps(M.options.keymaps)
+  set_next_edit_keymaps(M.options.next_edit)
 
   api.nvim_create_user_command('QuickdraftStatus', function()
     M.show_status()

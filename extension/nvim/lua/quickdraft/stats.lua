@@ -149,6 +149,44 @@ function M.details(stats)
   return table.concat(parts, ', ')
 end
 
+--- Whether a stats notification is about a next edit (`feature: "inlineEdit"`), not a
+--- completion: those are kept apart (the statusline and the totals are about completions).
+---@param raw any
+---@return boolean
+function M.is_next_edit(raw)
+  return type(raw) == 'table' and raw.feature == 'inlineEdit'
+end
+
+--- One line for the last next edit: `140 ms · 3.20 tokens per forward · 1 edit (40 of 52
+--- tokens copied)`, with why the model's answer was refused when it was.
+---@param stats table|nil normalized
+---@return string
+function M.format_edit(stats)
+  if type(stats) ~= 'table' then
+    return 'no next edit yet'
+  end
+  local parts = {}
+  local latency = number(stats.latency_ms)
+  if latency then
+    table.insert(parts, ms(latency))
+  end
+  local tpf = number(stats.tokens_per_forward)
+  if tpf and tpf > 0 then
+    table.insert(parts, ('%.2f tokens per forward'):format(tpf))
+  end
+  local count = number(stats.edit_count) or 0
+  local edits = ('%d edit%s'):format(count, count == 1 and '' or 's')
+  local tokens, copied = number(stats.tokens), number(stats.copied_tokens)
+  if tokens and tokens > 0 and copied then
+    edits = edits .. (' (%d of %d tokens copied)'):format(copied, tokens)
+  end
+  table.insert(parts, edits)
+  if type(stats.rejected) == 'string' and stats.rejected ~= '' then
+    table.insert(parts, 'refused: ' .. stats.rejected)
+  end
+  return table.concat(parts, ' · ')
+end
+
 --- Running totals over a session.
 ---@return table
 function M.new_totals()
