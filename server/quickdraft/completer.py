@@ -339,18 +339,26 @@ class Completer:
         ]
 
     def build_prompt(self, request: CompletionRequest) -> Prompt:
-        """The request's prompt. With the workspace head, the current file's own chunk is left
-        out when the prompt shows the file from its first line anyway (a short file, or a
-        cursor near the top): the model would read the same lines twice."""
+        """The request's prompt. With the workspace head, the current file's own chunk (its
+        first lines) stays in the head, which is then the same for every document, and the
+        file's text starts after it (the pinned layout's top starts at the chunk's end). When
+        the file's text would show the chunk's lines anyway (a cursor among them, a short
+        file), the chunk is left out of the head instead: the model reads no line twice."""
         workspace = self.config.context.head == "workspace"
         head = self.head.snippets() if workspace else None
-        prompt = self._build_prompt(request, head)
-        if head and request.uri in self.head and prompt.prefix_start_line == 0:
-            own = self.head.chunk_of(request.uri)
+        own = self.head.chunk_of(request.uri) if head else None
+        if own is None:
+            return self._build_prompt(request, head)
+        prompt = self._build_prompt(request, head, top_from=own.end_line)
+        if own.text not in {chunk.text for chunk in prompt.snippets}:
+            return self._build_prompt(request, head)  # the head's budget left it out
+        if prompt.prefix_start_line < own.end_line:
             prompt = self._build_prompt(request, [chunk for chunk in head if chunk is not own])
         return prompt
 
-    def _build_prompt(self, request: CompletionRequest, head: list | None) -> Prompt:
+    def _build_prompt(
+        self, request: CompletionRequest, head: list | None, *, top_from: int = 0
+    ) -> Prompt:
         return build_prompt(
             request.text,
             request.line,
@@ -364,6 +372,7 @@ class Completer:
             offset=request.offset,
             root=self.root,
             head=head,
+            top_from=top_from,
         )
 
     def anchored_draft(self, request: CompletionRequest, healed: str = "") -> list[int] | None:

@@ -182,3 +182,40 @@ def test_after_the_file_level_warm_up_a_visit_and_a_move_compute_only_the_window
     moved = completer.complete(CompletionRequest(uri, BODY, line + 30, 4, "python"))
     assert moved.stats.prefill_tokens <= 0.25 * moved.stats.prompt_tokens
     assert moved.stats.reused_tokens >= warmed
+
+
+def test_every_documents_pinned_prompt_starts_with_the_same_head(models):
+    from quickdraft.completer import CompletionRequest
+    from quickdraft.config import load_config
+    from quickdraft.decoding.runner import common_prefix_length
+    from quickdraft.local_backend import local_completer
+
+    settings = {"context": {"layout": "pinned", "max_prompt_tokens": 4096, "snippet_lines": 3}}
+    completer = local_completer(models, load_config(settings))
+    uris = [f"file:///work/m{i}.py" for i in range(3)]
+    texts = [BODY.replace("f_", f"g{i}_") for i in range(3)]
+    for uri, text in zip(uris, texts, strict=True):
+        completer.set_document(uri, text, "python")
+    line = 3 * 200 + 1
+    prompts = [
+        completer.prepare(CompletionRequest(uri, text, line, 4, "python"))
+        for uri, text in zip(uris, texts, strict=True)
+    ]
+    # Each file's own chunk (its first 3 lines) stays in the head, so the heads are one; the
+    # file's top starts after it, and no line is shown twice.
+    assert all([s.path for s in p.prompt.snippets] == ["m0.py", "m1.py", "m2.py"] for p in prompts)
+    for p, uri, text in zip(prompts, uris, texts, strict=True):
+        lines = text.splitlines(keepends=True)
+        end = completer.head.chunk_of(uri).end_line  # 2: the blank third line is trimmed
+        assert end == 2 and p.prompt.prefix_start_line == end
+        assert p.prompt.top.startswith("".join(lines[end : end + 3]))
+        assert "".join(lines[:end]).strip() not in p.prompt.top
+    head = completer.file_level_tokens(prompts[0].prompt)
+    header = len(completer.prompts.cache.ids("<|file_sep|>m0.py\n")) + len(
+        completer.prompts.cache.ids(prompts[0].prompt.top)
+    )
+    common = common_prefix_length(prompts[0].prompt_ids, prompts[1].prompt_ids)
+    assert head - header - 1 <= common < head
+    # A cursor among the chunk's lines: the chunk leaves the head (the text shows them).
+    near = completer.prepare(CompletionRequest(uris[0], texts[0], 1, 4, "python"))
+    assert [s.path for s in near.prompt.snippets] == ["m1.py", "m2.py"]

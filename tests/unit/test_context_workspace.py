@@ -40,7 +40,12 @@ def models():
 
 
 def test_every_document_starts_with_the_same_head_and_warm_up_computes_it_once(models):
-    settings = {"decoding": {"max_new_tokens": 4}, "context": {"snippet_lines": 3}}
+    # The append layout: its file-level part is the head and the file's header alone (the
+    # pinned layout adds the file's top: test_context_pinned.py).
+    settings = {
+        "decoding": {"max_new_tokens": 4},
+        "context": {"snippet_lines": 3, "layout": "append"},
+    }
     completer = local_completer(models, load_config(settings))
     uris = [f"file:///work/m{i}.py" for i in range(3)]
     texts = [BODY.replace("f_", f"g{i}_") for i in range(3)]

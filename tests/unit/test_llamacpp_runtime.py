@@ -159,3 +159,19 @@ def test_probe_measures_in_a_child_process_and_caches(tiny, tmp_path):
     if not result.busy:
         cached = llamacpp_probe.probe(directory / "target.gguf", 1, context=32, home=tmp_path)
         assert cached.target_ms == result.target_ms
+
+
+def test_every_open_document_keeps_its_sequence(tiny, model):
+    """A document may hold three sequences (its own, its prefetch's, its next edit's): a dozen
+    documents' worth must not evict each other while the cells have room (they did at 8)."""
+    runner = llamacpp.LlamaCppRunner(model, n_ctx=2048, prefill_chunk=8)
+    slots = [f"file:///w/{i}.py{kind}" for i in range(10) for kind in ("", "#prefetch", "#edit")]
+    assert len(slots) < llamacpp.MAX_SLOTS
+    for i, slot in enumerate(slots):
+        runner.select(slot)
+        runner.extend([5 + i % 50, 7, 11, 13])
+    for i, slot in enumerate(slots):
+        runner.select(slot)
+        assert runner.tokens == [5 + i % 50, 7, 11, 13], slot
+        reused, computed, _ = runner.extend([5 + i % 50, 7, 11, 13, 17])
+        assert (reused, computed) == (4, 1)

@@ -382,12 +382,18 @@ def _fit_prefix(
     return "".join(doc.full[start:end]) + tail, start, truncated, used
 
 
-def _fit_top(text: str, budget: int, count: TokenCounter) -> list[str]:
-    """The document's first whole lines (line breaks included) within `budget` tokens, from
-    the text's start only: as long as those lines stay the same, so does the answer."""
+def _fit_top(text: str, budget: int, count: TokenCounter, first_line: int = 0) -> list[str]:
+    """The document's whole lines (line breaks included) from `first_line` on, within `budget`
+    tokens, read from there only: as long as those lines stay the same, so does the answer."""
     if budget <= 0:
         return []
-    contents, endings = split_lines(text[: budget * CHARS_PER_TOKEN_BOUND])
+    start = 0
+    for _ in range(first_line):
+        found = LINE_BREAK.search(text, start)
+        if found is None:
+            return []
+        start = found.end()
+    contents, endings = split_lines(text[start : start + budget * CHARS_PER_TOKEN_BOUND])
     lines: list[str] = []
     used = 0
     for content, ending in zip(contents, endings, strict=True):
@@ -522,6 +528,7 @@ def build_prompt(
     offset: int | None = None,
     root: str | None = None,
     head: Sequence[Snippet] | None = None,
+    top_from: int = 0,
 ) -> Prompt:
     """The prompt for a completion at (`line`, `character`) of `text` (0-based; character in
     code points). `open_documents`: objects or dicts with `path` or `uri`, `text`,
@@ -530,7 +537,9 @@ def build_prompt(
     into `text` when the caller knows it (then the position is not re-checked and only a window
     of the text is read). `root`: the workspace folder paths are shown relative to. `head`: the
     workspace head (context.workspace), used instead of snippets chosen for this cursor: the
-    same chunks for every document, cut to the snippet budget from the end.
+    same chunks for every document, cut to the snippet budget from the end. `top_from`: the
+    line the pinned layout's top starts at (the end of this document's own chunk when the head
+    shows it: its first lines are there already).
 
     Raises PositionError when the position is outside the document.
     """
@@ -602,7 +611,7 @@ def build_prompt(
     near_budget = min(file_budget, int(total * config.near_share)) if pinned else file_budget
     top_budget = max(file_budget - near_budget, 0)
     top_lines_budget = top_budget
-    top_lines = _fit_top(text, top_budget, count) if pinned else []
+    top_lines = _fit_top(text, top_budget, count, top_from) if pinned else []
     suffix_budget = int(near_budget * config.suffix_share)
     suffix, end, suffix_cut, suffix_used = _fit_suffix(doc, row, character, suffix_budget, count)
     middle = ""
@@ -628,17 +637,20 @@ def build_prompt(
         # (the middle counted as its allowance and 64-token steps: the top changes only when
         # the middle passes a step)
         room = min(top_budget, file_budget - suffix_used - allowance - excess - used)
-        pinned_lines = top_lines if room >= top_lines_budget else _fit_top(text, room, count)
+        pinned_lines = (
+            top_lines if room >= top_lines_budget else _fit_top(text, room, count, top_from)
+        )
         anchor_doc = doc.first_line + first_middle_row
-        pinned_end = min(len(pinned_lines), anchor_doc)
-        if not pinned_end:
+        top_stop = top_from + len(pinned_lines)
+        pinned_end = min(top_stop, anchor_doc)
+        if pinned_end <= top_from:
             return "", section, first, cut
-        if doc.first_line + first <= len(pinned_lines):
+        if doc.first_line + first <= top_stop:
             # The window reaches into the top: one run of lines from the first, split where
             # the top ends (so the top's tokens are the same whatever the cursor's line).
             join = pinned_end - doc.first_line
             return (
-                "".join(pinned_lines[:pinned_end]),
+                "".join(pinned_lines[: pinned_end - top_from]),
                 "".join(doc.full[join:first_middle_row]),
                 join,
                 False,
@@ -693,7 +705,7 @@ def build_prompt(
         prefix=prefix,
         suffix=suffix,
         snippets=snippets,
-        prefix_start_line=0 if top else doc.first_line + start,
+        prefix_start_line=top_from if top else doc.first_line + start,
         suffix_end_line=doc.first_line + end,
         language=grammar,
         prompt_tokens=tokens,

@@ -52,8 +52,10 @@ log = logging.getLogger(__name__)
 
 PREFILL_CHUNK = 128
 """Tokens per llama_decode while prefilling: a superseding request waits at most one chunk."""
-MAX_SLOTS = 8
-"""Sequences (documents' caches) one context holds."""
+MAX_SLOTS = 32
+"""Sequences (documents' caches) one context holds. Each document may use three (its own, its
+prefetch's, its next edit's); the unified cells, not this count, bound the memory: a context
+out of cells drops the least recently used sequence."""
 MIN_CONTEXT = 4096
 """A context holds at least this many tokens, whatever the memory budget."""
 INSTALL_HINT = "pip install -e '.[llama]'"
