@@ -27,7 +27,7 @@ from quickdraft.completer import (
 )
 from quickdraft.config import QuickdraftConfig
 from quickdraft.context import OpenDocument, get_fim_template
-from quickdraft.decoding import CostModel, Engine, GenerationRequest, NgramIndex
+from quickdraft.decoding import CostModel, Engine, GenerationRequest, GenerationResult, NgramIndex
 from quickdraft.decoding.healing import TokenBytes
 from quickdraft.decoding.runner import StaticModelRunner
 from quickdraft.document_index import DocumentIndex
@@ -180,28 +180,19 @@ class LocalBackend:
         cancel: threading.Event | None,
         deadline: float | None,
     ) -> Generated:
-        decoding = self.config.decoding
         language = prepared.request.language_id
-        result = self.engine.generate(
-            GenerationRequest(
-                prompt_ids=prepared.prompt_ids,
-                max_new_tokens=prepared.max_new_tokens,
-                strategy=strategy or decoding.strategy,
-                temperature=decoding.temperature,
-                top_p=decoding.top_p,
-                seed=decoding.seed,
-                draft_length=self.draft_length_for(language),
-                language=language,
-                kind=prepared.mode,
-                lookup_context=prepared.before_cursor,
-                after_cursor=prepared.after_cursor,
-                required_prefix=prepared.healed.encode("utf-8"),
-                anchored_draft=prepared.anchored_draft,
-                deadline=deadline,
-                cancel=cancel,
-                stop=prepared.stop_rule(),
-                slot=prepared.request.slot or prepared.request.uri,
-            )
+        result = self._run(
+            prepared,
+            strategy,
+            cancel,
+            deadline,
+            draft_length=self.draft_length_for(language),
+            kind=prepared.mode,
+            lookup_context=prepared.before_cursor,
+            after_cursor=prepared.after_cursor,
+            required_prefix=prepared.healed.encode("utf-8"),
+            anchored_draft=prepared.anchored_draft,
+            slot=prepared.request.slot or prepared.request.uri,
         )
         raw = prepared.inserted(
             self.models.tokenizer.decode(result.tokens, skip_special_tokens=True)
@@ -219,8 +210,31 @@ class LocalBackend:
         """A next edit's rewrite: the region as it stands is the copy source the n-gram
         strategies draft from (long drafts, realigned after the output departs from it), in
         a cache slot of its own (the document's completion cache stays as it is)."""
+        result = self._run(
+            prepared,
+            strategy,
+            cancel,
+            deadline,
+            kind="edit",
+            copy_source=prepared.copy_source,
+            max_copy_draft=self.config.edits.max_draft_length,
+            slot=prepared.slot,
+        )
+        text = self.models.tokenizer.decode(result.tokens, skip_special_tokens=True)
+        return Generated(text, result.tokens, result.stop_reason, result.stats)
+
+    def _run(
+        self,
+        prepared: PreparedCompletion | PreparedEdit,
+        strategy: str | None,
+        cancel: threading.Event | None,
+        deadline: float | None,
+        **fields: Any,
+    ) -> GenerationResult:
+        """One generation with the decoding settings, `prepared`'s prompt, budget and stop
+        rule, and what the kind of request adds (`fields`: GenerationRequest's own names)."""
         decoding = self.config.decoding
-        result = self.engine.generate(
+        return self.engine.generate(
             GenerationRequest(
                 prompt_ids=prepared.prompt_ids,
                 max_new_tokens=prepared.max_new_tokens,
@@ -229,17 +243,12 @@ class LocalBackend:
                 top_p=decoding.top_p,
                 seed=decoding.seed,
                 language=prepared.request.language_id,
-                kind="edit",
-                copy_source=prepared.copy_source,
-                max_copy_draft=self.config.edits.max_draft_length,
                 deadline=deadline,
                 cancel=cancel,
                 stop=prepared.stop_rule(),
-                slot=prepared.slot,
+                **fields,
             )
         )
-        text = self.models.tokenizer.decode(result.tokens, skip_special_tokens=True)
-        return Generated(text, result.tokens, result.stop_reason, result.stats)
 
     def draft_length_for(self, language_id: str | None) -> int | None:
         """The fixed draft length for a language: the user's setting for that language, else
