@@ -275,3 +275,23 @@ def test_background_jobs_run_when_idle_and_yield_to_a_request():
     later.result(5)
     assert order[-2:] == ["foreground", "late background"]
     worker.stop()
+
+
+def test_a_running_background_job_can_be_preempted_without_a_foreground_job():
+    """didFocus on another document stops the prefetch or warm-up that is running."""
+    worker = ModelWorker()
+    started = threading.Event()
+
+    def background(cancel):
+        started.set()
+        return "stopped" if cancel.wait(30) else "done"
+
+    job = worker.submit_background(background)
+    queued = worker.submit_background(lambda cancel: "queued ran")
+    assert started.wait(5)
+    worker.preempt_background()
+    assert job.result(5) == "stopped" and worker.preemptions == 1
+    assert queued.result(5) == "queued ran"  # queued jobs stay queued
+    worker.preempt_background()  # nothing running: nothing to count
+    assert worker.preemptions == 1
+    worker.stop()

@@ -285,6 +285,10 @@ class QuickdraftServer(LanguageServer):
                 self.log(f"didFocus for {uri}: {exc}; warming its file-level part", "warning")
             else:
                 document.cursor_at = document.line_starts[line] + column
+        if self.focused != uri:
+            # Work ahead for the file left behind waits: the worker warms this one first.
+            self.completions.drop_prefetches(keep=uri)
+            self.worker.preempt_background()
         self.focused = uri
         self.schedule_warm(uri, first=True)
 
@@ -333,11 +337,12 @@ class QuickdraftServer(LanguageServer):
             return uri, 0, where
         request = CompletionRequest(uri, text, line, column, language_id, offset=offset)
         computed = self.host.warm(request, cancel, file_level=file_level)
-        if cancel.is_set():  # a request came first: go on with this one later
+        if cancel.is_set():  # a request or a focus elsewhere came first: go on later
             with self._sync_lock:
                 if uri not in self._warm_targets:
                     self._warm_targets[uri] = target
-                    self._warm_targets.move_to_end(uri, last=False)
+                    # first again, unless the person has moved to another document
+                    self._warm_targets.move_to_end(uri, last=self.focused not in (None, uri))
         return uri, computed, where
 
     def _flush_sync(self, uri: str) -> None:  # worker thread

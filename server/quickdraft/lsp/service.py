@@ -12,6 +12,7 @@ import asyncio
 import logging
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +75,8 @@ class CompletionService:
         """Answers on the event loop, so a typed-ahead hit never waits for the worker."""
         self._inflight: dict[str, _Job] = {}
         self._prefetching: dict[str, list[tuple[int, str]]] = {}
+        self._prefetch_jobs: dict[str, list[Future]] = {}
+        """The worker's prefetch jobs per document, queued or running."""
         """Per document, the (offset, text) of each prefetch submitted and not finished."""
 
     # --- the request ------------------------------------------------------------------
@@ -252,10 +255,14 @@ class CompletionService:
         running.append(key)
         loop = asyncio.get_running_loop()
         future = self.server.worker.submit_background(self.server.host.complete, request)
+        jobs = self._prefetch_jobs.setdefault(uri, [])
+        jobs.append(future)
 
         def finished() -> None:
             if key in running:
                 running.remove(key)
+            if future in jobs:
+                jobs.remove(future)
 
         def done(fut, prefix=text[:offset], suffix=text[offset:]) -> None:
             if fut.cancelled() or fut.exception() is not None:
@@ -302,12 +309,30 @@ class CompletionService:
         self._prefetch_at(uri, document.language_id, current, end, end_line, end_column)
         return "started"
 
+    def drop_prefetches(self, keep: str) -> int:
+        """The person moved to `keep`: other documents' queued prefetches are not run (the
+        running one stops through its cancel event, `ModelWorker.preempt_background`), so the
+        worker warms where they are now. Returns how many were dropped."""
+        dropped = 0
+        for uri, jobs in self._prefetch_jobs.items():
+            if uri == keep:
+                continue
+            for job in list(jobs):
+                if job.cancel():
+                    dropped += 1
+                    jobs.remove(job)
+                    self._prefetching.pop(uri, None)
+        return dropped
+
     def _prefetched(
         self, uri: str, prefix: str, suffix: str, completion: Any, key: tuple[int, str]
     ) -> None:
         running = self._prefetching.get(uri, [])
         if key in running:
             running.remove(key)
+        jobs = self._prefetch_jobs.get(uri, [])
+        for job in [j for j in jobs if j.done()]:
+            jobs.remove(job)
         self.typed_ahead.remember(uri, prefix, completion.text, suffix, "prefetch")
         what = f"{len(completion.text)} chars" if completion.text else "nothing to add"
         prefill = getattr(completion.stats, "prefill_tokens", 0)
@@ -325,6 +350,8 @@ class CompletionService:
     def forget(self, uri: str) -> None:
         self._cancel_inflight(uri)
         self._prefetching.pop(uri, None)
+        for job in self._prefetch_jobs.pop(uri, []):
+            job.cancel()
         self.typed_ahead.invalidate(uri)
 
     # --- answers ----------------------------------------------------------------------

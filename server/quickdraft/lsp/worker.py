@@ -112,6 +112,14 @@ class ModelWorker:
             self._ready.notify()
         return future
 
+    def preempt_background(self) -> None:
+        """Stop the background job that is running (it sees its cancel event within one
+        forward); queued ones stay queued. For when the person has moved on (didFocus)."""
+        with self._ready:
+            if self._running_background is not None and not self._running_background.is_set():
+                self.preemptions += 1
+                self._running_background.set()
+
     def stop(self, timeout: float | None = 5.0) -> None:
         self._stopped = True
         with self._ready:
