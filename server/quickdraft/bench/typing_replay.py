@@ -56,7 +56,7 @@ from quickdraft.bench.typing_plan import (
     suggestion_matches,
     typing_truth,
 )
-from quickdraft.bench.typing_server import TypingServer
+from quickdraft.bench.typing_server import TypingServer, run_and_write_results
 from quickdraft.errors import LanguageServerError
 from quickdraft.models.store import write_json_atomic
 
@@ -219,15 +219,7 @@ class TypingBench:
 
     def run(self) -> dict[str, Any]:
         """Every variant in turn; results written as they come, and at the end in any case."""
-        try:
-            asyncio.run(self._run_all())
-        except KeyboardInterrupt:
-            self.env["interrupted"] = True
-            if self.server is not None:
-                self.server.client.kill()
-            self.write(final=True)
-            raise
-        return self.write(final=True)
+        return run_and_write_results(self, self._run_all())
 
     async def _run_all(self) -> None:
         for number, variant in enumerate(self.options.variants, 1):

@@ -5,10 +5,12 @@ request, status, errors), and one untimed request that waits for the models to l
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from quickdraft.bench.editor import EditorDocument, inline_params
 from quickdraft.bench.lsp_client import StdioLspClient
@@ -44,6 +46,30 @@ CLIENT_CAPABILITIES: dict[str, Any] = {
         "showMessage": {"messageActionItem": {"additionalPropertiesSupport": True}},
     },
 }
+
+
+class ServerBench(Protocol):
+    """A bench that drives one `quickdraft serve` at a time and writes its results as it goes."""
+
+    env: dict[str, Any]
+    server: TypingServer | None
+
+    def write(self, *, final: bool) -> dict[str, Any]: ...
+
+
+def run_and_write_results(bench: ServerBench, main: Coroutine[Any, Any, None]) -> dict[str, Any]:
+    """Run `main` (the bench's runs), then write the final results and return them. On Ctrl-C
+    the server running is killed and what came so far is written, marked interrupted, before the
+    KeyboardInterrupt goes on."""
+    try:
+        asyncio.run(main)
+    except KeyboardInterrupt:
+        bench.env["interrupted"] = True
+        if bench.server is not None:
+            bench.server.client.kill()
+        bench.write(final=True)
+        raise
+    return bench.write(final=True)
 
 
 def server_env() -> dict[str, str]:
