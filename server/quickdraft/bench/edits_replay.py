@@ -188,9 +188,7 @@ class EditsBench:
         self.server = server
         started = time.perf_counter()
         try:
-            self.say("  loading models and warming up (the first request waits for them)…")
-            await server.start(options.load_timeout_s)
-            record["server"]["warmup_s"] = round(await server.warm_up(options.load_timeout_s), 3)
+            record["server"]["warmup_s"] = await server.start_and_warm_up(options.load_timeout_s)
             await self._warm_up_edits(server)
             models = server.models or {}
             record["server"].update(
@@ -212,10 +210,7 @@ class EditsBench:
             record["error"] = str(exc)
             self.say(f"  strategy {strategy} stopped: {exc}")
         finally:
-            record["server"]["log"] = str(log_path)
-            record["server"]["errors"] = list(server.errors)
-            await server.close()
-            record["server"]["exit_status"] = server.client.returncode
+            await server.close_and_note(record["server"])
             self.server = None
             self.write(final=False)
 

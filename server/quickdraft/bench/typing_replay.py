@@ -247,9 +247,7 @@ class TypingBench:
         self.server = server
         started = time.perf_counter()
         try:
-            self.say("  loading models and warming up (the first request waits for them)…")
-            await server.start(options.load_timeout_s)
-            record["server"]["warmup_s"] = round(await server.warm_up(options.load_timeout_s), 3)
+            record["server"]["warmup_s"] = await server.start_and_warm_up(options.load_timeout_s)
             record["server"].update(self._server_facts(server))
             self.say(
                 f"  ready after {time.perf_counter() - started:.1f} s: runtime "
@@ -267,10 +265,7 @@ class TypingBench:
             self.say(f"  variant {variant.name} stopped: {exc}")
             self.finish_requests(record)
         finally:
-            record["server"].setdefault("log", str(log_path))
-            record["server"]["errors"] = list(server.errors)  # what the user was shown
-            await server.close()
-            record["server"]["exit_status"] = server.client.returncode
+            await server.close_and_note(record["server"])
             self.server = None
             self.write(final=False)
 

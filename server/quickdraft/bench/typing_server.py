@@ -178,5 +178,19 @@ class TypingServer:
             )
         return time.perf_counter() - started
 
+    async def start_and_warm_up(self, load_timeout: float) -> float:
+        """start(), then warm_up(); returns the seconds the warm-up took (to the millisecond)."""
+        self.say("  loading models and warming up (the first request waits for them)…")
+        await self.start(load_timeout)
+        return round(await self.warm_up(load_timeout), 3)
+
     async def close(self) -> None:
         await self.client.close()
+
+    async def close_and_note(self, facts: dict[str, Any]) -> None:
+        """Close the server, noting in `facts` its log (unless one is noted), the errors the
+        user was shown and its exit status."""
+        facts.setdefault("log", str(self.client.log_path))
+        facts["errors"] = list(self.errors)  # what the user was shown
+        await self.close()
+        facts["exit_status"] = self.client.returncode
