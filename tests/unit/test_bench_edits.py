@@ -476,6 +476,10 @@ def test_bench_edits_drives_the_server_as_a_client_and_reports(
     assert results["env"]["head"] == git(history["root"], "rev-parse", "HEAD")
     assert results["env"]["cpu"] and results["env"]["since"] == "2025-01-01"
     assert list(results["strategies"]) == ["ar", "ngram", "hybrid"]
+    # Each server's facts: its log, the warm-up, the errors shown, its exit status.
+    server = results["strategies"]["ngram"]["server"]
+    assert server["log"] == str(out / "logs" / "serve-2-ngram.log") and server["errors"] == []
+    assert server["warmup_s"] >= 0 and server["exit_status"] is not None
 
     ar, ngram, hybrid = (results["strategies"][n]["runs"] for n in ("ar", "ngram", "hybrid"))
     assert [outcome(r) for r in ar] == ["exact", "no edit"]

@@ -5,6 +5,7 @@ exits or never answers."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from quickdraft.bench import typing_report
 from quickdraft.bench.editor import EditorDocument
 from quickdraft.bench.lsp_client import StdioLspClient
-from quickdraft.bench.typing_cli import model_flags, parse_variants
+from quickdraft.bench.typing_cli import base_settings, model_flags, parse_variants
 from quickdraft.bench.typing_plan import (
     auto_indent,
     guess_indent_unit,
@@ -144,6 +145,22 @@ def test_settings_merge_section_by_section():
         "cache": {"warmup": True},
     }
     assert base["context"] == {"layout": "append"}
+
+
+def test_max_tokens_goes_to_the_section_of_the_bench(tmp_path):
+    config = tmp_path / "settings.json"
+    config.write_text(json.dumps({"context": {"layout": "classic"}}), encoding="utf-8")
+    args = argparse.Namespace(config=str(config), max_new_tokens=7)
+    assert base_settings(args) == {
+        "context": {"layout": "classic"},
+        "decoding": {"maxNewTokens": 7},
+    }
+    assert base_settings(args, max_tokens_section="edits") == {
+        "context": {"layout": "classic"},
+        "edits": {"maxNewTokens": 7},
+    }
+    with pytest.raises(ConfigError, match="edits"):
+        base_settings(argparse.Namespace(max_new_tokens=-1), max_tokens_section="edits")
 
 
 def test_the_server_gets_the_bench_model_flags():

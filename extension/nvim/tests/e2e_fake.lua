@@ -14,22 +14,6 @@ vim.cmd('filetype on')
 local suggestion = os.getenv('QD_FAKE_SUGGESTION')
 local range_variant = os.getenv('QD_FAKE_RANGE') == '1'
 
-local function log_events(kind)
-  local out = {}
-  local file = io.open(os.getenv('QD_FAKE_LOG'), 'r')
-  if not file then
-    return out
-  end
-  for line in file:lines() do
-    local entry = vim.json.decode(line, { luanil = { object = true, array = true } })
-    if entry.event == kind then
-      table.insert(out, entry.data == nil and vim.NIL or entry.data)
-    end
-  end
-  file:close()
-  return out
-end
-
 -- INFO lines of the server's stderr reach the LSP log only at this level (default WARN).
 vim.lsp.log.set_level('info')
 
@@ -66,10 +50,7 @@ local expected_tree = {
 
 H.run(function()
   vim.cmd.edit(os.getenv('QD_FILE'))
-  local client = H.wait(function()
-    local c = quickdraft.clients()[1]
-    return c and c.initialized and c.attached_buffers[vim.api.nvim_get_current_buf()] and c
-  end, 20000)
+  local client = H.attached_client(20000)
   if not H.check('the server starts and attaches to the buffer', client ~= nil) then
     return
   end
@@ -95,10 +76,10 @@ H.run(function()
     quickdraft.statusline())
 
   H.wait(function()
-    return #log_events('didChangeConfiguration') > 0
+    return #H.fake_log_events('didChangeConfiguration') > 0
   end, 5000)
-  H.eq('initializationOptions is the config tree', { expected_tree }, log_events('initialize'))
-  H.eq('didChangeConfiguration carries the config tree', { expected_tree }, log_events('didChangeConfiguration'))
+  H.eq('initializationOptions is the config tree', { expected_tree }, H.fake_log_events('initialize'))
+  H.eq('didChangeConfiguration carries the config tree', { expected_tree }, H.fake_log_events('didChangeConfiguration'))
 
   if range_variant then
     -- The server answers with a range over the word before the cursor and repeats it.
@@ -128,14 +109,14 @@ H.run(function()
   H.check('ghost text sits at the cursor, inline, highlighted', marks[1] and marks[1].row == row - 1
     and marks[1].col == col and marks[1].pos == 'inline' and marks[1].hl == 'QuickdraftSuggestion', marks)
   H.eq('the buffer is unchanged by the ghost text', '', vim.api.nvim_get_current_line())
-  local requests = #log_events('inlineCompletion')
-  H.check('the request was automatic', log_events('inlineCompletion')[requests].trigger == 2)
+  local requests = #H.fake_log_events('inlineCompletion')
+  H.check('the request was automatic', H.fake_log_events('inlineCompletion')[requests].trigger == 2)
 
   -- Typing the suggestion's own characters keeps it, shortened, without asking again.
   H.type('tot')
   H.sleep(300)
   H.eq('typing through keeps the rest', suggestion:sub(4), H.ghost_text())
-  H.eq('no new request while typing through', requests, #log_events('inlineCompletion'))
+  H.eq('no new request while typing through', requests, #H.fake_log_events('inlineCompletion'))
 
   -- Accept a word, then a line.
   H.type('<M-Right>')
@@ -178,7 +159,7 @@ H.run(function()
   -- Settings changed at run time reach the server.
   quickdraft.update({ decoding = { maxNewTokens = 16 } })
   local changes = H.wait(function()
-    local events = log_events('didChangeConfiguration')
+    local events = H.fake_log_events('didChangeConfiguration')
     return #events >= 2 and events
   end, 5000)
   H.eq('update() sends didChangeConfiguration with the new tree',
@@ -288,7 +269,7 @@ H.run(function()
   -- keystroke meanwhile cancels it ($/cancelRequest), and the next request is answered.
   H.type('oslow')
   local asked = H.wait(function()
-    for _, event in ipairs(log_events('inlineCompletion')) do
+    for _, event in ipairs(H.fake_log_events('inlineCompletion')) do
       if event.prefix == 'slow' then
         return true
       end
@@ -297,7 +278,7 @@ H.run(function()
   H.check('the slow request reaches the server', asked)
   H.type('er')
   local cancelled = H.wait(function()
-    local events = log_events('cancelled')
+    local events = H.fake_log_events('cancelled')
     return #events > 0 and events
   end, 5000)
   H.eq('a keystroke cancels the request in flight at the server', { { line = vim.fn.line('.') - 1, prefix = 'slow' } },
@@ -307,6 +288,6 @@ H.run(function()
   end, 5000))
   H.eq('the burst "er" asks once, for where it ended', 0, #vim.tbl_filter(function(event)
     return event.prefix == 'slowe'
-  end, log_events('inlineCompletion')))
+  end, H.fake_log_events('inlineCompletion')))
   H.type('<Esc>')
 end)

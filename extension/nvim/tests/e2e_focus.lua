@@ -28,19 +28,7 @@ for name, path in pairs(files) do
 end
 
 local function focus_events()
-  local out = {}
-  local file = io.open(os.getenv('QD_FAKE_LOG'), 'r')
-  if not file then
-    return out
-  end
-  for line in file:lines() do
-    local entry = vim.json.decode(line, { luanil = { object = true, array = true } })
-    if entry.event == 'didFocus' then
-      table.insert(out, entry.data)
-    end
-  end
-  file:close()
-  return out
+  return H.fake_log_events('didFocus')
 end
 
 --- The didFocus notifications as { file name, line, character }.
@@ -70,10 +58,7 @@ quickdraft.setup({
 
 H.run(function()
   vim.cmd.edit(files.a)
-  local client = H.wait(function()
-    local c = quickdraft.clients()[1]
-    return c and c.initialized and c.attached_buffers[vim.api.nvim_get_current_buf()] and c
-  end, 20000)
+  local client = H.attached_client(20000)
   if not H.check('the server starts and attaches to the buffer', client ~= nil) then
     return
   end

@@ -17,12 +17,7 @@ local quickdraft = require('quickdraft')
 local nextedit = require('quickdraft.nextedit')
 
 -- What the server logs about didShowInlineEdit arrives as window/logMessage.
-local logged = {}
-local default_log = vim.lsp.handlers['window/logMessage']
-vim.lsp.handlers['window/logMessage'] = function(err, params, ctx)
-  table.insert(logged, params and params.message or '')
-  return default_log(err, params, ctx)
-end
+local logged = H.log_messages()
 
 quickdraft.setup({
   cmd = vim.json.decode(os.getenv('QD_CMD')),
@@ -51,21 +46,11 @@ local function edit_marks()
   return out
 end
 
-local function text_on_disk(path)
-  local file = assert(io.open(path, 'r'))
-  local text = file:read('*a')
-  file:close()
-  return text
-end
-
 H.run(function()
   local path = os.getenv('QD_FILE')
   vim.cmd.edit(path)
   local before = H.text()
-  local client = H.wait(function()
-    local c = quickdraft.clients()[1]
-    return c and c.initialized and c.attached_buffers[api.nvim_get_current_buf()] and c
-  end, 30000)
+  local client = H.attached_client(30000)
   if not H.check('the server starts and attaches to the buffer', client ~= nil) then
     return
   end
@@ -137,8 +122,8 @@ H.run(function()
   H.eq('the second <Tab> applies it: the rename is finished', expected, H.text())
   H.eq('nothing is shown after applying', 0, #api.nvim_buf_get_extmarks(0, nextedit.ns, 0, -1, {}))
   vim.cmd("silent write")
-  H.eq('the file on disk after :w is the text plus the edit', expected .. '\n', text_on_disk(path))
-  H.data.on_disk = text_on_disk(path)
+  H.eq('the file on disk after :w is the text plus the edit', expected .. '\n', H.text_on_disk(path))
+  H.data.on_disk = H.text_on_disk(path)
 
   -- Stale: rename the call of `area` to `surface` (lines away from the first rename, whose
   -- hunk it would otherwise join); once the edit for `def area` is shown, change the buffer
@@ -164,7 +149,7 @@ H.run(function()
       nextedit.show(api.nvim_get_current_buf(), vim.tbl_extend('force', second, {})))
     H.eq('nothing drawn', 0, #api.nvim_buf_get_extmarks(0, nextedit.ns, 0, -1, {}))
     vim.cmd("silent write")
-    H.eq('on disk: no edit applied', shown_text .. '\n# a line typed meanwhile\n', text_on_disk(path))
+    H.eq('on disk: no edit applied', shown_text .. '\n# a line typed meanwhile\n', H.text_on_disk(path))
   end
 
   -- <Tab> and <Esc> keep their meaning when no edit is shown.

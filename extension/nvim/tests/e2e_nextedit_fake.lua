@@ -14,22 +14,6 @@ local api = vim.api
 local quickdraft = require('quickdraft')
 local nextedit = require('quickdraft.nextedit')
 
-local function log_events(kind)
-  local out = {}
-  local file = io.open(os.getenv('QD_FAKE_LOG'), 'r')
-  if not file then
-    return out
-  end
-  for line in file:lines() do
-    local entry = vim.json.decode(line, { luanil = { object = true, array = true } })
-    if entry.event == kind then
-      table.insert(out, entry.data == nil and vim.NIL or entry.data)
-    end
-  end
-  file:close()
-  return out
-end
-
 quickdraft.setup({
   cmd = vim.json.decode(os.getenv('QD_CMD')),
   inline = 'plugin',
@@ -42,10 +26,7 @@ quickdraft.setup({
 H.run(function()
   vim.cmd.edit(os.getenv('QD_FILE'))
   local bufnr = api.nvim_get_current_buf()
-  local client = H.wait(function()
-    local c = quickdraft.clients()[1]
-    return c and c.initialized and c.attached_buffers[bufnr] and c
-  end, 20000)
+  local client = H.attached_client(20000)
   if not H.check('the server starts and attaches to the buffer', client ~= nil) then
     return
   end
@@ -57,11 +38,11 @@ H.run(function()
     return H.ghost_text()
   end, 5000)
   H.eq('the ghost text shows the suggestion', 'total = add(1, 2)', ghost)
-  local asked_before = #log_events('copilotInlineEdit')
+  local asked_before = #H.fake_log_events('copilotInlineEdit')
   H.type('<Tab>')
   local accepted_version = vim.lsp.util.buf_versions[bufnr]
   local asked = H.wait(function()
-    local requests = log_events('copilotInlineEdit')
+    local requests = H.fake_log_events('copilotInlineEdit')
     return #requests > asked_before and requests[#requests]
   end, 5000)
   H.check('accepting the suggestion asks for the next edit at once', asked and H.mode():sub(1, 1) == 'i',
@@ -73,9 +54,9 @@ H.run(function()
   H.check('the edit is shown in Insert mode after accepting', shown ~= nil and H.mode():sub(1, 1) == 'i',
     { counts = nextedit.counts, mode = H.mode() })
   H.check('the server is told it was shown', H.wait(function()
-    local shows = log_events('didShowInlineEdit')
+    local shows = H.fake_log_events('didShowInlineEdit')
     return #shows == 1 and shows[1].item.text == 'plus'
-  end, 5000), log_events('didShowInlineEdit'))
+  end, 5000), H.fake_log_events('didShowInlineEdit'))
   local status_lines = H.wait(function()
     for _, line in ipairs(quickdraft.show_status()) do
       if line == 'next edit: 42 ms · 2.50 tokens per forward · 1 edit (6 of 8 tokens copied)' then
@@ -96,10 +77,10 @@ H.run(function()
 
   -- The server answers for the version before the one asked: never shown.
   local stale_before = nextedit.counts.stale
-  local before = #log_events('copilotInlineEdit')
+  local before = #H.fake_log_events('copilotInlineEdit')
   H.type('<BS>STALE<Esc>')
   H.check('leaving Insert mode asks', H.wait(function()
-    return #log_events('copilotInlineEdit') > before
+    return #H.fake_log_events('copilotInlineEdit') > before
   end, 5000))
   H.wait(function()
     return nextedit.counts.stale > stale_before

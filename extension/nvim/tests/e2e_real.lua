@@ -36,10 +36,7 @@ quickdraft.setup(opts)
 
 H.run(function()
   vim.cmd.edit(os.getenv('QD_FILE'))
-  local client = H.wait(function()
-    local c = quickdraft.clients()[1]
-    return c and c.initialized and c.attached_buffers[vim.api.nvim_get_current_buf()] and c
-  end, 120000, 100)
+  local client = H.attached_client(120000, 100)
   if not H.check('the real server starts and attaches', client ~= nil) then
     return
   end

@@ -29,29 +29,14 @@ quickdraft.setup({
 require('sidekick').setup({ nes = { debounce = 50 } })
 
 -- What the server says about each request (window/logMessage), for the report.
-local logged = {}
-local default_log = vim.lsp.handlers['window/logMessage']
-vim.lsp.handlers['window/logMessage'] = function(err, params, ctx)
-  table.insert(logged, params and params.message or '')
-  return default_log(err, params, ctx)
-end
-
-local function text_on_disk(path)
-  local file = assert(io.open(path, 'r'))
-  local text = file:read('*a')
-  file:close()
-  return text
-end
+local logged = H.log_messages()
 
 H.run(function()
   local path = os.getenv('QD_FILE')
   vim.cmd.edit(path)
   local bufnr = api.nvim_get_current_buf()
   local before = H.text()
-  local client = H.wait(function()
-    local c = quickdraft.clients()[1]
-    return c and c.initialized and c.attached_buffers[bufnr] and c
-  end, 30000)
+  local client = H.attached_client(30000)
   if not H.check('the server starts and attaches to the buffer', client ~= nil) then
     return
   end
@@ -94,5 +79,5 @@ H.run(function()
   end, 3000)
   H.eq('sidekick applies it', expected, H.text())
   vim.cmd('silent write')
-  H.eq('the file on disk after :w is the text plus the edit', expected .. '\n', text_on_disk(path))
+  H.eq('the file on disk after :w is the text plus the edit', expected .. '\n', H.text_on_disk(path))
 end)

@@ -159,4 +159,52 @@ function H.mode()
   return vim.api.nvim_get_mode().mode
 end
 
+--- The first quickdraft client once it is initialized and attached to the current buffer; nil
+--- after `timeout_ms` (polling every `interval` ms, see H.wait).
+function H.attached_client(timeout_ms, interval)
+  local quickdraft = require('quickdraft')
+  return H.wait(function()
+    local c = quickdraft.clients()[1]
+    return c and c.initialized and c.attached_buffers[vim.api.nvim_get_current_buf()] and c
+  end, timeout_ms, interval)
+end
+
+--- What the scripted server (tests/fake_server.py) logged to $QD_FAKE_LOG as events of `kind`:
+--- their data, in order (vim.NIL for an event without data).
+function H.fake_log_events(kind)
+  local out = {}
+  local file = io.open(os.getenv('QD_FAKE_LOG'), 'r')
+  if not file then
+    return out
+  end
+  for line in file:lines() do
+    local entry = vim.json.decode(line, { luanil = { object = true, array = true } })
+    if entry.event == kind then
+      table.insert(out, entry.data == nil and vim.NIL or entry.data)
+    end
+  end
+  file:close()
+  return out
+end
+
+--- The messages the server sends as window/logMessage from now on, in a list that fills as they
+--- come (they still go to the default handler).
+function H.log_messages()
+  local logged = {}
+  local default_log = vim.lsp.handlers['window/logMessage']
+  vim.lsp.handlers['window/logMessage'] = function(err, params, ctx)
+    table.insert(logged, params and params.message or '')
+    return default_log(err, params, ctx)
+  end
+  return logged
+end
+
+--- The contents of the file at `path`.
+function H.text_on_disk(path)
+  local file = assert(io.open(path, 'r'))
+  local text = file:read('*a')
+  file:close()
+  return text
+end
+
 return H

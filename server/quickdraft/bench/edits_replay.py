@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -43,10 +42,10 @@ from quickdraft.bench.edits import (
 )
 from quickdraft.bench.lsp_client import METHOD_NOT_FOUND, Answer
 from quickdraft.bench.provenance import peak_memory, provenance
-from quickdraft.bench.typing_cli import model_flags, parse_names
+from quickdraft.bench.typing_cli import base_settings, model_flags, parse_names
 from quickdraft.bench.typing_replay import merge_settings
-from quickdraft.bench.typing_server import TypingServer
-from quickdraft.config import STRATEGIES, load_config
+from quickdraft.bench.typing_server import TypingServer, run_and_write_results
+from quickdraft.config import STRATEGIES
 from quickdraft.errors import ConfigError, LanguageServerError, QuickdraftError
 from quickdraft.lsp.documents import UTF16, Document
 from quickdraft.models.store import write_json_atomic
@@ -168,15 +167,7 @@ class EditsBench:
 
     def run(self) -> dict[str, Any]:
         self.root.mkdir(parents=True, exist_ok=True)
-        try:
-            asyncio.run(self._run_all())
-        except KeyboardInterrupt:
-            self.env["interrupted"] = True
-            if self.server is not None:
-                self.server.client.kill()
-            self.write(final=True)
-            raise
-        return self.write(final=True)
+        return run_and_write_results(self, self._run_all())
 
     async def _run_all(self) -> None:
         for number, strategy in enumerate(self.options.strategies, 1):
@@ -197,9 +188,7 @@ class EditsBench:
         self.server = server
         started = time.perf_counter()
         try:
-            self.say("  loading models and warming up (the first request waits for them)…")
-            await server.start(options.load_timeout_s)
-            record["server"]["warmup_s"] = round(await server.warm_up(options.load_timeout_s), 3)
+            record["server"]["warmup_s"] = await server.start_and_warm_up(options.load_timeout_s)
             await self._warm_up_edits(server)
             models = server.models or {}
             record["server"].update(
@@ -221,10 +210,7 @@ class EditsBench:
             record["error"] = str(exc)
             self.say(f"  strategy {strategy} stopped: {exc}")
         finally:
-            record["server"]["log"] = str(log_path)
-            record["server"]["errors"] = list(server.errors)
-            await server.close()
-            record["server"]["exit_status"] = server.client.returncode
+            await server.close_and_note(record["server"])
             self.server = None
             self.write(final=False)
 
@@ -382,22 +368,6 @@ def parse_edit_strategies(value: str | None) -> list[str]:
     return ["ar", *[name for name in names if name != "ar"]]
 
 
-def edits_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The settings tree from --config and --max-tokens (`edits.max_new_tokens`), validated."""
-    settings: dict[str, Any] = {}
-    if getattr(args, "config", None) is not None:
-        try:
-            settings = json.loads(Path(args.config).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"--config: cannot read {args.config}: {exc}") from None
-        if not isinstance(settings, dict):
-            raise ConfigError(f"--config: {args.config} must hold a JSON object")
-    if getattr(args, "max_new_tokens", None):
-        settings = merge_settings(settings, {"edits": {"maxNewTokens": args.max_new_tokens}})
-    load_config(settings)  # ConfigError names the key
-    return settings
-
-
 def pair_summary(pair: EditPair) -> str:
     """One line about a pair: commit, date, file, hunks, and the user's edit."""
     removed = pair.before[pair.edit_start : pair.edit_end]
@@ -424,7 +394,7 @@ def run_edits(args: argparse.Namespace) -> int:
         raise ConfigError("--edits-repo: required with --edits (or give --repo)")
     wanted = args.edits_max_pairs or (QUICK_PAIRS if args.quick else DEFAULT_MAX_PAIRS)
     strategies = parse_edit_strategies(args.strategies)
-    settings = edits_settings(args)
+    settings = base_settings(args, max_tokens_section="edits")
     directory = git_dir(Path(repo))
     pairs = mine_pairs(Path(repo), since=args.edits_since, max_pairs=wanted, seed=args.seed)
     if not pairs:

@@ -179,8 +179,11 @@ def model_flags(args: argparse.Namespace) -> list[str]:
     return flags
 
 
-def base_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The settings tree from --config and --max-tokens (validated here, at the edge)."""
+def base_settings(
+    args: argparse.Namespace, *, max_tokens_section: str = "decoding"
+) -> dict[str, Any]:
+    """The settings tree from --config and --max-tokens (`<max_tokens_section>.maxNewTokens`:
+    `decoding` for completions, `edits` for next edits), validated here, at the edge."""
     settings: dict[str, Any] = {}
     if getattr(args, "config", None) is not None:
         try:
@@ -190,7 +193,9 @@ def base_settings(args: argparse.Namespace) -> dict[str, Any]:
         if not isinstance(settings, dict):
             raise ConfigError(f"--config: {args.config} must hold a JSON object")
     if getattr(args, "max_new_tokens", None):
-        settings = merge_settings(settings, {"decoding": {"maxNewTokens": args.max_new_tokens}})
+        settings = merge_settings(
+            settings, {max_tokens_section: {"maxNewTokens": args.max_new_tokens}}
+        )
     load_config(settings)  # ConfigError names the key
     return settings
 

@@ -56,7 +56,7 @@ from quickdraft.bench.typing_plan import (
     suggestion_matches,
     typing_truth,
 )
-from quickdraft.bench.typing_server import TypingServer
+from quickdraft.bench.typing_server import TypingServer, run_and_write_results
 from quickdraft.errors import LanguageServerError
 from quickdraft.models.store import write_json_atomic
 
@@ -219,15 +219,7 @@ class TypingBench:
 
     def run(self) -> dict[str, Any]:
         """Every variant in turn; results written as they come, and at the end in any case."""
-        try:
-            asyncio.run(self._run_all())
-        except KeyboardInterrupt:
-            self.env["interrupted"] = True
-            if self.server is not None:
-                self.server.client.kill()
-            self.write(final=True)
-            raise
-        return self.write(final=True)
+        return run_and_write_results(self, self._run_all())
 
     async def _run_all(self) -> None:
         for number, variant in enumerate(self.options.variants, 1):
@@ -255,9 +247,7 @@ class TypingBench:
         self.server = server
         started = time.perf_counter()
         try:
-            self.say("  loading models and warming up (the first request waits for them)…")
-            await server.start(options.load_timeout_s)
-            record["server"]["warmup_s"] = round(await server.warm_up(options.load_timeout_s), 3)
+            record["server"]["warmup_s"] = await server.start_and_warm_up(options.load_timeout_s)
             record["server"].update(self._server_facts(server))
             self.say(
                 f"  ready after {time.perf_counter() - started:.1f} s: runtime "
@@ -275,10 +265,7 @@ class TypingBench:
             self.say(f"  variant {variant.name} stopped: {exc}")
             self.finish_requests(record)
         finally:
-            record["server"].setdefault("log", str(log_path))
-            record["server"]["errors"] = list(server.errors)  # what the user was shown
-            await server.close()
-            record["server"]["exit_status"] = server.client.returncode
+            await server.close_and_note(record["server"])
             self.server = None
             self.write(final=False)
 

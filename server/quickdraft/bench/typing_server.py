@@ -5,10 +5,12 @@ request, status, errors), and one untimed request that waits for the models to l
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from quickdraft.bench.editor import EditorDocument, inline_params
 from quickdraft.bench.lsp_client import StdioLspClient
@@ -44,6 +46,30 @@ CLIENT_CAPABILITIES: dict[str, Any] = {
         "showMessage": {"messageActionItem": {"additionalPropertiesSupport": True}},
     },
 }
+
+
+class ServerBench(Protocol):
+    """A bench that drives one `quickdraft serve` at a time and writes its results as it goes."""
+
+    env: dict[str, Any]
+    server: TypingServer | None
+
+    def write(self, *, final: bool) -> dict[str, Any]: ...
+
+
+def run_and_write_results(bench: ServerBench, main: Coroutine[Any, Any, None]) -> dict[str, Any]:
+    """Run `main` (the bench's runs), then write the final results and return them. On Ctrl-C
+    the server running is killed and what came so far is written, marked interrupted, before the
+    KeyboardInterrupt goes on."""
+    try:
+        asyncio.run(main)
+    except KeyboardInterrupt:
+        bench.env["interrupted"] = True
+        if bench.server is not None:
+            bench.server.client.kill()
+        bench.write(final=True)
+        raise
+    return bench.write(final=True)
 
 
 def server_env() -> dict[str, str]:
@@ -152,5 +178,19 @@ class TypingServer:
             )
         return time.perf_counter() - started
 
+    async def start_and_warm_up(self, load_timeout: float) -> float:
+        """start(), then warm_up(); returns the seconds the warm-up took (to the millisecond)."""
+        self.say("  loading models and warming up (the first request waits for them)…")
+        await self.start(load_timeout)
+        return round(await self.warm_up(load_timeout), 3)
+
     async def close(self) -> None:
         await self.client.close()
+
+    async def close_and_note(self, facts: dict[str, Any]) -> None:
+        """Close the server, noting in `facts` its log (unless one is noted), the errors the
+        user was shown and its exit status."""
+        facts.setdefault("log", str(self.client.log_path))
+        facts["errors"] = list(self.errors)  # what the user was shown
+        await self.close()
+        facts["exit_status"] = self.client.returncode

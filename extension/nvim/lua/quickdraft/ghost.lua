@@ -19,23 +19,17 @@ M.answered = 0
 --- Insert mode) superseded them before their answer came.
 M.requests = { sent = 0, cancelled = 0 }
 
----@type table<integer, table> per-buffer state
-local buffers = {}
+local buffers = require('quickdraft.buffer_requests').new({
+  ns = M.ns,
+  augroup_prefix = 'quickdraft.ghost.',
+  counts = M.requests,
+})
 
 local options = {
   debounce_ms = 75,
   hl_group = 'QuickdraftSuggestion',
   client_name = 'quickdraft',
 }
-
-local function state(bufnr)
-  local s = buffers[bufnr]
-  if not s then
-    s = { seq = 0 }
-    buffers[bufnr] = s
-  end
-  return s
-end
 
 local function cursor()
   local pos = api.nvim_win_get_cursor(0)
@@ -98,37 +92,7 @@ end
 --- Hide the suggestion (and forget it).
 ---@param bufnr integer|nil
 function M.clear(bufnr)
-  bufnr = bufnr or api.nvim_get_current_buf()
-  local s = buffers[bufnr]
-  if s then
-    s.suggestion = nil
-  end
-  if api.nvim_buf_is_valid(bufnr) then
-    api.nvim_buf_clear_namespace(bufnr, M.ns, 0, -1)
-  end
-end
-
-local function cancel_request(s)
-  if s.request then
-    local client = vim.lsp.get_client_by_id(s.request.client_id)
-    if client then
-      local ok = pcall(function()
-        client:cancel_request(s.request.id)
-      end)
-      if ok then
-        M.requests.cancelled = M.requests.cancelled + 1
-      end
-    end
-    s.request = nil
-  end
-end
-
-local function stop_timer(s)
-  if s.timer then
-    s.timer:stop()
-    s.timer:close()
-    s.timer = nil
-  end
+  buffers:clear(bufnr or api.nvim_get_current_buf())
 end
 
 local function draw(bufnr, suggestion)
@@ -154,8 +118,7 @@ end
 ---@param bufnr integer|nil
 ---@return table|nil
 function M.current(bufnr)
-  local s = buffers[bufnr or api.nvim_get_current_buf()]
-  return s and s.suggestion or nil
+  return buffers:shown(bufnr or api.nvim_get_current_buf())
 end
 
 --- Whether a suggestion is shown in the current buffer.
@@ -211,26 +174,17 @@ end
 ---@param trigger_kind integer|nil 1 invoked, 2 automatic (default)
 function M.request(bufnr, trigger_kind)
   bufnr = bufnr or api.nvim_get_current_buf()
-  local s = state(bufnr)
-  cancel_request(s)
+  local s = buffers:state(bufnr)
+  buffers:cancel_request(s)
   local client = find_client(bufnr)
   if not client or bufnr ~= api.nvim_get_current_buf() or not in_insert_mode() then
     return
   end
   local row, col = cursor()
   local tick = api.nvim_buf_get_changedtick(bufnr)
-  s.seq = s.seq + 1
-  local seq = s.seq
   local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
   params.context = { triggerKind = trigger_kind or 2 }
-  local ok, id -- (declared first: the handler below refers to `id`)
-  ok, id = client:request('textDocument/inlineCompletion', params, function(err, result)
-    if s.request and s.request.id == id then
-      s.request = nil
-    end
-    if err or seq ~= s.seq or not api.nvim_buf_is_valid(bufnr) then
-      return
-    end
+  buffers:send(s, bufnr, client, 'textDocument/inlineCompletion', params, function(result)
     -- Drop answers to a question that no longer stands.
     if bufnr ~= api.nvim_get_current_buf() or not in_insert_mode() then
       return
@@ -241,45 +195,31 @@ function M.request(bufnr, trigger_kind)
     end
     M.answered = M.answered + 1
     local suggestion = suggestion_from(bufnr, client, result, row, col)
-    s.suggestion = suggestion
+    s.shown = suggestion
     if suggestion then
       draw(bufnr, suggestion)
     else
       api.nvim_buf_clear_namespace(bufnr, M.ns, 0, -1)
     end
     api.nvim_exec_autocmds('User', { pattern = 'QuickdraftSuggestion', modeline = false })
-  end, bufnr)
-  if ok and id then
-    s.request = { client_id = client.id, id = id }
-    M.requests.sent = M.requests.sent + 1
-  end
+  end)
 end
 
 --- Ask after `debounce_ms` without keystrokes.
 ---@param bufnr integer|nil
 function M.schedule_request(bufnr)
   bufnr = bufnr or api.nvim_get_current_buf()
-  local s = state(bufnr)
-  stop_timer(s)
-  s.seq = s.seq + 1 -- any answer in flight is stale from now on
-  cancel_request(s)
-  local timer = vim.uv.new_timer()
-  s.timer = timer
-  timer:start(options.debounce_ms, 0, function()
-    vim.schedule(function()
-      if s.timer == timer then
-        stop_timer(s)
-        M.request(bufnr)
-      end
-    end)
+  local s = buffers:state(bufnr)
+  buffers:supersede(s) -- any answer in flight is stale from now on
+  buffers:debounce(s, options.debounce_ms, function()
+    M.request(bufnr)
   end)
 end
 
 --- TextChangedI / CursorMovedI: keep a suggestion the user is typing through, else ask again.
 ---@param bufnr integer
 function M.on_change(bufnr)
-  local s = state(bufnr)
-  local suggestion = s.suggestion
+  local suggestion = buffers:shown(bufnr)
   local row, col = cursor()
   local tick = api.nvim_buf_get_changedtick(bufnr)
   if suggestion then
@@ -330,13 +270,13 @@ end
 ---@return boolean
 function M.accept()
   local bufnr = api.nvim_get_current_buf()
-  local s = state(bufnr)
-  local suggestion = s.suggestion
+  local s = buffers:state(bufnr)
+  local suggestion = s.shown
   if not suggestion then
     return false
   end
   M.clear(bufnr)
-  stop_timer(s)
+  buffers:stop_timer(s)
   s.seq = s.seq + 1
   if suggestion.snippet then
     -- Remove what the snippet replaces, then let vim.snippet expand it at the cursor.
@@ -384,8 +324,8 @@ end
 
 local function accept_part(part_of)
   local bufnr = api.nvim_get_current_buf()
-  local s = state(bufnr)
-  local suggestion = s.suggestion
+  local s = buffers:state(bufnr)
+  local suggestion = s.shown
   if not suggestion then
     return false
   end
@@ -393,7 +333,7 @@ local function accept_part(part_of)
   if part == '' or #part >= #suggestion.text then
     return M.accept()
   end
-  stop_timer(s)
+  buffers:stop_timer(s)
   s.seq = s.seq + 1
   local row, col = insert_at_cursor(bufnr, part)
   suggestion.text = suggestion.text:sub(#part + 1)
@@ -419,14 +359,7 @@ end
 --- Drop the suggestion; returns false when none was shown.
 ---@return boolean
 function M.dismiss()
-  local bufnr = api.nvim_get_current_buf()
-  local s = state(bufnr)
-  local shown = s.suggestion ~= nil
-  stop_timer(s)
-  s.seq = s.seq + 1
-  cancel_request(s)
-  M.clear(bufnr)
-  return shown
+  return buffers:dismiss(api.nvim_get_current_buf())
 end
 
 --- Start watching `bufnr` (on LspAttach).
@@ -436,37 +369,18 @@ function M.attach(bufnr, opts)
   options.debounce_ms = opts.debounce_ms or options.debounce_ms
   options.hl_group = opts.hl_group or options.hl_group
   options.client_name = opts.client_name or options.client_name
-  local s = state(bufnr)
-  if s.augroup then
-    return
-  end
-  s.augroup = api.nvim_create_augroup('quickdraft.ghost.' .. bufnr, { clear = true })
-  api.nvim_create_autocmd({ 'TextChangedI', 'CursorMovedI' }, {
-    group = s.augroup,
-    buffer = bufnr,
-    callback = function(args)
-      M.on_change(args.buf)
-    end,
+  local watching = buffers:watch(bufnr, {
+    { { 'TextChangedI', 'CursorMovedI' }, function(buf)
+      M.on_change(buf)
+    end },
+    { 'InsertEnter', function(buf)
+      M.schedule_request(buf)
+    end },
+    { { 'InsertLeave', 'BufLeave' }, function(buf)
+      buffers:dismiss(buf)
+    end },
   })
-  api.nvim_create_autocmd('InsertEnter', {
-    group = s.augroup,
-    buffer = bufnr,
-    callback = function(args)
-      M.schedule_request(args.buf)
-    end,
-  })
-  api.nvim_create_autocmd({ 'InsertLeave', 'BufLeave' }, {
-    group = s.augroup,
-    buffer = bufnr,
-    callback = function(args)
-      local st = state(args.buf)
-      stop_timer(st)
-      st.seq = st.seq + 1
-      cancel_request(st)
-      M.clear(args.buf)
-    end,
-  })
-  if in_insert_mode() and bufnr == api.nvim_get_current_buf() then
+  if watching and in_insert_mode() and bufnr == api.nvim_get_current_buf() then
     M.schedule_request(bufnr)
   end
 end
@@ -474,17 +388,7 @@ end
 --- Stop watching `bufnr` (on LspDetach).
 ---@param bufnr integer
 function M.detach(bufnr)
-  local s = buffers[bufnr]
-  if not s then
-    return
-  end
-  stop_timer(s)
-  cancel_request(s)
-  if s.augroup then
-    pcall(api.nvim_del_augroup_by_id, s.augroup)
-  end
-  M.clear(bufnr)
-  buffers[bufnr] = nil
+  buffers:detach(bufnr)
 end
 
 return M

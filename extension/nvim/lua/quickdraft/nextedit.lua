@@ -20,8 +20,13 @@ M.DID_SHOW = 'textDocument/didShowInlineEdit'
 --- pending one), answers shown, answers dropped because the buffer moved on, edits applied.
 M.counts = { sent = 0, cancelled = 0, shown = 0, stale = 0, applied = 0, empty = 0 }
 
----@type table<integer, table> per-buffer state
-local buffers = {}
+-- A request is cancelled ($/cancelRequest) only while the client still holds it.
+local buffers = require('quickdraft.buffer_requests').new({
+  ns = M.ns,
+  augroup_prefix = 'quickdraft.nextedit.',
+  counts = M.counts,
+  cancel_only_pending = true,
+})
 
 local options = {
   debounce_ms = 500,
@@ -29,15 +34,6 @@ local options = {
   hl_delete = 'QuickdraftEditDelete',
   hl_add = 'QuickdraftEditAdd',
 }
-
-local function state(bufnr)
-  local s = buffers[bufnr]
-  if not s then
-    s = { seq = 0 }
-    buffers[bufnr] = s
-  end
-  return s
-end
 
 --- The version of `bufnr` the LSP client has sent (its changedtick when last changed).
 ---@param bufnr integer
@@ -56,37 +52,10 @@ local function find_client(bufnr)
   return nil
 end
 
-local function stop_timer(s)
-  if s.timer then
-    s.timer:stop()
-    s.timer:close()
-    s.timer = nil
-  end
-end
-
-local function cancel_request(s)
-  if s.request then
-    local client = vim.lsp.get_client_by_id(s.request.client_id)
-    if client and client.requests and client.requests[s.request.id] then
-      if pcall(client.cancel_request, client, s.request.id) then
-        M.counts.cancelled = M.counts.cancelled + 1
-      end
-    end
-    s.request = nil
-  end
-end
-
 --- Hide the edit shown in `bufnr` (and forget it).
 ---@param bufnr integer|nil
 function M.clear(bufnr)
-  bufnr = bufnr or api.nvim_get_current_buf()
-  local s = buffers[bufnr]
-  if s then
-    s.shown = nil
-  end
-  if api.nvim_buf_is_valid(bufnr) then
-    api.nvim_buf_clear_namespace(bufnr, M.ns, 0, -1)
-  end
+  buffers:clear(bufnr or api.nvim_get_current_buf())
 end
 
 --- The edit shown in `bufnr`, if any: { client_id, version, edits = { {item, range = {sr, sc,
@@ -94,8 +63,7 @@ end
 ---@param bufnr integer|nil
 ---@return table|nil
 function M.current(bufnr)
-  local s = buffers[bufnr or api.nvim_get_current_buf()]
-  return s and s.shown or nil
+  return buffers:shown(bufnr or api.nvim_get_current_buf())
 end
 
 --- Whether the edit shown still belongs to the buffer as it is.
@@ -180,8 +148,8 @@ end
 ---@param bufnr integer|nil
 function M.request(bufnr)
   bufnr = bufnr or api.nvim_get_current_buf()
-  local s = state(bufnr)
-  stop_timer(s)
+  local s = buffers:state(bufnr)
+  buffers:stop_timer(s)
   if bufnr ~= api.nvim_get_current_buf() then
     return
   end
@@ -202,19 +170,10 @@ function M.request(bufnr)
   if s.answered and vim.deep_equal(s.answered, asked) then
     return -- and that one was answered: nothing new to propose
   end
-  cancel_request(s)
-  s.seq = s.seq + 1
-  local seq = s.seq
+  buffers:cancel_request(s)
   local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
   params.textDocument.version = version
-  local ok, id
-  ok, id = client:request(M.METHOD, params, function(err, result)
-    if s.request and s.request.id == id then
-      s.request = nil
-    end
-    if err or seq ~= s.seq or not api.nvim_buf_is_valid(bufnr) then
-      return
-    end
+  local request = buffers:send(s, bufnr, client, M.METHOD, params, function(result)
     s.answered = asked
     local edits = edits_from(bufnr, client, result, version)
     if not edits then
@@ -230,10 +189,9 @@ function M.request(bufnr)
       return
     end
     M.show(bufnr, { client_id = client.id, version = version, edits = edits })
-  end, bufnr)
-  if ok and id then
-    s.request = { client_id = client.id, id = id, asked = asked }
-    M.counts.sent = M.counts.sent + 1
+  end)
+  if request then
+    request.asked = asked
   end
 end
 
@@ -247,8 +205,7 @@ function M.show(bufnr, shown)
     M.counts.stale = M.counts.stale + 1
     return false
   end
-  local s = state(bufnr)
-  s.shown = shown
+  buffers:state(bufnr).shown = shown
   draw(bufnr, shown)
   M.counts.shown = M.counts.shown + 1
   local client = vim.lsp.get_client_by_id(shown.client_id)
@@ -265,36 +222,34 @@ end
 ---@param bufnr integer|nil
 function M.schedule_request(bufnr)
   bufnr = bufnr or api.nvim_get_current_buf()
-  local s = state(bufnr)
-  stop_timer(s)
-  local timer = vim.uv.new_timer()
-  s.timer = timer
-  timer:start(options.debounce_ms, 0, function()
-    vim.schedule(function()
-      if s.timer == timer then
-        stop_timer(s)
-        local mode = api.nvim_get_mode().mode
-        if mode == 'n' then
-          M.request(bufnr)
-        end
-      end
-    end)
+  buffers:debounce(buffers:state(bufnr), options.debounce_ms, function()
+    if api.nvim_get_mode().mode == 'n' then
+      M.request(bufnr)
+    end
   end)
+end
+
+--- The current buffer, and the edit it shows when that is for the buffer as it is (an edit for
+--- another version is dropped and counted stale).
+---@return integer bufnr
+---@return table|nil shown
+local function shown_here()
+  local bufnr = api.nvim_get_current_buf()
+  local shown = buffers:shown(bufnr)
+  if shown and not still_valid(bufnr, shown) then
+    M.counts.stale = M.counts.stale + 1
+    M.clear(bufnr)
+    return bufnr, nil
+  end
+  return bufnr, shown
 end
 
 --- Put the cursor at the start of the edit shown, or apply it when the cursor is there.
 --- False when no edit (for the buffer as it is) is shown.
 ---@return boolean
 function M.jump_or_apply()
-  local bufnr = api.nvim_get_current_buf()
-  local s = state(bufnr)
-  local shown = s.shown
+  local _, shown = shown_here()
   if not shown then
-    return false
-  end
-  if not still_valid(bufnr, shown) then
-    M.counts.stale = M.counts.stale + 1
-    M.clear(bufnr)
     return false
   end
   local first = shown.edits[1].range
@@ -311,14 +266,12 @@ end
 --- buffer as it is.
 ---@return boolean
 function M.apply()
-  local bufnr = api.nvim_get_current_buf()
-  local s = state(bufnr)
-  local shown = s.shown
+  local bufnr, shown = shown_here()
   if not shown then
     return false
   end
   local client = vim.lsp.get_client_by_id(shown.client_id)
-  if not client or not still_valid(bufnr, shown) then
+  if not client then
     M.counts.stale = M.counts.stale + 1
     M.clear(bufnr)
     return false
@@ -349,35 +302,28 @@ end
 --- Hide the edit shown; false when none was.
 ---@return boolean
 function M.dismiss()
-  local bufnr = api.nvim_get_current_buf()
-  local s = state(bufnr)
-  local was = s.shown ~= nil
-  stop_timer(s)
-  s.seq = s.seq + 1
-  cancel_request(s)
-  M.clear(bufnr)
-  return was
+  return buffers:dismiss(api.nvim_get_current_buf())
 end
 
 --- A ghost-text suggestion was accepted in `bufnr`: ask for the edit that follows it.
 ---@param bufnr integer|nil
 function M.after_accept(bufnr)
   bufnr = bufnr or api.nvim_get_current_buf()
-  if buffers[bufnr] and buffers[bufnr].augroup then
+  if buffers:watched(bufnr) then
     M.request(bufnr)
   end
 end
 
 --- The buffer changed (typing): the edit shown and the question asked are for another version.
 local function on_change(bufnr)
-  local s = state(bufnr)
+  local s = buffers:state(bufnr)
   local version = M.version(bufnr)
   if s.shown and s.shown.version ~= version then
     M.clear(bufnr)
   end
   if s.request and s.request.asked[1] ~= version then
     s.seq = s.seq + 1
-    cancel_request(s)
+    buffers:cancel_request(s)
   end
 end
 
@@ -393,59 +339,37 @@ end
 function M.attach(bufnr, opts)
   options.debounce_ms = opts.debounce_ms or options.debounce_ms
   options.client_name = opts.client_name or options.client_name
-  local s = state(bufnr)
-  if s.augroup then
-    return
-  end
-  s.augroup = api.nvim_create_augroup('quickdraft.nextedit.' .. bufnr, { clear = true })
-  local function on(events, fn)
-    api.nvim_create_autocmd(events, { group = s.augroup, buffer = bufnr, callback = function(args)
-      fn(args.buf)
-    end })
-  end
-  on({ 'TextChanged' }, function(buf)
-    on_change(buf)
-    M.schedule_request(buf)
-  end)
-  on({ 'TextChangedI', 'TextChangedP' }, on_change)
-  on({ 'InsertEnter' }, function(buf)
-    local st = state(buf)
-    stop_timer(st)
-    st.seq = st.seq + 1
-    cancel_request(st)
-    M.clear(buf)
-  end)
-  on({ 'InsertLeave' }, function(buf)
-    vim.schedule(function()
-      if api.nvim_buf_is_valid(buf) then
-        M.request(buf)
-      end
-    end)
-  end)
-  on({ 'CursorMoved' }, function(buf)
-    if not still_valid(buf, state(buf).shown) then
+  buffers:watch(bufnr, {
+    { { 'TextChanged' }, function(buf)
+      on_change(buf)
       M.schedule_request(buf)
-    end
-  end)
-  on({ 'BufLeave' }, function(buf)
-    stop_timer(state(buf))
-  end)
+    end },
+    { { 'TextChangedI', 'TextChangedP' }, on_change },
+    { { 'InsertEnter' }, function(buf)
+      buffers:dismiss(buf)
+    end },
+    { { 'InsertLeave' }, function(buf)
+      vim.schedule(function()
+        if api.nvim_buf_is_valid(buf) then
+          M.request(buf)
+        end
+      end)
+    end },
+    { { 'CursorMoved' }, function(buf)
+      if not still_valid(buf, buffers:shown(buf)) then
+        M.schedule_request(buf)
+      end
+    end },
+    { { 'BufLeave' }, function(buf)
+      buffers:stop_timer(buffers:state(buf))
+    end },
+  })
 end
 
 --- Stop watching `bufnr` (on LspDetach).
 ---@param bufnr integer
 function M.detach(bufnr)
-  local s = buffers[bufnr]
-  if not s then
-    return
-  end
-  stop_timer(s)
-  cancel_request(s)
-  if s.augroup then
-    pcall(api.nvim_del_augroup_by_id, s.augroup)
-  end
-  M.clear(bufnr)
-  buffers[bufnr] = nil
+  buffers:detach(bufnr)
 end
 
 return M
