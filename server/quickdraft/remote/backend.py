@@ -83,14 +83,7 @@ class RemoteBackend:
         cancel: threading.Event | None,
         deadline: float | None,
     ) -> Generated:
-        return self._generate(
-            prepared.prompt.text,
-            prepared.max_new_tokens,
-            len(prepared.prompt_ids),
-            prepared.text_stop_rule(),
-            cancel,
-            deadline,
-        )
+        return self._generate_prepared(prepared, cancel, deadline)
 
     def generate_edit(
         self,
@@ -102,6 +95,15 @@ class RemoteBackend:
     ) -> Generated:
         """A next edit's prompt as a plain `/v1/completions` request (the engine drafts for
         itself), its stream closed once the region is written."""
+        return self._generate_prepared(prepared, cancel, deadline)
+
+    def _generate_prepared(
+        self,
+        prepared: PreparedCompletion | PreparedEdit,
+        cancel: threading.Event | None,
+        deadline: float | None,
+    ) -> Generated:
+        """`prepared`'s prompt text, budget and text stop rule, sent to the engine."""
         return self._generate(
             prepared.prompt.text,
             prepared.max_new_tokens,
