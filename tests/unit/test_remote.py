@@ -350,6 +350,6 @@ def test_the_remote_pipeline_builds_the_local_prompt_and_post_processes(tmp_path
         assert sent["prompt"].startswith("<|fim_prefix|>") and "return max(a, " in sent["prompt"]
         assert sent["prompt"].endswith("<|fim_middle|>")
         # An engine cannot be held to healed characters: the cursor stays at the middle marker.
-        assert config.context.layout == "append" and completer.config.context.layout == "classic"
+        assert config.context.layout == "pinned" and completer.config.context.layout == "classic"
     finally:
         completer.close()
