@@ -181,6 +181,43 @@ def minimal_edits(old: str, new: str, base: int = 0) -> list[Edit]:
     return edits
 
 
+def _same_lines(a: Sequence[str], b: Sequence[str]) -> bool:
+    return [line.rstrip() for line in a] == [line.rstrip() for line in b]
+
+
+def without_overrun(region: EditableRegion, rewritten: str) -> str:
+    """`rewritten` without what the model wrote past the region: lines that repeat the start
+    of the text after it (it read them in the prompt and wrote on), or the end of the text
+    before it. Small models do this; kept, it inserts a second copy of the file's next lines.
+    Lines the region itself ends (or starts) with are never taken for an overrun."""
+    new, old = lines_with_breaks(rewritten), lines_with_breaks(region.text)
+    after, before = lines_with_breaks(region.after), lines_with_breaks(region.before)
+    cut_tail = False
+    for k in range(min(len(new) - 1, len(after)), 0, -1):
+        tail = new[-k:]
+        if (
+            any(line.strip() for line in tail)
+            and _same_lines(tail, after[:k])
+            and not _same_lines(old[-k:], tail)
+        ):
+            new, cut_tail = new[:-k], True
+            break
+    for k in range(min(len(new) - 1, len(before)), 0, -1):
+        head = new[:k]
+        if (
+            any(line.strip() for line in head)
+            and _same_lines(head, before[-k:])
+            and not _same_lines(old[:k], head)
+        ):
+            new = new[k:]
+            break
+    trimmed = "".join(new)
+    if cut_tail and trimmed.endswith(("\n", "\r")) and not region.text.endswith(("\n", "\r")):
+        # the region's last line has no break of its own: nor has the rewrite's
+        trimmed = trimmed[:-2] if trimmed.endswith("\r\n") else trimmed[:-1]
+    return trimmed
+
+
 def reject_reason(region: str, rewritten: str | None, edits: Sequence[Edit]) -> str | None:
     """Why a rewrite of `region` must give no edit, or None (see the module's rule)."""
     if rewritten is None:
@@ -308,6 +345,8 @@ def suggest(
     region = prepared.region
     ended = generated.stop_reason in ("eos", "stop")
     rewritten = prepared.prompt.region_of(generated.raw_text, ended)
+    if rewritten is not None:
+        rewritten = without_overrun(region, rewritten)
     edits = minimal_edits(region.text, rewritten, region.start) if rewritten is not None else []
     rejected = reject_reason(region.text, rewritten, edits)
     if rejected is not None:

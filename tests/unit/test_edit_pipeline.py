@@ -19,7 +19,13 @@ from quickdraft.context.edit_prompt import (
 from quickdraft.errors import ConfigError
 from quickdraft.lsp.documents import Document
 from quickdraft.lsp.service import edit_item
-from quickdraft.next_edit import Edit, NextEditRequest, minimal_edits, reject_reason
+from quickdraft.next_edit import (
+    Edit,
+    NextEditRequest,
+    minimal_edits,
+    reject_reason,
+    without_overrun,
+)
 
 # --- minimal edits --------------------------------------------------------------------------
 
@@ -269,3 +275,22 @@ def test_disabled_next_edits_do_no_model_work(completer, monkeypatch):
         completer.update_config(
             load_config({"edits": {"max_new_tokens": 24, "max_draft_length": 40}})
         )
+
+
+def test_lines_written_past_the_region_are_not_inserted_again():
+    text = "".join(f"line {i}\n" for i in range(20))
+    region = choose_region(text, text.index("line 8"), lines_above=2, lines_below=3)
+    assert region.text.endswith("line 11") and region.after.startswith("line 12\nline 13")
+    # The model made its change, then went on with the file's next lines (it read them).
+    wrote_on = region.text.replace("line 9", "line nine") + "\nline 12\nline 13"
+    trimmed = without_overrun(region, wrote_on)
+    assert trimmed == region.text.replace("line 9", "line nine")
+    [edit] = minimal_edits(region.text, trimmed, region.start)
+    assert text[edit.start : edit.end] == "9" and edit.text == "nine"
+    # ... or started with the lines above it.
+    assert without_overrun(region, "line 5\n" + region.text) == region.text
+    # A rewrite that only continues the region's own repetition is left as it is.
+    assert without_overrun(region, region.text) == region.text
+    repeat = choose_region("a\nb\nb\nb\n", 2, lines_above=0, lines_below=1)
+    assert repeat.text == "b\nb" and repeat.after.startswith("b")
+    assert without_overrun(repeat, "b\nb") == "b\nb"
