@@ -319,7 +319,8 @@ async function nextEditDrawn(page) {
   return page.evaluate(() => {
     const struck = [];
     const inserted = [];
-    for (const el of document.querySelectorAll(".monaco-editor .view-lines .view-line span")) {
+    // the editors of the editor area (the chat panel's input is a monaco editor too)
+    for (const el of document.querySelectorAll(".part.editor .monaco-editor .view-lines .view-line span")) {
       if (el.children.length === 0 && getComputedStyle(el).textDecorationLine.includes("line-through")) {
         struck.push((el.textContent || "").replace(/\u00a0/g, " "));
       }
@@ -336,6 +337,20 @@ async function nextEditDrawn(page) {
 
 const drawnAs = (drawn, old, text) => drawn && drawn.struck.includes(old) && drawn.inserted.includes(text);
 const nothingDrawn = (drawn) => drawn && drawn.struck.length === 0 && drawn.inserted.length === 0;
+
+/**
+ * Trigger Inline Suggestion from the command palette (it has no default key in recent VS Code),
+ * opened from the editor without Escape (that would dismiss a next edit shown).
+ */
+async function triggerInlineSuggestion(page) {
+  await page.keyboard.press("F1");
+  await page.waitForSelector(".quick-input-widget input", { state: "visible", timeout: 15000 });
+  await page.keyboard.type("Trigger Inline Suggestion", { delay: 20 });
+  const row = page.locator(".quick-input-list .monaco-list-row", { hasText: "Trigger Inline Suggestion" }).first();
+  await row.waitFor({ timeout: 15000 });
+  await row.click();
+  await page.waitForSelector(".quick-input-widget input", { state: "hidden", timeout: 15000 }).catch(() => {});
+}
 
 /** The scripted server's log (JSON lines): what it received and answered. */
 function fakeEvents(name) {
@@ -476,7 +491,7 @@ async function nextEdits(page, file) {
   await page.keyboard.press("Control+End");
   const again = await waitFor(async () => drawnAs(await nextEditDrawn(page), "height", "depth"), 20000);
   check("after a rest at the end the next edit (height -> depth) is drawn", again, await nextEditDrawn(page));
-  await page.keyboard.press("Alt+Backslash"); // Trigger Inline Suggestion
+  await triggerInlineSuggestion(page);
   let ghost = await waitFor(() => ghostText(page), 15000);
   if (ghost) ghost = await settledGhostText(page, ghost);
   const both = await nextEditDrawn(page);

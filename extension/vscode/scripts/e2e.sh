@@ -323,7 +323,15 @@ checks = [
      and any(a > after_typing for a in asks)),
 ]
 events = [json.loads(line) for line in open(sys.argv[2])] if os.path.exists(sys.argv[2]) else []
-focused = [e["data"] for e in events if e["event"] == "didFocus"]
+def focus_point(data):
+    """{uri, position} of a logged didFocus: the wrapper's own entry, or fake_server.py's
+    (which has its own handler now and logs the params as sent)."""
+    params = data.get("params", data)
+    uri = params["textDocument"]["uri"] if "textDocument" in params else params.get("uri")
+    return {"uri": uri, "position": params.get("position")}
+
+
+focused = [focus_point(e["data"]) for e in events if e["event"] == "didFocus"]
 if focused:  # the scripted server logs the params
     position_ok = all(
         isinstance(f["position"], dict) and all(isinstance(f["position"][k], int) for k in ("line", "character"))
@@ -331,7 +339,7 @@ if focused:  # the scripted server logs the params
     )
     names = [e["event"] for e in events]
     first_ask = names.index("inlineCompletion") if "inlineCompletion" in names else len(names)
-    next_focus = next((e["data"] for e in events[first_ask:] if e["event"] == "didFocus"), None)
+    next_focus = next((focus_point(e["data"]) for e in events[first_ask:] if e["event"] == "didFocus"), None)
     checks.append(("didFocus carries the URI and the cursor: main.py first, sqlite_session.py next "
                    "once typing began",
                    focused[0]["uri"].endswith("/main.py") and position_ok and next_focus is not None
