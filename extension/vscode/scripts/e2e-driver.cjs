@@ -11,6 +11,12 @@
 //
 // --server preset (a real model): after the first ghost text, print the time to it and stop
 // after accepting it (no settings change, no restart: those would reload the models).
+//
+// --rename-file PATH (with --server fake, whose scripted server finishes renames: see
+// scripts/e2e_fake_server.py): next edits. Rename a parameter; the next edit that renames its
+// use is drawn, Tab applies it, the saved file has it. A next edit answered after the document
+// changed is never drawn nor applied. Ghost text and a next edit at once: Tab takes the ghost
+// text, the next edit comes again and the next Tab applies it.
 
 "use strict";
 
@@ -295,6 +301,221 @@ async function typeInBigFile(page, file) {
   };
 }
 
+/** Ctrl+G to `line` (1-based), then Home. */
+async function goToLine(page, line) {
+  await page.keyboard.press("Control+g");
+  await page.waitForSelector(".quick-input-widget input", { state: "visible", timeout: 15000 });
+  await page.keyboard.type(String(line), { delay: 20 });
+  await page.keyboard.press("Enter");
+  await page.waitForSelector(".quick-input-widget input", { state: "hidden", timeout: 15000 }).catch(() => {});
+  await page.keyboard.press("Home");
+}
+
+/**
+ * The next edit drawn in the editor: the struck-through texts (deletions) and the texts of
+ * `before`/`after` decorations (the inserted text; VS Code draws them as CSS content).
+ */
+async function nextEditDrawn(page) {
+  return page.evaluate(() => {
+    const struck = [];
+    const inserted = [];
+    // the editors of the editor area (the chat panel's input is a monaco editor too)
+    for (const el of document.querySelectorAll(".part.editor .monaco-editor .view-lines .view-line span")) {
+      if (el.children.length === 0 && getComputedStyle(el).textDecorationLine.includes("line-through")) {
+        struck.push((el.textContent || "").replace(/\u00a0/g, " "));
+      }
+      for (const pseudo of ["::before", "::after"]) {
+        const content = getComputedStyle(el, pseudo).content;
+        if (content && content !== "none" && content !== "normal") {
+          inserted.push(content.replace(/^"|"$/g, "").replace(/\\(.)/g, "$1").replace(/\u00a0/g, " "));
+        }
+      }
+    }
+    return { struck, inserted };
+  });
+}
+
+const drawnAs = (drawn, old, text) => drawn && drawn.struck.includes(old) && drawn.inserted.includes(text);
+const nothingDrawn = (drawn) => drawn && drawn.struck.length === 0 && drawn.inserted.length === 0;
+
+/**
+ * Trigger Inline Suggestion from the command palette (it has no default key in recent VS Code),
+ * opened from the editor without Escape (that would dismiss a next edit shown).
+ */
+async function triggerInlineSuggestion(page) {
+  await page.keyboard.press("F1");
+  await page.waitForSelector(".quick-input-widget input", { state: "visible", timeout: 15000 });
+  await page.keyboard.type("Trigger Inline Suggestion", { delay: 20 });
+  const row = page.locator(".quick-input-list .monaco-list-row", { hasText: "Trigger Inline Suggestion" }).first();
+  await row.waitFor({ timeout: 15000 });
+  await row.click();
+  await page.waitForSelector(".quick-input-widget input", { state: "hidden", timeout: 15000 }).catch(() => {});
+}
+
+/** The scripted server's log (JSON lines): what it received and answered. */
+function fakeEvents(name) {
+  const file = path.join(artifacts, "fake-server.log");
+  if (!fs.existsSync(file)) return [];
+  return fs
+    .readFileSync(file, "utf8")
+    .split("\n")
+    .filter((line) => line.trim() !== "")
+    .map((line) => JSON.parse(line))
+    .filter((e) => e.event === name)
+    .map((e) => e.data);
+}
+
+async function saveAndRead(page, file, before) {
+  await page.keyboard.press("Control+s");
+  return waitFor(() => {
+    const text = fs.readFileSync(file, "utf8");
+    return text !== before ? text : null;
+  }, 15000);
+}
+
+/**
+ * Next edits in `file` (rename.py: `def area(width, height):` / `    return width * height`),
+ * with the scripted server finishing the renames width -> breadth (at once) and height -> depth
+ * (after 2.5 s, answered even when cancelled).
+ */
+async function nextEdits(page, file) {
+  const name = path.basename(file);
+  const original = fs.readFileSync(file, "utf8");
+  await page.keyboard.press("Escape");
+  await page.locator(".explorer-folders-view .monaco-list-row", { hasText: name }).first().click();
+  const opened = await waitFor(
+    () =>
+      page.evaluate(
+        (tab) =>
+          Array.from(document.querySelectorAll(".tabs-container .tab.active")).some((t) =>
+            (t.textContent || "").includes(tab),
+          ),
+        name,
+      ),
+    30000,
+  );
+  check(`${name} opens in the editor`, opened);
+  await page.locator(".monaco-editor .view-lines").first().click();
+
+  // 1. Rename the parameter `width` to `breadth`, then move the cursor (End) and let it rest.
+  await goToLine(page, 1);
+  for (let i = 0; i < "def area(".length; i++) await page.keyboard.press("ArrowRight");
+  await page.keyboard.press("Control+Shift+ArrowRight");
+  await page.keyboard.type("breadth", { delay: 40 });
+  await page.keyboard.press("End");
+  const drawn = await waitFor(async () => {
+    const d = await nextEditDrawn(page);
+    return drawnAs(d, "width", "breadth") ? d : null;
+  }, 20000);
+  await page.screenshot({ path: path.join(artifacts, "next-edit.png") });
+  check("a next edit is drawn after a rename and a rest: `width` struck through, `breadth` after it", drawn, await nextEditDrawn(page));
+  const asked = fakeEvents("inlineEdit").filter((e) => e.rename && e.rename[1] === "breadth");
+  check(
+    "copilotInlineEdit carries {textDocument: {uri, version}, position}, the version the server has",
+    asked.length > 0 &&
+      asked.every(
+        (e) =>
+          e.params.textDocument.uri.endsWith(`/${name}`) &&
+          e.params.textDocument.version === e.documentVersion &&
+          Number.isInteger(e.params.position.line) &&
+          Number.isInteger(e.params.position.character),
+      ),
+    asked,
+  );
+  const shownItems = await waitFor(() => {
+    const items = fakeEvents("didShowInlineEdit").map((e) => e.item);
+    return items.some((i) => i && i.text === "breadth") ? items : null;
+  }, 10000);
+  check(
+    "textDocument/didShowInlineEdit tells the server the item shown",
+    shownItems &&
+      shownItems.some(
+        (i) => i.text === "breadth" && i.range.start.line === 1 && i.range.start.character === 11 && i.range.end.character === 16,
+      ),
+    shownItems,
+  );
+  const status = await waitFor(async () => {
+    const text = await statusText(page);
+    return text && /next edit · \d+ ms · 3\.5 tokens\/forward/.test(text) ? text : null;
+  }, 10000);
+  check("the status item reports the next edit (latency, tokens per forward)", status, await statusText(page));
+  await page.keyboard.press("Tab");
+  const applied = await waitFor(async () => nothingDrawn(await nextEditDrawn(page)), 10000);
+  check("Tab applies the next edit (it is no longer drawn)", applied, await nextEditDrawn(page));
+  let saved = await saveAndRead(page, file, original);
+  const renamed = original.replace(/\bwidth\b/g, "breadth");
+  check(`the saved ${name} is the renamed text plus the next edit`, saved === renamed, { saved, expected: renamed });
+
+  // 2. A stale edit: rename `height` to `depth`, rest; while the server works on it (2.5 s), type.
+  //    The server answers anyway, for the old version: never drawn, and Tab does not apply it.
+  const shownBefore = fakeEvents("didShowInlineEdit").length;
+  await goToLine(page, 1);
+  for (let i = 0; i < "def area(breadth, ".length; i++) await page.keyboard.press("ArrowRight");
+  await page.keyboard.press("Control+Shift+ArrowRight");
+  await page.keyboard.type("depth", { delay: 40 });
+  await page.keyboard.press("End");
+  const slow = await waitFor(() => fakeEvents("inlineEdit").find((e) => e.rename && e.rename[1] === "depth"), 15000);
+  check("the rest asks for the next edit of the second rename", slow, fakeEvents("inlineEdit"));
+  await page.keyboard.type(" # stale", { delay: 40 });
+  const late = await waitFor(
+    () => slow && fakeEvents("inlineEditAnswered").find((a) => a.version === slow.params.textDocument.version),
+    15000,
+  );
+  await new Promise((r) => setTimeout(r, 1500));
+  check(
+    "typing cancels the request on its way ($/cancelRequest); the server answers it anyway, late",
+    late && late.cancelled === true && late.edits.length === 1,
+    late,
+  );
+  const staleDrawn = await nextEditDrawn(page);
+  check("the late answer (for a version the document has left) is never drawn", nothingDrawn(staleDrawn), staleDrawn);
+  check(
+    "... nor reported shown",
+    fakeEvents("didShowInlineEdit").length === shownBefore,
+    fakeEvents("didShowInlineEdit").slice(shownBefore),
+  );
+  await page.keyboard.press("Tab");
+  const beforeStale = saved;
+  saved = await saveAndRead(page, file, beforeStale);
+  const lines = (saved || "").split("\n");
+  check(
+    "Tab then does not apply the stale edit: `height` stays where the server proposed `depth`",
+    saved !== null &&
+      lines[0].trimEnd() === "def area(breadth, depth): # stale" &&
+      lines[1] === "    return breadth * height" &&
+      lines.slice(2).join("\n") === renamed.split("\n").slice(2).join("\n"),
+    saved,
+  );
+
+  // 3. Ghost text and a next edit at once: Tab takes the ghost text.
+  await page.keyboard.press("Control+End");
+  const again = await waitFor(async () => drawnAs(await nextEditDrawn(page), "height", "depth"), 20000);
+  check("after a rest at the end the next edit (height -> depth) is drawn", again, await nextEditDrawn(page));
+  await triggerInlineSuggestion(page);
+  let ghost = await waitFor(() => ghostText(page), 15000);
+  if (ghost) ghost = await settledGhostText(page, ghost);
+  const both = await nextEditDrawn(page);
+  await page.screenshot({ path: path.join(artifacts, "next-edit-and-ghost-text.png") });
+  check("ghost text and the next edit are shown together", ghost && drawnAs(both, "height", "depth"), { ghost, both });
+  const beforeGhost = saved;
+  await page.keyboard.press("Tab");
+  await waitFor(async () => (await ghostText(page)) === null, 10000);
+  saved = await saveAndRead(page, file, beforeGhost);
+  check(
+    "Tab accepts the ghost text, not the next edit",
+    saved === beforeGhost + (ghost || "\u0000") && saved.split("\n")[1] === "    return breadth * height",
+    { saved, expected: beforeGhost + ghost },
+  );
+  // Accepting it asks for a next edit at once: the rename's edit again, for the new version.
+  const chained = await waitFor(async () => drawnAs(await nextEditDrawn(page), "height", "depth"), 20000);
+  check("accepting the ghost text asks for the next edit at once; it is drawn again", chained, await nextEditDrawn(page));
+  const beforeApply = saved;
+  await page.keyboard.press("Tab");
+  saved = await saveAndRead(page, file, beforeApply);
+  const expected = (beforeApply || "").replace("    return breadth * height", "    return breadth * depth");
+  check("the next Tab applies it: the saved file is the text plus the edit", saved === expected, { saved, expected });
+}
+
 async function runCommand(page, title) {
   // The command palette; F1 is not always taken where the focus is (a settings input), so
   // leave that first and retry with the other key.
@@ -540,6 +761,9 @@ async function main() {
             `(${seconds(big.fromOpen)} from opening it; ${big.chunksTyped} chunk(s) typed)\n`,
         );
       }
+    }
+    if (args["rename-file"] && mode === "fake") {
+      await nextEdits(page, args["rename-file"]);
     }
     if (mode !== "preset") {
       // (with a real model a settings change and a restart would only reload it)

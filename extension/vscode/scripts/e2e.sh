@@ -25,8 +25,12 @@ Modes:
   --fake         extension/nvim/tests/fake_server.py, a scripted server: also checks what the
                  extension sends (initializationOptions, didChangeConfiguration), the debounce
                  (one request for a burst of keys), the loading -> ready states of the status
-                 item, that a suggestion with control characters is inserted without them, and
-                 textDocument/didFocus (as in the default mode, with its URI and position).
+                 item, that a suggestion with control characters is inserted without them,
+                 textDocument/didFocus (as in the default mode, with its URI and position), and
+                 next edits in rename.py (scripts/e2e_fake_server.py finishes a rename): the
+                 edit drawn after a rename and a rest, applied with Tab and saved; an answer
+                 that comes after the document changed never drawn nor applied; ghost text and
+                 a next edit at once: Tab takes the ghost text, the next Tab the edit.
   --preset P     a real model preset (e.g. qwen2.5-coder-0.5b; fetch it first with `quickdraft
                  models fetch P`) with the server's defaults: prints the time to the first ghost
                  text (from code-server's start, from the editor opening and from the first
@@ -192,48 +196,24 @@ fi
 # A real module of real length to type into the middle of (see test/fixtures/README.md).
 BIG_FILE="$WORK/workspace/sqlite_session.py"
 cp "$EXT_DIR/test/fixtures/sqlite_session.py.txt" "$BIG_FILE"
+# Where next edits are tried (--fake: the scripted server finishes its renames).
+RENAME_FILE="$WORK/workspace/rename.py"
+printf 'def area(width, height):\n    return width * height\n\n\nprint(area(2, 3))\n' >"$RENAME_FILE"
 
 # Settings of each mode (JSON members after the editor's own).
 if [[ "$SERVER_KIND" == fake ]]; then
   SERVER_PATH="$WORK/fake-quickdraft"
-  # The scripted server with pygls' debug log in server.log (as the real one's --log-level
-  # debug: every message received, in order) and textDocument/didFocus logged with its params.
-  cat >"$WORK/fake_with_focus.py" <<'PY'
-import importlib.util
-import logging
-import os
-import sys
-
-logging.basicConfig(
-    filename=os.environ["QD_E2E_SERVER_LOG"],
-    level=logging.DEBUG,
-    format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-)
-spec = importlib.util.spec_from_file_location("fake_server", sys.argv[1])
-fake = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(fake)
-if "textDocument/didFocus" not in fake.server.protocol.fm.features:
-
-    @fake.server.feature("textDocument/didFocus")
-    def did_focus(ls, params):
-        position = getattr(params, "position", None)
-        fake.log(
-            "didFocus",
-            {
-                "uri": params.textDocument.uri,
-                "position": position and {"line": position.line, "character": position.character},
-            },
-        )
-
-fake.server.start_io()
-PY
+  # The scripted server (scripts/e2e_fake_server.py: extension/nvim/tests/fake_server.py with
+  # pygls' debug log in server.log, textDocument/didFocus logged, and next edits that finish
+  # the renames of rename.py: width -> breadth at once, height -> depth after 2.5 s).
   # Loading for 6 s after start (the status item says so), and a suggestion with control
   # characters in it (U+0011, U+0000: the extension must leave them out).
   cat >"$SERVER_PATH" <<SH
 #!/bin/sh
 export QD_FAKE_LOG="$ART/fake-server.log" QD_FAKE_LOADING_MS=6000 QD_E2E_SERVER_LOG="$ART/server.log"
 export QD_FAKE_SUGGESTION_JSON='"total = add(first,\\u0011 second)\\nprint(total)\\u0000"'
-exec "$PYTHON" "$WORK/fake_with_focus.py" "$ROOT/extension/nvim/tests/fake_server.py"
+export QD_FAKE_RENAMES='width:breadth,height:depth~' QD_FAKE_EDIT_SLOW_MS=2500
+exec "$PYTHON" "$HERE/e2e_fake_server.py" "$ROOT/extension/nvim/tests/fake_server.py"
 SH
   chmod +x "$SERVER_PATH"
   MODEL_SETTINGS='"quickdraft.model.device": "cpu",
@@ -306,7 +286,7 @@ set +e
 NODE_PATH="$DRIVER_DIR/node_modules" "$NODE24/bin/node" "$HERE/e2e-driver.cjs" \
   --url "http://127.0.0.1:$PORT/?folder=$WORK/workspace" \
   --chromium "$CHROMIUM" --artifacts "$ART" --file "$WORK/workspace/main.py" \
-  --settings "$WORK/user-data/User/settings.json" --big-file "$BIG_FILE" \
+  --settings "$WORK/user-data/User/settings.json" --big-file "$BIG_FILE" --rename-file "$RENAME_FILE" \
   --timeout "$TIMEOUT" --server "$SERVER_KIND" --t0 "$T0_MS"
 status=$?
 set -e
@@ -343,7 +323,15 @@ checks = [
      and any(a > after_typing for a in asks)),
 ]
 events = [json.loads(line) for line in open(sys.argv[2])] if os.path.exists(sys.argv[2]) else []
-focused = [e["data"] for e in events if e["event"] == "didFocus"]
+def focus_point(data):
+    """{uri, position} of a logged didFocus: the wrapper's own entry, or fake_server.py's
+    (which has its own handler now and logs the params as sent)."""
+    params = data.get("params", data)
+    uri = params["textDocument"]["uri"] if "textDocument" in params else params.get("uri")
+    return {"uri": uri, "position": params.get("position")}
+
+
+focused = [focus_point(e["data"]) for e in events if e["event"] == "didFocus"]
 if focused:  # the scripted server logs the params
     position_ok = all(
         isinstance(f["position"], dict) and all(isinstance(f["position"][k], int) for k in ("line", "character"))
@@ -351,7 +339,7 @@ if focused:  # the scripted server logs the params
     )
     names = [e["event"] for e in events]
     first_ask = names.index("inlineCompletion") if "inlineCompletion" in names else len(names)
-    next_focus = next((e["data"] for e in events[first_ask:] if e["event"] == "didFocus"), None)
+    next_focus = next((focus_point(e["data"]) for e in events[first_ask:] if e["event"] == "didFocus"), None)
     checks.append(("didFocus carries the URI and the cursor: main.py first, sqlite_session.py next "
                    "once typing began",
                    focused[0]["uri"].endswith("/main.py") and position_ok and next_focus is not None

@@ -184,3 +184,25 @@ export function objectReader(settings: Record<string, unknown>): SettingsReader 
     return node;
   };
 }
+
+/** `quickdraft.nextEdit.debounceMs` when unset (see nextEditController.ts). */
+export const DEFAULT_NEXT_EDIT_DEBOUNCE_MS = 600;
+/** The longest rest the setting accepts. */
+export const MAX_NEXT_EDIT_DEBOUNCE_MS = 5000;
+
+/**
+ * `quickdraft.nextEdit.enabled` (default true: ask for next edits when the server offers them)
+ * and `quickdraft.nextEdit.debounceMs` (the rest of the cursor before asking, whole milliseconds
+ * in [0, MAX_NEXT_EDIT_DEBOUNCE_MS]).
+ */
+export function nextEditSettings(read: SettingsReader): { enabled: boolean; debounceMs: number } {
+  const enabled = read("nextEdit.enabled");
+  const ms = read("nextEdit.debounceMs");
+  return {
+    enabled: enabled !== false,
+    debounceMs:
+      typeof ms === "number" && Number.isFinite(ms)
+        ? Math.min(MAX_NEXT_EDIT_DEBOUNCE_MS, Math.max(0, Math.round(ms)))
+        : DEFAULT_NEXT_EDIT_DEBOUNCE_MS,
+  };
+}

@@ -1,6 +1,7 @@
 // The VS Code side of quickdraft: starts `quickdraft serve` over stdio and lets
 // vscode-languageclient wire `textDocument/inlineCompletion` (ghost text) and
-// `textDocument/completion` (the fallback list) into the editor.
+// `textDocument/completion` (the fallback list) into the editor; next edits
+// (`textDocument/copilotInlineEdit`) are asked for and shown by nextEditUi.ts.
 
 import * as readline from "node:readline";
 
@@ -22,14 +23,16 @@ import {
   debounceMs,
   DEFAULT_DEBOUNCE_MS,
   needsRestart,
+  nextEditSettings,
   serverCommand,
   ServerCommand,
   SettingsReader,
 } from "./config";
 import { debounced } from "./debounce";
 import { FocusPoint, FocusReporter } from "./focus";
+import { NextEdits } from "./nextEditUi";
 import { ServerLogClassifier } from "./serverLog";
-import { normalizeStats, StatsTotals, tooFewTokensPerForward } from "./stats";
+import { isNextEditStats, normalizeStats, QuickdraftStats, StatsTotals, tooFewTokensPerForward } from "./stats";
 import { ClientState, normalizeServerStatus, ServerStatus, statusView } from "./status";
 
 // `next` of the inline completion middleware (its type has no public export in 11.0.0)
@@ -52,6 +55,9 @@ let serverStatus: ServerStatus | undefined;
 let quietMs = DEFAULT_DEBOUNCE_MS;
 let reportedFewTokensPerForward = false;
 let focus: FocusReporter<vscode.TextEditor>;
+let nextEdits: NextEdits;
+/** the last `$/quickdraft/stats` with feature "inlineEdit" (never counted as a completion) */
+let lastNextEdit: QuickdraftStats | undefined;
 
 /**
  * Reads only what the user set (user, workspace or folder settings), never the contributed
@@ -79,7 +85,10 @@ function updateStatus(): void {
     statusItem.hide();
     return;
   }
-  const view = statusView(clientState, serverStatus, totals);
+  const view = statusView(clientState, serverStatus, totals, {
+    visible: nextEdits?.visible ?? false,
+    last: lastNextEdit,
+  });
   statusItem.text = view.text;
   statusItem.tooltip = view.tooltip;
   statusItem.backgroundColor =
@@ -106,6 +115,11 @@ function pipeServerStdout(input: NodeJS.ReadableStream, channel: vscode.LogOutpu
 
 function onStats(params: unknown): void {
   const stats = normalizeStats(params);
+  if (isNextEditStats(stats)) {
+    lastNextEdit = stats;
+    updateStatus();
+    return;
+  }
   if (tooFewTokensPerForward(stats) && !reportedFewTokensPerForward) {
     reportedFewTokensPerForward = true;
     output.warn(
@@ -143,10 +157,11 @@ async function provideInlineCompletionItems(
   if (!result) {
     return result;
   }
+  // accepting one asks for a next edit at once (quickdraft.inlineCompletionAccepted)
   if (Array.isArray(result)) {
-    return cleanInsertTexts(result);
+    return nextEdits.wrapCommands(cleanInsertTexts(result));
   }
-  result.items = cleanInsertTexts(result.items);
+  result.items = nextEdits.wrapCommands(cleanInsertTexts(result.items));
   return result;
 }
 
@@ -189,6 +204,7 @@ function onSelectionChanged(event: vscode.TextEditorSelectionChangeEvent): void 
   if (point) {
     focus.selectionChanged(point, event.kind !== undefined);
   }
+  nextEdits.selectionChanged(event);
 }
 
 function createClient(config: { tree: ConfigTree; command: ServerCommand }): LanguageClient {
@@ -266,6 +282,7 @@ async function startClient(): Promise<void> {
 }
 
 async function stopClient(): Promise<void> {
+  nextEdits.reset();
   const old = client;
   client = undefined;
   if (old) {
@@ -280,6 +297,7 @@ async function stopClient(): Promise<void> {
 async function restart(): Promise<void> {
   await stopClient();
   totals = new StatsTotals();
+  lastNextEdit = undefined;
   serverStatus = undefined;
   await startClient();
 }
@@ -290,6 +308,8 @@ async function onConfigurationChanged(event: vscode.ConfigurationChangeEvent): P
   }
   output.appendLine("[quickdraft] configuration change");
   quietMs = debounceMs(settingsReader());
+  const nextEdit = nextEditSettings(settingsReader());
+  nextEdits.configure(nextEdit.enabled, nextEdit.debounceMs);
   updateStatus();
   const next = snapshot();
   if (!current || !client || needsRestart(current, next)) {
@@ -310,20 +330,29 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   statusItem.name = "quickdraft";
   statusItem.command = "quickdraft.showLog";
   focus = new FocusReporter(sendDidFocus);
+  const nextEdit = nextEditSettings(settingsReader());
+  nextEdits = new NextEdits(() => client, output, focusPoint, updateStatus, nextEdit.debounceMs);
+  nextEdits.configure(nextEdit.enabled, nextEdit.debounceMs);
   context.subscriptions.push(
     output,
     statusItem,
     vscode.commands.registerCommand("quickdraft.restartServer", restart),
     vscode.commands.registerCommand("quickdraft.showLog", () => output.show(true)),
     vscode.workspace.onDidChangeConfiguration((event) => void onConfigurationChanged(event)),
-    vscode.window.onDidChangeActiveTextEditor((editor) => focus.focusChanged(focusPoint(editor))),
+    vscode.window.onDidChangeActiveTextEditor((editor) => {
+      focus.focusChanged(focusPoint(editor));
+      nextEdits.editorChanged(editor);
+    }),
     vscode.window.onDidChangeTextEditorSelection(onSelectionChanged),
     vscode.workspace.onDidChangeTextDocument((event) => {
       if (event.contentChanges.length > 0) {
         focus.documentChanged(event.document.uri.toString());
+        nextEdits.documentChanged(event.document.uri.toString());
       }
     }),
     focus,
+    nextEdits,
+    ...nextEdits.commands(),
   );
   quietMs = debounceMs(settingsReader());
   updateStatus();

@@ -188,3 +188,66 @@ export function formatTooltip(totals: StatsTotals, headline: string): string {
   );
   return lines.join("\n");
 }
+
+/** `feature` of the `$/quickdraft/stats` that follow a next edit (`textDocument/copilotInlineEdit`). */
+export const NEXT_EDIT_FEATURE = "inlineEdit";
+
+/** Whether `stats` report a next edit (they never count as completions). */
+export function isNextEditStats(stats: QuickdraftStats): boolean {
+  return stats.feature === NEXT_EDIT_FEATURE;
+}
+
+function tokensPerForward(stats: QuickdraftStats): string | undefined {
+  const tpf = finite(stats.tokens_per_forward);
+  return tpf !== undefined ? `${tpf.toFixed(1)} tokens/forward` : undefined;
+}
+
+/** The last next edit for the status bar: `next edit · 45 ms · 3.2 tokens/forward`. */
+export function formatNextEdit(stats: QuickdraftStats | undefined): string {
+  const parts = ["next edit"];
+  const latency = stats && finite(stats.latency_ms);
+  if (latency !== undefined) {
+    parts.push(milliseconds(latency));
+  }
+  const tpf = stats && tokensPerForward(stats);
+  if (tpf) {
+    parts.push(tpf);
+  }
+  return parts.join(" · ");
+}
+
+/**
+ * The last next edit in detail: `2 edits, 40 tokens (36 copied from the region), 11 forwards of
+ * the model, 3.6 tokens/forward, region lines 4-20`, or why the model's answer was refused.
+ */
+export function formatNextEditDetails(stats: QuickdraftStats): string {
+  const parts: string[] = [];
+  const edits = finite(stats.edit_count);
+  if (edits !== undefined) {
+    parts.push(edits === 1 ? "1 edit" : `${edits} edits`);
+  }
+  const tokens = finite(stats.tokens);
+  if (tokens !== undefined) {
+    const copied = finite(stats.copied_tokens);
+    parts.push(`${tokens} tokens${copied !== undefined && copied > 0 ? ` (${copied} copied from the region)` : ""}`);
+  }
+  const forwards = finite(stats.target_forwards);
+  if (forwards !== undefined && forwards > 0) {
+    parts.push(`${forwards} forwards of the model`);
+  }
+  const tpf = tokensPerForward(stats);
+  if (tpf) {
+    parts.push(tpf);
+  }
+  const region = stats.region_lines;
+  if (Array.isArray(region) && region.length === 2 && region.every((n) => finite(n) !== undefined)) {
+    // [first line, the line after the last], 0-based: 1-based inclusive for a person
+    parts.push(`region lines ${Number(region[0]) + 1}-${Number(region[1])}`);
+  }
+  if (typeof stats.rejected === "string" && stats.rejected !== "") {
+    parts.push(`refused: ${stats.rejected}`);
+  }
+  const latency = finite(stats.latency_ms);
+  const head = latency !== undefined ? `${milliseconds(latency)}: ` : "";
+  return head + (parts.length > 0 ? parts.join(", ") : "no details");
+}

@@ -3,7 +3,14 @@
 //
 // Pure logic, no `vscode` import (tested by `npm test`).
 
-import { formatStatusText, formatTooltip, StatsTotals } from "./stats";
+import {
+  formatNextEdit,
+  formatNextEditDetails,
+  formatStatusText,
+  formatTooltip,
+  QuickdraftStats,
+  StatsTotals,
+} from "./stats";
 
 export const SERVER_STATES = ["loading", "ready", "error", "unavailable"] as const;
 export type ServerState = (typeof SERVER_STATES)[number];
@@ -74,11 +81,22 @@ export function withStep(state: string, step: string, shortened = true): string 
   return first && first[0].toLowerCase() === state ? text : `${state}: ${text}`;
 }
 
+/** The next edit's part of the item: whether one is shown now, and the last one's stats. */
+export interface NextEditStatus {
+  visible: boolean;
+  last?: QuickdraftStats;
+}
+
 /**
  * What the item shows. A server that never sends `$/quickdraft/status` (older ones) is "starting"
  * until its first stats arrive; one that does is "loading" until it says "ready".
  */
-export function statusView(client: ClientState, server: ServerStatus | undefined, totals: StatsTotals): StatusView {
+export function statusView(
+  client: ClientState,
+  server: ServerStatus | undefined,
+  totals: StatsTotals,
+  nextEdit?: NextEditStatus,
+): StatusView {
   let text: string;
   let headline: string;
   let alert: StatusView["alert"];
@@ -115,5 +133,17 @@ export function statusView(client: ClientState, server: ServerStatus | undefined
   if (server?.backend === "openai") {
     headline += " [remote engine]";
   }
-  return { text, tooltip: formatTooltip(totals, `quickdraft — ${headline}`), alert };
+  let tooltip = formatTooltip(totals, `quickdraft — ${headline}`);
+  const serving = client === "running" && (server === undefined || server.state === "ready");
+  if (nextEdit?.visible && serving) {
+    // an edit is shown: the item says so (its latency and speed), Tab applies it
+    text = `$(zap) ${formatNextEdit(nextEdit.last)} · Tab`;
+  }
+  if (nextEdit?.last) {
+    tooltip += `\nNext edit: ${formatNextEditDetails(nextEdit.last)}`;
+  }
+  if (nextEdit?.visible) {
+    tooltip += "\nA next edit is shown: Tab applies it, Escape dismisses it.";
+  }
+  return { text, tooltip, alert };
 }

@@ -1,7 +1,7 @@
 import { strict as assert } from "node:assert";
 import { test } from "node:test";
 
-import { buildConfigTree, needsRestart, objectReader, serverCommand, toSnake } from "../src/config";
+import { buildConfigTree, needsRestart, nextEditSettings, objectReader, serverCommand, toSnake } from "../src/config";
 
 test("toSnake follows config.py", () => {
   assert.equal(toSnake("maxNewTokens"), "max_new_tokens");
@@ -104,4 +104,18 @@ test("a model or command change restarts, a decoding change does not", () => {
     needsRestart(base, snap({ model: { target: "/a", device: "cpu" }, languages: { python: { enabled: false } } })),
     false,
   );
+});
+
+test("quickdraft.nextEdit.*: on by default, the rest clamped to whole milliseconds", () => {
+  const reader = objectReader;
+  assert.deepEqual(nextEditSettings(reader({})), { enabled: true, debounceMs: 600 });
+  assert.deepEqual(nextEditSettings(reader({ nextEdit: { enabled: false, debounceMs: 250.4 } })), {
+    enabled: false,
+    debounceMs: 250,
+  });
+  assert.equal(nextEditSettings(reader({ nextEdit: { debounceMs: -5 } })).debounceMs, 0);
+  assert.equal(nextEditSettings(reader({ nextEdit: { debounceMs: 1e9 } })).debounceMs, 5000);
+  assert.equal(nextEditSettings(reader({ nextEdit: { debounceMs: "9" } })).debounceMs, 600);
+  // nothing of it reaches the server's configuration tree
+  assert.deepEqual(buildConfigTree(reader({ nextEdit: { enabled: false } })), {});
 });

@@ -4,8 +4,11 @@ import { test } from "node:test";
 import {
   formatDetails,
   formatLast,
+  formatNextEdit,
+  formatNextEditDetails,
   formatStatusText,
   formatTooltip,
+  isNextEditStats,
   normalizeStats,
   speedup,
   StatsTotals,
@@ -154,4 +157,28 @@ test("cached answers are counted apart and leave the mean latency of computed on
   assert.equal(totals.tokens, 16);
   assert.equal(totals.meanLatencyMs, 75);
   assert.match(formatTooltip(totals, "h"), /Session: 3 completions \(1 cached\), 16 tokens, mean 75 ms/);
+});
+
+test("next edit stats: told apart from completions, latency and tokens per forward", () => {
+  const stats = normalizeStats({
+    feature: "inlineEdit",
+    latencyMs: 412.4,
+    tokens: 40,
+    tokensPerForward: 3.64,
+    targetForwards: 11,
+    editCount: 2,
+    copiedTokens: 36,
+    rejected: null,
+    regionLines: [3, 20],
+  });
+  assert.equal(isNextEditStats(stats), true);
+  assert.equal(isNextEditStats(normalizeStats({ latencyMs: 3, tokens: 2 })), false);
+  assert.equal(formatNextEdit(stats), "next edit · 412 ms · 3.6 tokens/forward");
+  assert.equal(formatNextEdit(undefined), "next edit");
+  assert.equal(
+    formatNextEditDetails(stats),
+    "412 ms: 2 edits, 40 tokens (36 copied from the region), 11 forwards of the model, 3.6 tokens/forward, region lines 4-20",
+  );
+  const refused = normalizeStats({ feature: "inlineEdit", latencyMs: 90, editCount: 0, rejected: "unclosed" });
+  assert.equal(formatNextEditDetails(refused), "90 ms: 0 edits, refused: unclosed");
 });

@@ -123,3 +123,21 @@ test("ready: a word until the first completion; no draft tried: the latency alon
   assert.equal(view.text, "$(zap) 310 ms");
   assert.match(view.tooltip, /^quickdraft — ready: Qwen2.5-Coder-1.5B \+ 0.5B draft, llama.cpp\nLast: 310 ms\n15 tokens, no drafts tried/);
 });
+
+test("a next edit shown: the item says so with its latency and speed; the tooltip has its details", () => {
+  const totals = new StatsTotals();
+  totals.add(computed);
+  const ready = { state: "ready" as const, message: "" };
+  const last = { feature: "inlineEdit", latency_ms: 45, tokens_per_forward: 3.2, edit_count: 1, tokens: 16 };
+  const shown = statusView("running", ready, totals, { visible: true, last });
+  assert.equal(shown.text, "$(zap) next edit · 45 ms · 3.2 tokens/forward · Tab");
+  assert.match(shown.tooltip, /\nNext edit: 45 ms: 1 edit, 16 tokens, 3\.2 tokens\/forward\nA next edit is shown: Tab applies it/);
+  // hidden again: the last completion, the next edit's details stay in the tooltip
+  const hidden = statusView("running", ready, totals, { visible: false, last });
+  assert.equal(hidden.text, statusView("running", ready, totals).text);
+  assert.match(hidden.tooltip, /\nNext edit: 45 ms/);
+  assert.doesNotMatch(hidden.tooltip, /is shown/);
+  // the server's own state wins over an edit shown
+  const loading = statusView("running", { state: "loading", message: "" }, totals, { visible: true, last });
+  assert.equal(loading.text, "$(loading~spin) quickdraft loading");
+});
