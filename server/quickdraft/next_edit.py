@@ -193,14 +193,17 @@ def without_overrun(region: EditableRegion, rewritten: str) -> str:
     new, old = lines_with_breaks(rewritten), lines_with_breaks(region.text)
     after, before = lines_with_breaks(region.after), lines_with_breaks(region.before)
     cut_tail = False
-    for k in range(min(len(new) - 1, len(after)), 0, -1):
-        tail = new[-k:]
+    # Where the rewrite starts to repeat the lines after the region (two lines, or what there
+    # is), and the region itself has something else there: the rest is the model writing on
+    # (it may go past what it was shown, making lines up).
+    run = min(2, len(after))
+    for j in range(1, len(new) - run + 1) if run else ():
         if (
-            any(line.strip() for line in tail)
-            and _same_lines(tail, after[:k])
-            and not _same_lines(old[-k:], tail)
+            any(line.strip() for line in new[j : j + run])
+            and _same_lines(new[j : j + run], after[:run])
+            and not _same_lines(old[j : j + run], new[j : j + run])
         ):
-            new, cut_tail = new[:-k], True
+            new, cut_tail = new[:j], True
             break
     for k in range(min(len(new) - 1, len(before)), 0, -1):
         head = new[:k]

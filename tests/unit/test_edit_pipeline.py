@@ -294,3 +294,13 @@ def test_lines_written_past_the_region_are_not_inserted_again():
     repeat = choose_region("a\nb\nb\nb\n", 2, lines_above=0, lines_below=1)
     assert repeat.text == "b\nb" and repeat.after.startswith("b")
     assert without_overrun(repeat, "b\nb") == "b\nb"
+
+
+def test_an_overrun_longer_than_the_lines_shown_is_cut_where_it_starts():
+    text = "".join(f"line {i}\n" for i in range(40))
+    region = choose_region(text, text.index("line 8"), lines_above=2, lines_below=3)
+    shown = region.after.count("\n") + 1
+    invented = "".join(f"made up {i}\n" for i in range(5))
+    wrote_on = region.text + "\n" + region.after + "\n" + invented.rstrip("\n")
+    assert wrote_on.count("\n") > region.text.count("\n") + shown
+    assert without_overrun(region, wrote_on) == region.text
