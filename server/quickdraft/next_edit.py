@@ -192,7 +192,6 @@ def without_overrun(region: EditableRegion, rewritten: str) -> str:
     Lines the region itself ends (or starts) with are never taken for an overrun."""
     new, old = lines_with_breaks(rewritten), lines_with_breaks(region.text)
     after, before = lines_with_breaks(region.after), lines_with_breaks(region.before)
-    cut_tail = False
     # Where the rewrite starts to repeat the lines after the region (two lines, or what there
     # is), and the region itself has something else there: the rest is the model writing on
     # (it may go past what it was shown, making lines up).
@@ -203,7 +202,7 @@ def without_overrun(region: EditableRegion, rewritten: str) -> str:
             and _same_lines(new[j : j + run], after[:run])
             and not _same_lines(old[j : j + run], new[j : j + run])
         ):
-            new, cut_tail = new[:j], True
+            new = new[:j]
             break
     for k in range(min(len(new) - 1, len(before)), 0, -1):
         head = new[:k]
@@ -214,11 +213,10 @@ def without_overrun(region: EditableRegion, rewritten: str) -> str:
         ):
             new = new[k:]
             break
-    trimmed = "".join(new)
-    if cut_tail and trimmed.endswith(("\n", "\r")) and not region.text.endswith(("\n", "\r")):
-        # the region's last line has no break of its own: nor has the rewrite's
-        trimmed = trimmed[:-2] if trimmed.endswith("\r\n") else trimmed[:-1]
-    return trimmed
+    # The region's own ending (its last line has no break: the next line's start follows) is
+    # the rewrite's too: blank lines a model leaves at the end are no edit anyone wants.
+    ending = region.text[len(region.text.rstrip("\r\n")) :]
+    return "".join(new).rstrip("\r\n") + ending
 
 
 def reject_reason(region: str, rewritten: str | None, edits: Sequence[Edit]) -> str | None:

@@ -304,3 +304,11 @@ def test_an_overrun_longer_than_the_lines_shown_is_cut_where_it_starts():
     wrote_on = region.text + "\n" + region.after + "\n" + invented.rstrip("\n")
     assert wrote_on.count("\n") > region.text.count("\n") + shown
     assert without_overrun(region, wrote_on) == region.text
+
+
+def test_blank_lines_left_at_the_regions_end_are_no_edit():
+    text = "".join(f"line {i}\n" for i in range(40))
+    region = choose_region(text, text.index("line 8"), lines_above=2, lines_below=3)
+    assert without_overrun(region, region.text + "\n\n") == region.text
+    assert without_overrun(region, region.text + "\n\n" + region.after) == region.text
+    assert minimal_edits(region.text, without_overrun(region, region.text + "\n")) == []
