@@ -244,3 +244,23 @@ def test_a_copy_draft_limit_below_one_is_refused(models, tokenizer):
     engine = Engine(models[0], None, stop_token_ids=[])
     with pytest.raises(InputError, match="max copy draft"):
         generate(engine, tokenizer.encode(PROMPT), "ngram", copy_source=[1, 2], max_copy_draft=0)
+
+
+def test_a_rewrite_that_ignored_its_source_does_not_stop_the_next_one_copying(models, tokenizer):
+    """Copy acceptance is the request's own: after a request whose source the output never
+    followed, the next request with a faithful source still drafts long copies."""
+    engine = Engine(models[0], None, stop_token_ids=[])
+    prompt = tokenizer.encode(PROMPT)
+    expected = generate(engine, prompt, "ar").tokens
+    for _ in range(6):  # sources that agree for a few tokens, then never again
+        misleading = expected[:3] + [t + 1 for t in expected[3:]]
+        assert generate(engine, prompt, "ngram", copy_source=misleading).tokens == expected
+    faithful = generate(engine, prompt, "ngram", copy_source=expected)
+    assert faithful.tokens == expected
+    assert faithful.stats.tokens_per_forward >= 4
+    # exactly what an engine that never saw the misleading requests does
+    fresh = generate(
+        Engine(models[0], None, stop_token_ids=[]), prompt, "ngram", copy_source=expected
+    )
+    assert faithful.stats.target_forwards == fresh.stats.target_forwards
+    assert faithful.stats.accepted_by_source == fresh.stats.accepted_by_source

@@ -23,6 +23,8 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Sequence
 
+from quickdraft.decoding.costmodel import AcceptanceTracker
+
 COPY_MIN_N = 2
 COPY_MAX_N = 8
 
@@ -44,6 +46,11 @@ class CopyAligner:
         self._departed = 0
         """Where the output last left the source: realignment prefers matches after it."""
         self._recent: deque[int] = deque(maxlen=max_n)
+        self.acceptance = AcceptanceTracker()
+        """This request's copy acceptance, from the prior up. How well one rewrite follows its
+        source says nothing about the next one; a shared tracker that fell below what drafting
+        needs would never draft again to learn otherwise (a real run stopped copying after
+        its first request)."""
         self._ends: dict[tuple[int, ...], list[int]] = {}
         """n-gram -> the positions right after its occurrences, ascending."""
         for end in range(min_n, len(self.source) + 1):

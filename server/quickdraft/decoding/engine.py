@@ -433,7 +433,9 @@ class Engine:
             if proposal is not None and drafts:
                 stats.drafted_by_source[proposal.source] += len(drafts)
                 stats.accepted_by_source[proposal.source] += accepted
-                self.acceptance.update(
+                copied = proposal.source == "copy" and aligner is not None
+                tracker = aligner.acceptance if copied else self.acceptance
+                tracker.update(
                     request.language, proposal.tracker_key or proposal.source, len(drafts), accepted
                 )
 
@@ -571,7 +573,7 @@ class Engine:
             return None
         if fixed_k is None:
             k, _ = self.cost_model.best_k(
-                "copy", self.acceptance.rate(request.language, "copy"), len(tokens)
+                "copy", aligner.acceptance.rate(request.language, "copy"), len(tokens)
             )
             if k == 0:
                 return None
