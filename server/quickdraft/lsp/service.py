@@ -74,9 +74,8 @@ class CompletionService:
         self.typed_ahead = TypedAheadCache()
         """Answers on the event loop, so a typed-ahead hit never waits for the worker."""
         self._inflight: dict[str, _Job] = {}
-        self._prefetching: dict[str, list[tuple[int, str]]] = {}
-        self._prefetch_jobs: dict[str, list[Future]] = {}
-        """The worker's prefetch jobs per document, queued or running."""
+        self._prefetching: dict[str, dict[tuple[int, str], Future]] = {}
+        """The prefetches queued or running per document: (offset, text) -> the worker's job."""
         """Per document, the (offset, text) of each prefetch submitted and not finished."""
 
     # --- the request ------------------------------------------------------------------
@@ -250,19 +249,15 @@ class CompletionService:
             offset=offset,
             slot=uri + PREFETCH_SLOT,  # the document's own caches keep what is typed
         )
-        running = self._prefetching.setdefault(uri, [])
         key = (offset, text)
-        running.append(key)
         loop = asyncio.get_running_loop()
         future = self.server.worker.submit_background(self.server.host.complete, request)
-        jobs = self._prefetch_jobs.setdefault(uri, [])
-        jobs.append(future)
+        running = self._prefetching.setdefault(uri, {})
+        running[key] = future
 
         def finished() -> None:
-            if key in running:
-                running.remove(key)
-            if future in jobs:
-                jobs.remove(future)
+            if running.get(key) is future:
+                del running[key]
 
         def done(fut, prefix=text[:offset], suffix=text[offset:]) -> None:
             if fut.cancelled() or fut.exception() is not None:
@@ -299,7 +294,7 @@ class CompletionService:
         current = document.text
         if not text or current[start:end] != text:
             return "not there"
-        if any(key == (end, current) for key in self._prefetching.get(uri, [])):
+        if (end, current) in self._prefetching.get(uri, {}):
             return "running"
         if self.typed_ahead.lookup(uri, current[:end], current[end:]) is not None:
             return "ready"
@@ -314,25 +309,21 @@ class CompletionService:
         running one stops through its cancel event, `ModelWorker.preempt_background`), so the
         worker warms where they are now. Returns how many were dropped."""
         dropped = 0
-        for uri, jobs in self._prefetch_jobs.items():
+        for uri, running in self._prefetching.items():
             if uri == keep:
                 continue
-            for job in list(jobs):
+            for key, job in list(running.items()):
                 if job.cancel():
                     dropped += 1
-                    jobs.remove(job)
-                    self._prefetching.pop(uri, None)
+                    del running[key]
         return dropped
 
     def _prefetched(
         self, uri: str, prefix: str, suffix: str, completion: Any, key: tuple[int, str]
     ) -> None:
-        running = self._prefetching.get(uri, [])
-        if key in running:
-            running.remove(key)
-        jobs = self._prefetch_jobs.get(uri, [])
-        for job in [j for j in jobs if j.done()]:
-            jobs.remove(job)
+        running = self._prefetching.get(uri, {})
+        if key in running and running[key].done():  # not a newer job for the same spot
+            del running[key]
         self.typed_ahead.remember(uri, prefix, completion.text, suffix, "prefetch")
         what = f"{len(completion.text)} chars" if completion.text else "nothing to add"
         prefill = getattr(completion.stats, "prefill_tokens", 0)
@@ -349,8 +340,7 @@ class CompletionService:
 
     def forget(self, uri: str) -> None:
         self._cancel_inflight(uri)
-        self._prefetching.pop(uri, None)
-        for job in self._prefetch_jobs.pop(uri, []):
+        for job in self._prefetching.pop(uri, {}).values():
             job.cancel()
         self.typed_ahead.invalidate(uri)
 
