@@ -632,10 +632,9 @@ def build_prompt(
             cut = True
         if not pinned:
             return "", section, first, cut
-        # What moves no further than the anchor's window leaves the rest of the file budget
-        # to the top; a middle too long for its allowance takes the top's place (rarely).
-        # (the middle counted as its allowance and 64-token steps: the top changes only when
-        # the middle passes a step)
+        # The top gets what the moving part leaves of the file budget. The middle counts as
+        # its allowance plus 64-token steps, so a long middle shrinks the top only when it
+        # passes a step (rarely), not at every keystroke.
         room = min(top_budget, file_budget - suffix_used - allowance - excess - used)
         pinned_lines = (
             top_lines if room >= top_lines_budget else _fit_top(text, room, count, top_from)
