@@ -213,3 +213,27 @@ def test_provenance_and_bench_report_show_peak_rss():
     text = report.render_markdown(results)
     assert "| peak RSS | 3.00 GiB (3,145,728 kB), the bench process |" in text
     assert "children" not in text
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_a_float32_drafts_head_stays_half_and_its_logits_are_float32_from_the_stored_values(
+    tmp_path, monkeypatch, tied
+):
+    from quickdraft.models.precision import StoredHead
+
+    monkeypatch.setattr(StoredHead, "ROWS", 7)  # many blocks, the last one short
+    path = save_bf16(tmp_path / "m", tied=tied)
+    device = torch.device("cpu")
+    draft = torch_loading.load_torch_model(resolved(path), "float32", device, None, is_draft=True)
+    target = torch_loading.load_torch_model(resolved(path), "float32", device, None)
+    assert isinstance(draft.lm_head, StoredHead) and draft.lm_head.weight.dtype == torch.bfloat16
+    embedding = draft.get_input_embeddings()
+    assert isinstance(embedding, StoredEmbedding) and embedding.weight.dtype == torch.bfloat16
+    assert (embedding.weight is draft.lm_head.weight) == tied  # a shared table stays one
+    assert target.lm_head.weight.dtype == torch.float32  # the target is never changed
+    tables = sum(p.numel() * p.element_size() for p in draft.parameters())
+    assert tables < sum(p.numel() * p.element_size() for p in target.parameters())
+    got, want = logits(draft, IDS), logits(target, IDS)
+    assert got.dtype == torch.float32 and got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)  # same values, other blocking
+    assert torch.equal(got.argmax(-1), want.argmax(-1))

@@ -4,7 +4,10 @@ Checkpoints come in bfloat16 (the converted GGUFs) and run in float32 (or int8 w
 around it) on a CPU. Loading them as stored and casting afterwards, one tensor at a time, keeps
 the peak memory near the final size; the input embedding stays as stored (`StoredEmbedding`):
 a lookup does no arithmetic, so its upcast rows equal a float32 table's exactly, at half the
-memory (the 151,936-row Qwen table is 0.9 GB in float32 for the 1.5B).
+memory (the 151,936-row Qwen table is 0.9 GB in float32 for the 1.5B). The draft keeps its
+output head as stored too (`keep_stored_head`; 0.27 GB less for the 0.5B): the draft only
+proposes, the target checks every token, and the head still computes in float32 from the
+stored values (`StoredHead`).
 """
 
 from __future__ import annotations
@@ -41,11 +44,62 @@ def keep_stored_embedding(model: nn.Module, compute_dtype: torch.dtype) -> None:
     model.set_input_embeddings(StoredEmbedding(embedding.weight, compute_dtype))
 
 
+class StoredHead(nn.Module):
+    """An output head sharing a half-precision input embedding's table, computing its logits in
+    `compute_dtype`: a block of `ROWS` rows at a time is upcast into one reused buffer and
+    multiplied there, so the values are the stored ones and no full-precision copy exists. On
+    2 AVX2 cores this is as fast as a float32 table's matmul for one row and faster for several
+    (it streams half the bytes)."""
+
+    ROWS = 512
+
+    def __init__(self, weight: nn.Parameter, compute_dtype: torch.dtype):
+        super().__init__()
+        self.weight = weight
+        self.out_features, self.in_features = weight.shape
+        self.compute_dtype = compute_dtype
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        flat = hidden.reshape(-1, self.in_features).to(self.compute_dtype)
+        columns = flat.T.contiguous()
+        logits_t = torch.empty(self.out_features, flat.shape[0], dtype=self.compute_dtype)
+        block = torch.empty(
+            min(self.ROWS, self.out_features), self.in_features, dtype=self.compute_dtype
+        )
+        for first in range(0, self.out_features, self.ROWS):
+            rows = self.weight[first : first + self.ROWS]
+            upcast = block[: rows.shape[0]]
+            upcast.copy_(rows)
+            torch.mm(upcast, columns, out=logits_t[first : first + rows.shape[0]])
+        return logits_t.T.reshape(*hidden.shape[:-1], self.out_features)
+
+
+def keep_stored_head(model: nn.Module, compute_dtype: torch.dtype) -> bool:
+    """Wrap a half-precision output head in `StoredHead`; a table it shares with the input
+    embedding stays one table, wrapped in `StoredEmbedding` too. False (nothing changed) where
+    the head is not half precision."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if (
+        head is None
+        or isinstance(head, StoredHead)
+        or head.weight.dtype not in (torch.bfloat16, torch.float16)
+    ):
+        return False
+    embedding = model.get_input_embeddings()
+    if head.weight is embedding.weight:
+        model.set_input_embeddings(StoredEmbedding(embedding.weight, compute_dtype))
+        table = model.get_input_embeddings().weight
+    else:
+        table = nn.Parameter(head.weight.detach(), requires_grad=False)
+    model.set_output_embeddings(StoredHead(table, compute_dtype))
+    return True
+
+
 def cast_floating(model: nn.Module, dtype: torch.dtype) -> None:
     """Cast every floating-point parameter and buffer to `dtype`, one tensor at a time, except
-    a StoredEmbedding's table; the model's config says the new dtype."""
+    a StoredEmbedding's (or StoredHead's) table; the model's config says the new dtype."""
     for module in model.modules():
-        if isinstance(module, StoredEmbedding):
+        if isinstance(module, (StoredEmbedding, StoredHead)):
             continue
         for param in module.parameters(recurse=False):
             if param.is_floating_point() and param.dtype != dtype:

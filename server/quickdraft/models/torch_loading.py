@@ -28,7 +28,7 @@ from quickdraft.decoding import llamacpp
 from quickdraft.errors import ConfigError, ModelError, ModelNotFoundError
 from quickdraft.models import convert, store
 from quickdraft.models.cpu_kernels import KernelChoice, score
-from quickdraft.models.precision import cast_floating, keep_stored_embedding
+from quickdraft.models.precision import cast_floating, keep_stored_embedding, keep_stored_head
 from quickdraft.models.quantize import Int8Linear, default_int8_backend, quantize_model
 from quickdraft.models.references import ResolvedModel
 
@@ -227,7 +227,9 @@ def _empty_model(path: Path, dtype: torch.dtype):
     return model
 
 
-def stream_checkpoint(path: Path, dtype: torch.dtype, *, keep_embedding: bool):
+def stream_checkpoint(
+    path: Path, dtype: torch.dtype, *, keep_embedding: bool, keep_head: bool = False
+):
     """The safetensors checkpoint at `path` as a model whose floating-point tensors are
     `dtype`, read one tensor at a time into the parameter it becomes (no second copy of any
     weight, no state dict); tied weights stay tied. `keep_embedding`: an input embedding not
@@ -263,6 +265,7 @@ def stream_checkpoint(path: Path, dtype: torch.dtype, *, keep_embedding: bool):
     head = model.get_output_embeddings()
     tied = head is not None and head.weight is embedding
     keep = keep_embedding and not tied and embedding.dtype.is_floating_point
+    head_weight = head.weight if keep_head and head is not None else None
     placed: set[int] = set()
     scratch = torch.empty(READ_CHUNK_BYTES, dtype=torch.uint8)
     with ExitStack() as files:
@@ -293,6 +296,8 @@ def stream_checkpoint(path: Path, dtype: torch.dtype, *, keep_embedding: bool):
                     if aligned
                     else read_tensor(handle_of(stored.file), stored, stored.dtype, scratch)
                 )
+            elif param is head_weight:
+                value = read_tensor(handle_of(stored.file), stored, stored.dtype, scratch)
             else:
                 into = dtype if stored.dtype.is_floating_point else stored.dtype
                 value = read_tensor(handle_of(stored.file), stored, into, scratch)
@@ -308,18 +313,31 @@ def stream_checkpoint(path: Path, dtype: torch.dtype, *, keep_embedding: bool):
 
 
 def load_torch_model(
-    resolved: ResolvedModel, dtype: str, device: torch.device, int8_backend: str | None
+    resolved: ResolvedModel,
+    dtype: str,
+    device: torch.device,
+    int8_backend: str | None,
+    *,
+    is_draft: bool = False,
 ):
     """Load one torch model, read straight into its runtime dtype (`stream_checkpoint`); a
     half-precision checkpoint keeps its input embedding as stored (StoredEmbedding), and int8
-    reads the stored half precision and quantizes it (half the peak memory)."""
+    reads the stored half precision and quantizes it (half the peak memory). `is_draft`
+    (the draft model, whose tokens the target checks): in float32 its output head stays as
+    stored too (StoredHead), 0.27 GB less for the 0.5B."""
     stored = checkpoint_dtype(resolved.path)
     half = stored if stored in (torch.bfloat16, torch.float16) else None
     compute = torch.float32 if dtype == "int8" else TORCH_DTYPES[dtype]
     load_dtype = half if half is not None and device.type == "cpu" else compute
     read_dtype = load_dtype if dtype == "int8" else compute
+    keep_head = is_draft and dtype == "float32" and load_dtype != compute
     try:
-        model = stream_checkpoint(resolved.path, read_dtype, keep_embedding=load_dtype != compute)
+        model = stream_checkpoint(
+            resolved.path,
+            read_dtype,
+            keep_embedding=load_dtype != compute,
+            keep_head=keep_head,
+        )
         if model is None:
             model = AutoModelForCausalLM.from_pretrained(resolved.path, dtype=load_dtype)
     except ModelError:
@@ -331,6 +349,8 @@ def load_torch_model(
     model = model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
+    if keep_head:
+        keep_stored_head(model, compute)
     if load_dtype != compute:
         keep_stored_embedding(model, compute)
     if dtype == "int8":
@@ -415,4 +435,4 @@ def load_torch_models(
         return target, None
     gc.collect()  # what the target's loading left behind goes before the draft comes
     say(f"loading the draft {draft_info.path.name} in torch, {how}")
-    return target, load_torch_model(draft_info, dtype, device, int8_backend)
+    return target, load_torch_model(draft_info, dtype, device, int8_backend, is_draft=True)
