@@ -102,19 +102,27 @@ class PreparedEdit:
         return self.request.uri + EDIT_SLOT
 
     def text_stop_rule(self) -> Callable[[str], bool]:
-        """Text so far -> has the region been written out?"""
-        return self.prompt.closed
+        """Text so far -> has the region been written out (closed, or written past)?"""
+        prompt, region = self.prompt, self.region
+        return lambda text: prompt.closed(text) or overrun_start(region, text) is not None
 
     def stop_rule(self) -> Callable[[list[int]], bool]:
         """New tokens so far -> has the region been written out? (Decodes only the tail:
         the closing marker is a few tokens long.)"""
         prompt, decode = self.prompt, self.tokenizer.decode
 
+        region = self.region
+
         def stop(tokens: list[int]) -> bool:
             if len(tokens) <= STOP_TAIL_TOKENS:
-                return prompt.closed(decode(tokens, skip_special_tokens=False))
+                text = decode(tokens, skip_special_tokens=False)
+                return prompt.closed(text) or overrun_start(region, text) is not None
             tail = decode(tokens[-STOP_TAIL_TOKENS:], skip_special_tokens=False)
-            return prompt.closing in tail
+            if prompt.closing in tail:
+                return True
+            if "\n" not in tail:
+                return False  # a line is still being written: nothing new to judge
+            return overrun_start(region, decode(tokens, skip_special_tokens=False)) is not None
 
         return stop
 
@@ -217,6 +225,46 @@ def without_overrun(region: EditableRegion, rewritten: str) -> str:
     # the rewrite's too: blank lines a model leaves at the end are no edit anyone wants.
     ending = region.text[len(region.text.rstrip("\r\n")) :]
     return "".join(new).rstrip("\r\n") + ending
+
+
+def _runs(lines: Sequence[str], tail: Sequence[str]) -> list[int]:
+    """The indices just past each occurrence of `tail` in `lines`."""
+    n = len(tail)
+    return [j for j in range(n, len(lines) + 1) if list(lines[j - n : j]) == list(tail)]
+
+
+def overrun_start(region: EditableRegion, output: str) -> int | None:
+    """Where `output` (the answer so far) goes on past the region: the offset of the first
+    whole non-blank line written after the region's last non-blank lines were written again,
+    when the answer did not close there. A small model that reads on into the file writes its
+    next lines, or makes new ones up; every token of that is decode time spent on text that
+    would be cut. The tail is the region's last 2-6 non-blank lines, as many as make it occur
+    once in the region (a `}` closes many blocks); where none is unique, its last occurrence
+    counts. None while the answer stays within the region. (An edit that adds lines after the
+    region's last lines is cut there too: the region ends at a statement boundary well below
+    the cursor, so that is rare.)"""
+    old = [line.rstrip() for line in region.text.splitlines() if line.strip()]
+    if len(old) < 2 or "\n" not in output:
+        return None
+    for size in range(2, min(6, len(old)) + 1):
+        tail = old[-size:]
+        if len(_runs(old, tail)) == 1:
+            break
+    occurrences = len(_runs(old, tail))
+    complete = output[: output.rindex("\n") + 1]
+    starts: list[int] = []  # offset of each whole non-blank line written
+    written: list[str] = []
+    offset = 0
+    for line in lines_with_breaks(complete):
+        if line.strip():
+            starts.append(offset)
+            written.append(line.rstrip())
+        offset += len(line)
+    ends = _runs(written, tail)
+    if len(ends) < occurrences:
+        return None
+    past = ends[occurrences - 1]
+    return starts[past] if past < len(written) else None
 
 
 def reject_reason(region: str, rewritten: str | None, edits: Sequence[Edit]) -> str | None:
@@ -345,7 +393,12 @@ def suggest(
     clock.lap("generate_ms")
     region = prepared.region
     ended = generated.stop_reason in ("eos", "stop")
-    rewritten = prepared.prompt.region_of(generated.raw_text, ended)
+    raw = generated.raw_text
+    cut = None if prepared.prompt.closed(raw) else overrun_start(region, raw)
+    if cut is not None:  # stopped where the answer went on past the region
+        rewritten: str | None = raw[:cut]
+    else:
+        rewritten = prepared.prompt.region_of(raw, ended)
     if rewritten is not None:
         rewritten = without_overrun(region, rewritten)
     edits = minimal_edits(region.text, rewritten, region.start) if rewritten is not None else []

@@ -312,3 +312,61 @@ def test_blank_lines_left_at_the_regions_end_are_no_edit():
     assert without_overrun(region, region.text + "\n\n") == region.text
     assert without_overrun(region, region.text + "\n\n" + region.after) == region.text
     assert minimal_edits(region.text, without_overrun(region, region.text + "\n")) == []
+
+
+# --- stopping where the answer goes on past the region --------------------------------------
+
+
+def test_an_answer_that_writes_on_past_the_region_is_found_at_its_first_line_past_it():
+    from quickdraft.next_edit import overrun_start
+
+    text = "".join(f"line {i}\n" for i in range(40))
+    region = choose_region(text, text.index("line 8"), lines_above=2, lines_below=3)
+    edited = region.text.replace("line 9", "line nine")
+    assert overrun_start(region, edited) is None  # still inside it
+    assert overrun_start(region, edited + "\n") is None  # the last line ended, nothing past
+    assert overrun_start(region, edited + "\n```") is None  # the closing: not an overrun
+    assert overrun_start(region, edited + "\n\nmade") is None  # a line still being written
+    wrote_on = edited + "\n\nmade up 1\nmade up 2\n"
+    assert overrun_start(region, wrote_on) == len(edited) + 2
+    assert overrun_start(region, "line 6\nline 7\n") is None  # a line short: not yet
+
+
+def test_a_tail_that_closes_many_blocks_is_made_long_enough_to_be_the_regions_end():
+    from quickdraft.next_edit import overrun_start
+
+    text = "a {\n  if {\n  }\n}\nb {\n  if {\n  }\n}\nc {\n}\n"
+    region = choose_region(text, 0, lines_above=0, lines_below=7)
+    assert region.text == "a {\n  if {\n  }\n}\nb {\n  if {\n  }\n}"
+    first_block = "a {\n  if {\n  }\n}\n"
+    assert overrun_start(region, first_block + "b {\n") is None  # `  }` `}` again: mid-region
+    assert overrun_start(region, region.text + "\nc {\n") == len(region.text) + 1
+
+
+def test_generation_stops_at_an_overrun_and_the_rewrite_ends_where_the_region_does(
+    completer, monkeypatch
+):
+    from quickdraft.completer import Generated
+    from quickdraft.decoding import GenerationStats
+    from quickdraft.next_edit import prepare, suggest
+
+    text = "".join(f"line {i}\n" for i in range(40))
+    request = NextEditRequest("file:///w/b.py", text, 8, 0, "python")
+    prepared = prepare(completer, request)
+    region = prepared.region
+    lines = region.text.split("\n")
+    edited = "\n".join([lines[0], "changed", *lines[2:]])
+    wrote_on = edited + "\n" + region.after.split("\n")[0] + "\n"
+    encode = completer.prompts.cache.ids
+    assert prepared.text_stop_rule()(wrote_on) and not prepared.text_stop_rule()(edited)
+    assert prepared.stop_rule()(list(encode(wrote_on)))
+    assert not prepared.stop_rule()(list(encode(edited + "\n")))
+
+    def generate_edit(prepared, **_):
+        return Generated(wrote_on, list(encode(wrote_on)), "stop", GenerationStats())
+
+    monkeypatch.setattr(completer.backend, "generate_edit", generate_edit)
+    result = suggest(completer, request)
+    assert result.rewritten == edited and result.rejected is None
+    [edit] = result.edits
+    assert edit.text == "changed" and text[edit.start : edit.end] == lines[1]
