@@ -107,11 +107,10 @@ class PreparedEdit:
         return lambda text: prompt.closed(text) or overrun_start(region, text) is not None
 
     def stop_rule(self) -> Callable[[list[int]], bool]:
-        """New tokens so far -> has the region been written out? (Decodes only the tail:
-        the closing marker is a few tokens long.)"""
-        prompt, decode = self.prompt, self.tokenizer.decode
-
-        region = self.region
+        """New tokens so far -> has the region been written out (closed, or written past)?
+        (Decodes only the tail for the closing marker, a few tokens long; the whole answer
+        only when a line has just ended, to look for an overrun.)"""
+        prompt, region, decode = self.prompt, self.region, self.tokenizer.decode
 
         def stop(tokens: list[int]) -> bool:
             if len(tokens) <= STOP_TAIL_TOKENS:

@@ -45,11 +45,12 @@ def keep_stored_embedding(model: nn.Module, compute_dtype: torch.dtype) -> None:
 
 
 class StoredHead(nn.Module):
-    """An output head sharing a half-precision input embedding's table, computing its logits in
-    `compute_dtype`: a block of `ROWS` rows at a time is upcast into one reused buffer and
-    multiplied there, so the values are the stored ones and no full-precision copy exists. On
-    2 AVX2 cores this is as fast as a float32 table's matmul for one row and faster for several
-    (it streams half the bytes)."""
+    """An output head whose table stays in half precision (its own, or the one it shares with
+    the input embedding), computing its logits in `compute_dtype`: a block of `ROWS` rows at a
+    time is upcast into one reused buffer and multiplied there, so the values are the stored
+    ones and no full-precision copy exists. On 2 AVX2 cores (a 151,936 x 1,536 table) this took
+    87 ms for one row against a float32 table's 90, and 141-175 ms for 4-16 rows against
+    400-430 (it streams half the bytes)."""
 
     ROWS = 512
 
