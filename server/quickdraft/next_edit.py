@@ -108,8 +108,9 @@ class PreparedEdit:
 
     def stop_rule(self) -> Callable[[list[int]], bool]:
         """New tokens so far -> has the region been written out (closed, or written past)?
-        (Decodes only the tail for the closing marker, a few tokens long; the whole answer
-        only when a line has just ended, to look for an overrun.)"""
+        (Decodes the tail for the closing marker, a few tokens long, and the whole answer,
+        well under a millisecond, when that tail holds a line break: an overrun starts on a
+        line of its own.)"""
         prompt, region, decode = self.prompt, self.region, self.tokenizer.decode
 
         def stop(tokens: list[int]) -> bool:
