@@ -3,39 +3,10 @@ import { test } from "node:test";
 
 import { DEFAULT_NEXT_EDIT_DEBOUNCE_MS } from "../src/config";
 import { CancellationLike } from "../src/debounce";
-import { FocusPoint, Timers } from "../src/focus";
+import { FocusPoint } from "../src/focus";
 import { EditItem } from "../src/nextEdit";
 import { AskReason, Cancellation, NextEditController } from "../src/nextEditController";
-
-/** Timers that run only when the test advances the clock. */
-class ManualTimers implements Timers {
-  now = 0;
-  private queue = new Map<number, { at: number; callback: () => void }>();
-  private nextId = 1;
-
-  setTimeout(callback: () => void, ms: number): unknown {
-    const id = this.nextId++;
-    this.queue.set(id, { at: this.now + ms, callback });
-    return id;
-  }
-
-  clearTimeout(handle: unknown): void {
-    this.queue.delete(handle as number);
-  }
-
-  advance(ms: number): void {
-    this.now += ms;
-    for (const [id, entry] of [...this.queue].sort((a, b) => a[1].at - b[1].at)) {
-      if (entry.at <= this.now && this.queue.delete(id)) {
-        entry.callback();
-      }
-    }
-  }
-
-  get scheduled(): number {
-    return this.queue.size;
-  }
-}
+import { ManualTimers } from "./manualTimers";
 
 const URI = "file:///work/shapes.py";
 
