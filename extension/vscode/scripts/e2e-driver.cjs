@@ -219,6 +219,26 @@ function lineCount(text) {
   return text.split("\n").length - (text.endsWith("\n") ? 1 : 0);
 }
 
+/** Click `name` in the explorer: when it was clicked, and whether its tab became the active one
+ * within 30 s. */
+async function openFromExplorer(page, name) {
+  await page.keyboard.press("Escape");
+  await page.locator(".explorer-folders-view .monaco-list-row", { hasText: name }).first().click();
+  const clickedAt = Date.now();
+  const opened = await waitFor(
+    () =>
+      page.evaluate(
+        (tab) =>
+          Array.from(document.querySelectorAll(".tabs-container .tab.active")).some((t) =>
+            (t.textContent || "").includes(tab),
+          ),
+        name,
+      ),
+    30000,
+  );
+  return { clickedAt, opened };
+}
+
 /**
  * Opens the big file from the explorer, types on a new line in its middle until ghost text shows,
  * accepts it with Tab, saves and checks the file on disk: what was there with what was typed and
@@ -232,20 +252,7 @@ async function typeInBigFile(page, file) {
   if (!check(`${name} has the line to type after`, index >= 0, BIG_FILE_AFTER)) return null;
   const offset = lines.slice(0, index + 1).join("\n").length;
 
-  await page.keyboard.press("Escape");
-  await page.locator(".explorer-folders-view .monaco-list-row", { hasText: name }).first().click();
-  const openedAt = Date.now();
-  const opened = await waitFor(
-    () =>
-      page.evaluate(
-        (tab) =>
-          Array.from(document.querySelectorAll(".tabs-container .tab.active")).some((t) =>
-            (t.textContent || "").includes(tab),
-          ),
-        name,
-      ),
-    30000,
-  );
+  const { clickedAt: openedAt, opened } = await openFromExplorer(page, name);
   check(`${name} (${lineCount(original)} lines) opens in the editor`, opened);
   // Go to the line (Ctrl+G) and to its end: a new line there is typed into.
   await page.locator(".monaco-editor .view-lines").first().click();
@@ -381,19 +388,7 @@ async function saveAndRead(page, file, before) {
 async function nextEdits(page, file) {
   const name = path.basename(file);
   const original = fs.readFileSync(file, "utf8");
-  await page.keyboard.press("Escape");
-  await page.locator(".explorer-folders-view .monaco-list-row", { hasText: name }).first().click();
-  const opened = await waitFor(
-    () =>
-      page.evaluate(
-        (tab) =>
-          Array.from(document.querySelectorAll(".tabs-container .tab.active")).some((t) =>
-            (t.textContent || "").includes(tab),
-          ),
-        name,
-      ),
-    30000,
-  );
+  const { opened } = await openFromExplorer(page, name);
   check(`${name} opens in the editor`, opened);
   await page.locator(".monaco-editor .view-lines").first().click();
 
