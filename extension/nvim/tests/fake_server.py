@@ -191,7 +191,6 @@ def did_focus(ls: LanguageServer, params: Any) -> None:
     log("didFocus", entry)
 
 
-@server.feature("textDocument/copilotInlineEdit")
 def copilot_inline_edit(ls: LanguageServer, params: Any) -> dict[str, Any]:
     plain = as_plain(params)
     uri, version = plain["textDocument"]["uri"], plain["textDocument"]["version"]
@@ -230,9 +229,15 @@ def copilot_inline_edit(ls: LanguageServer, params: Any) -> dict[str, Any]:
     return {"edits": []}
 
 
-@server.feature("textDocument/didShowInlineEdit")
 def did_show_inline_edit(ls: LanguageServer, params: Any) -> None:
     log("didShowInlineEdit", as_plain(params))
+
+
+# Next edits only when offered: a server built on this one (extension/vscode/scripts/
+# e2e_fake_server.py) registers its own, and pygls refuses a feature registered twice.
+if INLINE_EDIT:
+    server.feature("textDocument/copilotInlineEdit")(copilot_inline_edit)
+    server.feature("textDocument/didShowInlineEdit")(did_show_inline_edit)
 
 
 @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
