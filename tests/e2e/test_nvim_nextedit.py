@@ -68,7 +68,7 @@ def test_next_edit_shown_jumped_to_and_applied(tmp_path: Path):
         "the server is told the edit was shown (didShowInlineEdit)",
         ":QuickdraftStatus shows the last next edit: latency, tokens per forward",
         "<Tab> moves the cursor to the start of the edit",
-        "the second <Tab> applies it: the rename is finished",
+        "the second <Tab> applies it: the text is the edit shown",
         "the file on disk after :w is the text plus the edit",
         "an edit for an older version is not applied",
         "show() refuses an edit for another version",

@@ -199,6 +199,21 @@ function H.log_messages()
   return logged
 end
 
+--- `text` with the LSP text edits `items` ({range, text}: the server's answer) applied, in a
+--- scratch buffer by Neovim's own apply_text_edits: what the buffer must read after a client
+--- applies exactly those edits, whatever model wrote them.
+function H.with_edits(text, items)
+  local scratch = vim.api.nvim_create_buf(false, true)
+  vim.api.nvim_buf_set_lines(scratch, 0, -1, false, vim.split(text, '\n', { plain = true }))
+  local edits = vim.tbl_map(function(item)
+    return { range = item.range, newText = item.text }
+  end, items)
+  vim.lsp.util.apply_text_edits(edits, scratch, 'utf-16')
+  local out = H.text(scratch)
+  vim.api.nvim_buf_delete(scratch, { force = true })
+  return out
+end
+
 --- The contents of the file at `path`.
 function H.text_on_disk(path)
   local file = assert(io.open(path, 'r'))
