@@ -47,12 +47,14 @@ test('options become the snake_case tree, unset values left out', function()
     model = { preset = 'qwen2.5-coder-1.5b', device = 'cpu', target = '', calibrate = false },
     decoding = { maxNewTokens = 48, draft_length = 6 },
     context = { maxPromptTokens = 1024 },
+    cache = { memoryMb = 512, warmup = false },
     languages = { python = { draftLength = 4, enabled = true, multiline = 'never' }, markdown = { enabled = false } },
   })
   eq({
     model = { preset = 'qwen2.5-coder-1.5b', device = 'cpu', calibrate = false },
     decoding = { max_new_tokens = 48, draft_length = 6 },
     context = { max_prompt_tokens = 1024 },
+    cache = { memory_mb = 512, warmup = false },
     languages = { python = { draft_length = 4, enabled = true, multiline = 'never' }, markdown = { enabled = false } },
   }, config.tree(opts))
   eq(false, config.language_enabled(opts, 'markdown'))

@@ -2,7 +2,7 @@
 --
 -- Pure functions (no editor state), unit-tested by tests/config_spec.lua.
 -- The tree has the shape of server/quickdraft/config.py with snake_case keys:
---   { model = {...}, decoding = {...}, context = {...}, languages = { [id] = {...} } }
+--   { model = {...}, decoding = {...}, context = {...}, cache = {...}, languages = { [id] = {...} } }
 -- Options left unset are omitted, so they never override the server's own defaults or the flags
 -- on its command line. The server validates the values.
 
@@ -17,6 +17,7 @@ M.defaults = {
   model = {},
   decoding = {},
   context = {},
+  cache = {},
   languages = {},
   -- Filetypes to attach to; nil attaches to every buffer that is a file.
   filetypes = nil,
@@ -108,6 +109,7 @@ function M.normalize(opts)
   vim.validate('model', merged.model, 'table')
   vim.validate('decoding', merged.decoding, 'table')
   vim.validate('context', merged.context, 'table')
+  vim.validate('cache', merged.cache, 'table')
   vim.validate('languages', merged.languages, 'table')
   vim.validate('filetypes', merged.filetypes, 'table', true)
   vim.validate('debounce_ms', merged.debounce_ms, function(value)
@@ -139,7 +141,7 @@ end
 ---@return table
 function M.tree(opts)
   local tree = {}
-  for _, section in ipairs({ 'model', 'decoding', 'context' }) do
+  for _, section in ipairs({ 'model', 'decoding', 'context', 'cache' }) do
     local values = snake_table(opts[section])
     if section == 'model' and type(values.draft) == 'string' and values.draft:lower() == 'none' then
       values.draft = vim.NIL -- n-gram drafting only
