@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from quickdraft.completer import Completer
 from quickdraft.config import QuickdraftConfig
+from quickdraft.context.prompt import prompt_tokens
 from quickdraft.local_backend import LocalBackend
 from quickdraft.models.loading import Progress, load_models
 from quickdraft.remote import load_remote_completer
@@ -21,9 +22,15 @@ def load_completer(config: QuickdraftConfig, *, progress: Progress | None = None
         return load_remote_completer(config, progress=progress)
     # The runtimes' costs are compared on a prompt of the size this configuration sends.
     models = load_models(
-        config.model, progress=progress, prompt_tokens=config.context.max_prompt_tokens
+        config.model, progress=progress, prompt_tokens=prompt_tokens(config.context)
     )
     backend = LocalBackend(models, config)
-    if config.model.calibrate and config.decoding.strategy != "ar":
+    if config.model.calibrate and needs_step_costs(config):
         backend.calibrate(progress=progress)
     return Completer(backend, config)
+
+
+def needs_step_costs(config: QuickdraftConfig) -> bool:
+    """Whether the settings use this machine's measured step costs: a drafting strategy sizes
+    its drafts by them, an `auto` prompt budget follows the prefill speed."""
+    return config.decoding.strategy != "ar" or config.context.max_prompt_tokens == "auto"

@@ -103,12 +103,20 @@ class DecodingConfig:
     """Stop generating after this many milliseconds and return what is done."""
 
 
+FIXED_PROMPT_TOKENS = 1536
+"""The budget of `context.max_prompt_tokens: auto` where this machine's prefill speed is not
+measured (no step costs, a serving engine)."""
+
+
 @dataclass
 class ContextConfig:
     """What goes into the prompt."""
 
-    max_prompt_tokens: int = 1536
-    """Budget for the whole prompt: prefix, suffix and snippets of other files."""
+    max_prompt_tokens: int | Literal["auto"] = "auto"
+    """Budget for the whole prompt: prefix, suffix and snippets of other files. `auto`: what
+    this machine's target prefills in about 32 s by its measured step costs, within 1024-1536
+    (1536 where the speed is not measured: no step costs, or a serving engine); the rule and
+    its reasons are context/prompt.py's `auto_prompt_tokens`."""
     suffix_share: float = 0.25
     """Share of the file budget given to the text after the cursor."""
     snippet_share: float = 0.3

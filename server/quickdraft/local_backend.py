@@ -27,6 +27,7 @@ from quickdraft.completer import (
 )
 from quickdraft.config import QuickdraftConfig
 from quickdraft.context import OpenDocument, get_fim_template
+from quickdraft.context.prompt import fit_prompt_budget
 from quickdraft.decoding import CostModel, Engine, GenerationRequest, GenerationResult, NgramIndex
 from quickdraft.decoding.healing import TokenBytes
 from quickdraft.decoding.runner import StaticModelRunner
@@ -86,6 +87,17 @@ class LocalBackend:
     # --- settings and step costs --------------------------------------------------------
 
     def configure(self, config: QuickdraftConfig) -> QuickdraftConfig:
+        costs = self.engine.cost_model
+        speed = costs.prefill_tokens_per_s if costs.measured else None
+        fitted = fit_prompt_budget(config, speed)
+        budget = fitted.context.max_prompt_tokens
+        if fitted is not config and budget != self.config.context.max_prompt_tokens:
+            log.info(
+                "prompt budget %s tokens (context.max_prompt_tokens: auto; %s)",
+                budget,
+                f"the target prefills {speed:.0f} tokens/s here" if speed else "speed not measured",
+            )
+        config = fitted
         old = self.config.decoding
         self.config = config
         self.engine.config = config.decoding

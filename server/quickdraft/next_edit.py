@@ -41,7 +41,7 @@ from quickdraft.context.edit_prompt import (
     display_path,
     render_edit_prompt,
 )
-from quickdraft.context.prompt import offset_of
+from quickdraft.context.prompt import offset_of, prompt_tokens
 from quickdraft.decoding import GenerationStats
 from quickdraft.text import unusable_reason, without_lone_surrogates
 
@@ -305,7 +305,7 @@ def edit_format(completer: Completer) -> str:
 def _context_files(completer: Completer, uri: str) -> list[ContextFile]:
     """The workspace head's chunks of the other open files, within the snippet budget."""
     context = completer.config.context
-    budget = int(context.max_prompt_tokens * context.snippet_share)
+    budget = int(prompt_tokens(context) * context.snippet_share)
     own = completer.head.chunk_of(uri)
     files, used = [], 0
     for chunk in completer.head.snippets():

@@ -193,14 +193,14 @@ def run(args: argparse.Namespace) -> int:
     )
 
     # These import torch: every other command would pay for it.
-    from quickdraft.backends import load_completer
+    from quickdraft.backends import load_completer, needs_step_costs
     from quickdraft.completer import Completer
     from quickdraft.local_backend import LocalBackend
 
     progress = ProgressLines("quickdraft bench")
     # Measured step costs (cached per machine and model) drive the adaptive draft length, as
     # in `quickdraft complete`; `ar` is always in the run, so calibrate whatever the default.
-    calibrate_ar = config.model.calibrate and config.decoding.strategy == "ar"
+    calibrate_ar = config.model.calibrate and not needs_step_costs(config)
     completer = load_completer(config, progress=progress)
     if calibrate_ar:
         completer.backend.calibrate(progress=progress)

@@ -26,7 +26,8 @@ number at or above the cursor's that is a multiple of `context.anchor_lines`, so
 while the cursor stays in that window of lines, and moves when it leaves it or jumps elsewhere.
 (How the token boundary at the cursor is handled is the Completer's business: token healing.)
 
-Budget (`ContextConfig`): the whole prompt stays within `max_prompt_tokens`. Snippets of other
+Budget (`ContextConfig`): the whole prompt stays within `max_prompt_tokens` (`auto`: what this
+machine prefills in AUTO_PROMPT_SECONDS, within AUTO_PROMPT_BOUNDS). Snippets of other
 documents get up to `snippet_share` of it; the current file gets the rest, split `suffix_share`
 for the text after the cursor and the remainder for the text before it (a part that needs less
 than its share leaves the rest to the other). In the append layout the middle has a fixed
@@ -52,6 +53,7 @@ a keystroke in a 2 MB file does no work proportional to the file.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections import OrderedDict
@@ -60,7 +62,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import quickdraft.context.syntax as syntax
-from quickdraft.config import ContextConfig
+from quickdraft.config import FIXED_PROMPT_TOKENS, ContextConfig, QuickdraftConfig
 from quickdraft.context.fim import FimTemplate, PromptPart
 from quickdraft.context.snippets import Snippet, as_open_document, select_snippets, uri_to_path
 from quickdraft.errors import PositionError
@@ -78,6 +80,49 @@ the prefix start moves rarely even then."""
 CHARS_PER_TOKEN_BOUND = 16
 """No token is longer than this many characters in practice: a window of budget x this many
 characters around the cursor holds everything the budget can take."""
+
+AUTO_PROMPT_SECONDS = 32.0
+"""`auto`: the budget is what the target prefills in this many seconds (a cold request's
+prefill), by its measured speed, rounded down to AUTO_PROMPT_STEP: a machine that prefills
+48 tokens/s or more keeps the full 1536 (the 65 tokens/s machine of issue 18 does), a
+2-core AVX2 EPYC at 32 tokens/s gets 1024 ..."""
+AUTO_PROMPT_BOUNDS = (1024, 1536)
+"""... and kept within these. Measured on 30 held-out holes (docs/performance.md, 2026-12-01):
+768, 1024 and 1536 tokens matched the hidden text about as often, so a slow machine gives up
+little by a smaller prompt and gains a third of a cold request; but a visit to a file costs its
+cursor window and its decode whatever the budget, and at 768 a visit took 36 % of a cold
+request against 23 % at 1024, so 1024 is the floor. Nothing above 1536 was measured."""
+AUTO_PROMPT_STEP = 128
+
+
+def auto_prompt_tokens(prefill_tokens_per_s: float | None) -> int:
+    """The budget `auto` means on a target that prefills `prefill_tokens_per_s` (None: not
+    measured)."""
+    if not prefill_tokens_per_s or prefill_tokens_per_s <= 0:
+        return FIXED_PROMPT_TOKENS
+    low, high = AUTO_PROMPT_BOUNDS
+    tokens = int(prefill_tokens_per_s * AUTO_PROMPT_SECONDS) // AUTO_PROMPT_STEP * AUTO_PROMPT_STEP
+    return max(low, min(high, tokens))
+
+
+def prompt_tokens(config: ContextConfig) -> int:
+    """The prompt budget in tokens: the setting, or an `auto` no backend has fitted to a
+    machine (FIXED_PROMPT_TOKENS)."""
+    budget = config.max_prompt_tokens
+    return budget if isinstance(budget, int) else FIXED_PROMPT_TOKENS
+
+
+def fit_prompt_budget(
+    config: QuickdraftConfig, prefill_tokens_per_s: float | None
+) -> QuickdraftConfig:
+    """`config` with an `auto` budget made the number this machine's speed gives (a backend
+    does this in `configure`, where it knows its speed); a number is kept as it is."""
+    if config.context.max_prompt_tokens != "auto":
+        return config
+    budget = auto_prompt_tokens(prefill_tokens_per_s)
+    return dataclasses.replace(
+        config, context=dataclasses.replace(config.context, max_prompt_tokens=budget)
+    )
 
 
 @dataclass
@@ -546,7 +591,7 @@ def build_prompt(
     config = config or ContextConfig()
     count = count_tokens if isinstance(count_tokens, TokenCounter) else TokenCounter(count_tokens)
     grammar = syntax.resolve_language(language_id, path)
-    total = config.max_prompt_tokens
+    total = prompt_tokens(config)
     doc = _Window(text, line, character, offset, grammar, total * CHARS_PER_TOKEN_BOUND)
     row = doc.cursor_row
     if not 0 <= character <= len(doc.contents[row]):

@@ -28,7 +28,7 @@ from typing import Any
 
 from gguf import GGUFReader
 
-from quickdraft.config import ContextConfig
+from quickdraft.config import FIXED_PROMPT_TOKENS
 from quickdraft.decoding import llamacpp
 from quickdraft.decoding.costmodel import MEASURED_SIZES, CostModel
 from quickdraft.errors import ModelError, ModelNotFoundError
@@ -39,9 +39,9 @@ log = logging.getLogger(__name__)
 
 LAYER_OVERHEAD = 1.15
 """A decoder layer costs its linears plus about this much for attention, norms and glue."""
-TYPICAL_PROMPT_TOKENS = ContextConfig.max_prompt_tokens
-"""The prompt of a typical completion when the caller does not say (the default prompt
-budget: real prompts fill most of it)."""
+TYPICAL_PROMPT_TOKENS = FIXED_PROMPT_TOKENS
+"""The prompt of a typical completion when the caller does not say (the prompt budget before
+it is fitted to this machine's speed: real prompts fill most of it)."""
 TYPICAL_NEW_TOKENS = 32
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from quickdraft.completer import Completer, CompletionRequest, Generated, PreparedCompletion
 from quickdraft.config import QuickdraftConfig
 from quickdraft.context import OpenDocument, get_fim_template
+from quickdraft.context.prompt import fit_prompt_budget
 from quickdraft.decoding import GenerationStats
 from quickdraft.remote.generator import RemoteGenerator
 from quickdraft.remote.models import RemoteModels, load_remote_models
@@ -62,8 +63,9 @@ class RemoteBackend:
         return self.generator.status
 
     def configure(self, config: QuickdraftConfig) -> QuickdraftConfig:
-        # Model settings (URL, key, timeouts) come with a new backend.
-        self.config = classic_layout(config)
+        # Model settings (URL, key, timeouts) come with a new backend; the engine's prefill
+        # speed is not measured here, so an `auto` budget is the fixed one.
+        self.config = classic_layout(fit_prompt_budget(config, None))
         return self.config
 
     def index_documents(
