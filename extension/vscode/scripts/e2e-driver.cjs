@@ -12,6 +12,10 @@
 // --server preset (a real model): after the first ghost text, print the time to it and stop
 // after accepting it (no settings change, no restart: those would reload the models).
 //
+// --rename-file PATH with --server preset: rename a parameter, wait for the model's next edit to
+// be drawn, apply it with Tab, save: the file is the renamed text plus exactly the edit the
+// server answered (its log, scripts/e2e.sh puts it in the artifacts).
+//
 // --rename-file PATH (with --server fake, whose scripted server finishes renames: see
 // scripts/e2e_fake_server.py): next edits. Rename a parameter; the next edit that renames its
 // use is drawn, Tab applies it, the saved file has it. A next edit answered after the document
@@ -511,6 +515,97 @@ async function nextEdits(page, file) {
   check("the next Tab applies it: the saved file is the text plus the edit", saved === expected, { saved, expected });
 }
 
+/** The copilotInlineEdit answers in the server's log (pygls logs each message it sends). */
+function loggedInlineEdits() {
+  const file = path.join(artifacts, "server.log");
+  if (!fs.existsSync(file)) return [];
+  const out = [];
+  for (const line of fs.readFileSync(file, "utf8").split("\n")) {
+    const m = /Sending data: (\{.*\})\s*$/.exec(line);
+    if (!m) continue;
+    try {
+      const message = JSON.parse(m[1]);
+      if (message.result && Array.isArray(message.result.edits)) out.push(message.result.edits);
+    } catch {
+      /* a line cut by the logger: not an answer to read */
+    }
+  }
+  return out;
+}
+
+/** `text` with LSP `edits` (ranges in `text`, UTF-16 columns, none overlapping) applied. */
+function applyEdits(text, edits) {
+  const starts = [0];
+  for (let i = 0; i < text.length; i++) if (text[i] === "\n") starts.push(i + 1);
+  const offset = (p) => Math.min(starts[Math.min(p.line, starts.length - 1)] + p.character, text.length);
+  const sorted = [...edits].sort((a, b) => offset(b.range.start) - offset(a.range.start));
+  for (const e of sorted) text = text.slice(0, offset(e.range.start)) + e.text + text.slice(offset(e.range.end));
+  return text;
+}
+
+/**
+ * Next edits with a real model (--server preset), as a person tries them: rename the parameter
+ * `width` in rename.py, rest, wait for whatever edit the model proposes to be drawn (Escape
+ * first when ghost text is shown too), apply it with Tab, save; the saved file must be
+ * the renamed text plus exactly the edit the server answered (read from its log) and drew.
+ */
+async function nextEditsWithModel(page, file) {
+  const name = path.basename(file);
+  const original = fs.readFileSync(file, "utf8");
+  const { opened } = await openFromExplorer(page, name);
+  check(`${name} opens in the editor`, opened);
+  await page.locator(".monaco-editor .view-lines").first().click();
+  await goToLine(page, 1);
+  for (let i = 0; i < "def area(".length; i++) await page.keyboard.press("ArrowRight");
+  await page.keyboard.press("Control+Shift+ArrowRight");
+  await page.keyboard.type("breadth", { delay: 40 });
+  await page.keyboard.press("Home");
+  const restAt = Date.now();
+  const renamed = original.replace("def area(width,", "def area(breadth,");
+  const drawn = await waitFor(async () => {
+    const d = await nextEditDrawn(page);
+    return d && (d.struck.length > 0 || d.inserted.length > 0) ? d : null;
+  }, timeoutMs);
+  const drawnAt = Date.now();
+  await page.screenshot({ path: path.join(artifacts, "next-edit-model.png") });
+  if (!check("the model's next edit is drawn after the rename and a rest", drawn, await nextEditDrawn(page))) return;
+  const answers = loggedInlineEdits().filter((edits) => edits.length > 0);
+  const edits = answers.length > 0 ? answers[answers.length - 1] : null;
+  results.data.nextEdit = { drawn, edits, msAfterRest: drawnAt - restAt };
+  process.stdout.write(
+    `next edit drawn ${seconds(drawnAt - restAt)} after the rename: ${JSON.stringify(edits)}\n`,
+  );
+  check("the server's log has the edit it answered", edits, answers);
+  if (!edits) return;
+  // The model may also have ghost text for the cursor (typing asked for it); it wins Tab, so a
+  // person hides it with Escape first, which leaves the next edit drawn.
+  const ghost = await ghostText(page);
+  results.data.nextEdit.ghost = ghost;
+  if (ghost !== null) {
+    await page.keyboard.press("Escape");
+    const hidden = await waitFor(async () => (await ghostText(page)) === null, 5000);
+    const still = await nextEditDrawn(page);
+    check(
+      "Escape hides the ghost text shown with it, and the next edit stays drawn",
+      hidden && !nothingDrawn(still),
+      { ghost, still },
+    );
+  }
+  const expected = applyEdits(renamed, edits);
+  const newText = edits.map((e) => e.text).join("\n");
+  check(
+    "what is drawn is that edit (each insertion drawn is in its new text)",
+    drawn.inserted.every((t) => newText.includes(t.trim())),
+    { drawn, edits },
+  );
+  await page.keyboard.press("Tab");
+  const applied = await waitFor(async () => nothingDrawn(await nextEditDrawn(page)), 15000);
+  check("Tab applies the next edit (it is no longer drawn)", applied, await nextEditDrawn(page));
+  const saved = await saveAndRead(page, file, original);
+  results.data.nextEdit.saved = saved;
+  check(`the saved ${name} is the renamed text plus exactly the edit shown`, saved === expected, { saved, expected });
+}
+
 async function runCommand(page, title) {
   // The command palette; F1 is not always taken where the focus is (a settings input), so
   // leave that first and retry with the other key.
@@ -759,6 +854,8 @@ async function main() {
     }
     if (args["rename-file"] && mode === "fake") {
       await nextEdits(page, args["rename-file"]);
+    } else if (args["rename-file"] && mode === "preset") {
+      await nextEditsWithModel(page, args["rename-file"]);
     }
     if (mode !== "preset") {
       // (with a real model a settings change and a restart would only reload it)

@@ -34,7 +34,10 @@ Modes:
   --preset P     a real model preset (e.g. qwen2.5-coder-0.5b; fetch it first with `quickdraft
                  models fetch P`) with the server's defaults: prints the time to the first ghost
                  text (from code-server's start, from the editor opening and from the first
-                 keystroke to the suggestion shown) and the status item's states on the way.
+                 keystroke to the suggestion shown) and the status item's states on the way;
+                 then next edits in rename.py: rename a parameter, rest, wait for the model's
+                 edit to be drawn (prints how long it took and the edit), apply it with Tab,
+                 save: the file must be the renamed text plus exactly that edit.
     --runtime R  quickdraft.model.runtime (auto | torch | llamacpp)
     --dtype D    quickdraft.model.dtype (auto | float32 | bfloat16 | int8)
 
@@ -222,7 +225,9 @@ SH
   "quickdraft.languages": { "python": { "multiline": "always" } }'
 elif [[ "$SERVER_KIND" == preset ]]; then
   SERVER_PATH="$QUICKDRAFT"
-  MODEL_SETTINGS="\"quickdraft.model.preset\": \"$PRESET\""
+  # The server's log: the driver reads the next edit it answered there (pygls logs what it sends).
+  MODEL_SETTINGS=$(printf '"quickdraft.model.preset": "%s",\n  "quickdraft.server.args": ["--log-level", "debug", "--log-file", "%s"]' \
+    "$PRESET" "$ART/server.log")
   [[ -z "$RUNTIME" ]] || MODEL_SETTINGS+=$(printf ',\n  "quickdraft.model.runtime": "%s"' "$RUNTIME")
   [[ -z "$DTYPE" ]] || MODEL_SETTINGS+=$(printf ',\n  "quickdraft.model.dtype": "%s"' "$DTYPE")
 else
