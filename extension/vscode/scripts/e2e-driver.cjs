@@ -216,8 +216,10 @@ function seconds(ms) {
 
 /** Where the big file is typed into: a new line after this one (the first that is exactly it). */
 const BIG_FILE_AFTER = "            items: list[TResponseInputItem] = []";
-// Inside `_decode_rows` of openai-agents' sqlite_session.py: the loop over the rows, again.
-const BIG_FILE_CHUNKS = ["\n            for (message_data,) in ", "rows", ":\n                "];
+// Inside `_decode_rows` of openai-agents' sqlite_session.py: the loop over the rows, again (the
+// later chunks give the tiny random models of the default mode more spots to suggest at: at the
+// first three they write nothing but whitespace).
+const BIG_FILE_CHUNKS = ["\n            for (message_data,) in ", "rows", ":\n                ", "try", ":\n                    item = "];
 
 function lineCount(text) {
   return text.split("\n").length - (text.endsWith("\n") ? 1 : 0);
