@@ -3,7 +3,7 @@
 // Pure logic, no `vscode` import, so that `npm test` runs it under node's test runner.
 //
 // The tree is the shape of server/quickdraft/config.py:
-//   {model: {...}, decoding: {...}, context: {...}, cache: {...}, languages: {<id>: {enabled, draft_length,
+//   {model: {...}, decoding: {...}, context: {...}, languages: {<id>: {enabled, draft_length,
 //    max_new_tokens, multiline}}}
 // with snake_case keys. Settings left unset (null / undefined) are omitted, so that they never
 // override what the server got on its command line; the server validates everything else.
@@ -15,7 +15,6 @@ export type ConfigTree = {
   model?: Record<string, unknown>;
   decoding?: Record<string, unknown>;
   context?: Record<string, unknown>;
-  cache?: Record<string, unknown>;
   languages?: Record<string, Record<string, unknown>>;
 };
 
@@ -46,9 +45,6 @@ const SCALAR_SETTINGS: ReadonlyArray<readonly [string, keyof ConfigTree, string]
   ["decoding.draftLength", "decoding", "draft_length"],
   ["decoding.deadlineMs", "decoding", "deadline_ms"],
   ["context.maxPromptTokens", "context", "max_prompt_tokens"],
-  ["cache.memoryMb", "cache", "memory_mb"],
-  ["cache.warmup", "cache", "warmup"],
-  ["cache.prefetch", "cache", "prefetch"],
 ];
 
 function isSet(value: unknown): boolean {

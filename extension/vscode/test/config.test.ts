@@ -21,7 +21,6 @@ test("settings become the snake_case config tree", () => {
     model: { preset: "qwen2.5-coder-1.5b", device: "cpu", dtype: "int8", calibrate: false },
     decoding: { strategy: "hybrid", maxNewTokens: 48, draftLength: 6, deadlineMs: 500 },
     context: { maxPromptTokens: 1024 },
-    cache: { memoryMb: 512, warmup: false, prefetch: true },
     languages: {
       python: { enabled: true, draftLength: 4, maxNewTokens: 32, multiline: "never" },
       markdown: { enabled: false },
@@ -31,7 +30,6 @@ test("settings become the snake_case config tree", () => {
     model: { preset: "qwen2.5-coder-1.5b", device: "cpu", dtype: "int8", calibrate: false },
     decoding: { strategy: "hybrid", max_new_tokens: 48, draft_length: 6, deadline_ms: 500 },
     context: { max_prompt_tokens: 1024 },
-    cache: { memory_mb: 512, warmup: false, prefetch: true },
     languages: {
       python: { enabled: true, draft_length: 4, max_new_tokens: 32, multiline: "never" },
       markdown: { enabled: false },
