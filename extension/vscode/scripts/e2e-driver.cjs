@@ -387,23 +387,31 @@ async function saveAndRead(page, file, before) {
 }
 
 /**
- * Next edits in `file` (rename.py: `def area(width, height):` / `    return width * height`),
- * with the scripted server finishing the renames width -> breadth (at once) and height -> depth
- * (after 2.5 s, answered even when cancelled).
+ * Open `file` (rename.py) from the explorer, rename the parameter `width` to `breadth` in its
+ * first line, then press `thenKey` (the cursor leaves the word) and let it rest.
  */
-async function nextEdits(page, file) {
+async function openAndRenameWidth(page, file, thenKey) {
   const name = path.basename(file);
   const original = fs.readFileSync(file, "utf8");
   const { opened } = await openFromExplorer(page, name);
   check(`${name} opens in the editor`, opened);
   await page.locator(".monaco-editor .view-lines").first().click();
-
-  // 1. Rename the parameter `width` to `breadth`, then move the cursor (End) and let it rest.
   await goToLine(page, 1);
   for (let i = 0; i < "def area(".length; i++) await page.keyboard.press("ArrowRight");
   await page.keyboard.press("Control+Shift+ArrowRight");
   await page.keyboard.type("breadth", { delay: 40 });
-  await page.keyboard.press("End");
+  await page.keyboard.press(thenKey);
+  return { name, original };
+}
+
+/**
+ * Next edits in `file` (rename.py: `def area(width, height):` / `    return width * height`),
+ * with the scripted server finishing the renames width -> breadth (at once) and height -> depth
+ * (after 2.5 s, answered even when cancelled).
+ */
+async function nextEdits(page, file) {
+  // 1. Rename the parameter `width` to `breadth`, then move the cursor (End) and let it rest.
+  const { name, original } = await openAndRenameWidth(page, file, "End");
   const drawn = await waitFor(async () => {
     const d = await nextEditDrawn(page);
     return drawnAs(d, "width", "breadth") ? d : null;
@@ -552,16 +560,7 @@ function applyEdits(text, edits) {
  * the renamed text plus exactly the edit the server answered (read from its log) and drew.
  */
 async function nextEditsWithModel(page, file) {
-  const name = path.basename(file);
-  const original = fs.readFileSync(file, "utf8");
-  const { opened } = await openFromExplorer(page, name);
-  check(`${name} opens in the editor`, opened);
-  await page.locator(".monaco-editor .view-lines").first().click();
-  await goToLine(page, 1);
-  for (let i = 0; i < "def area(".length; i++) await page.keyboard.press("ArrowRight");
-  await page.keyboard.press("Control+Shift+ArrowRight");
-  await page.keyboard.type("breadth", { delay: 40 });
-  await page.keyboard.press("Home");
+  const { name, original } = await openAndRenameWidth(page, file, "Home");
   const restAt = Date.now();
   const renamed = original.replace("def area(width,", "def area(breadth,");
   const drawn = await waitFor(async () => {
