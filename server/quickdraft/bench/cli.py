@@ -199,10 +199,11 @@ def run(args: argparse.Namespace) -> int:
 
     progress = ProgressLines("quickdraft bench")
     # Measured step costs (cached per machine and model) drive the adaptive draft length, as
-    # in `quickdraft complete`; `ar` is always in the run, so calibrate whatever the default.
-    calibrate_ar = config.model.calibrate and not needs_step_costs(config)
+    # in `quickdraft complete`; `ar` is always in the run, so calibrate whatever the default:
+    # here when loading did not (plain `ar` with a fixed prompt budget).
+    calibrate_after_load = config.model.calibrate and not needs_step_costs(config)
     completer = load_completer(config, progress=progress)
-    if calibrate_ar:
+    if calibrate_after_load:
         completer.backend.calibrate(progress=progress)
     loaded = completer.models
     others = {}
@@ -211,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
         other = load_completer(
             load_config({"model": {"runtime": runtime}}, config), progress=progress
         )
-        if calibrate_ar:
+        if calibrate_after_load:
             other.backend.calibrate(progress=progress)
         others[runtime] = other
     for name, settings in context_variants:
