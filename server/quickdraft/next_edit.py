@@ -319,6 +319,15 @@ def _context_files(completer: Completer, uri: str) -> list[ContextFile]:
     return files
 
 
+def edited_lines(hunks: Sequence[Hunk]) -> tuple[int, int] | None:
+    """The first and last line the latest of this document's hunks holds now (a deletion:
+    the line it left), or None without one."""
+    if not hunks:
+        return None
+    latest = hunks[-1]
+    return latest.start_line, latest.start_line + max(len(latest.new_lines) - 1, 0)
+
+
 def prepare(
     completer: Completer, request: NextEditRequest, *, clock: StageClock | None = None
 ) -> PreparedEdit:
@@ -337,6 +346,7 @@ def prepare(
         lines_below=config.lines_below,
         language_id=request.language_id,
         path=path,
+        edited=edited_lines(request.hunks),
     )
     root = completer.root
     hunks = [(display_path(h.uri, root), h) for h in (*request.other_hunks, *request.hunks)]

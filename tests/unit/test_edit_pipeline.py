@@ -139,6 +139,52 @@ def test_region_ends_snap_to_statement_boundaries_with_a_grammar():
     assert inside.text.startswith("result = compute(")
 
 
+def test_the_region_holds_the_latest_edit_and_starts_where_it_did_before_it():
+    text = "".join(f"line {i}\n" for i in range(30))
+    before = choose_region(text, text.index("line 10"), lines_above=2, lines_below=3)
+    assert (before.start_line, before.end_line) == (8, 14)
+    # Three lines typed at line 10: the cursor is on line 12 now, the hunk holds lines 10-12.
+    edited = text.replace("line 10\n", "new a\nnew b\nline 10 changed\n")
+    after = choose_region(
+        edited, edited.index(" changed"), lines_above=2, lines_below=3, edited=(10, 12)
+    )
+    assert (after.start_line, after.end_line) == (8, 16)  # from the edit's top, to its end + 3
+    assert after.before == before.before and after.after == before.after
+    # The hunk is elsewhere (the cursor moved on): the cursor alone places the region.
+    far = choose_region(
+        edited, edited.index("line 25"), lines_above=2, lines_below=3, edited=(10, 12)
+    )
+    assert (far.start_line, far.end_line) == (25, 31)
+
+
+def test_an_edit_leaves_the_instruct_prompt_the_same_up_to_the_edited_line():
+    """The prompt asked where the cursor arrived and the one after the edit share their head
+    (files, the lines around the region, the region down to the edit): a request before the
+    edit leaves it in the edit slot's cache, and the request after computes only the rest."""
+    text = "".join(f"value_{i} = compute({i})\n" for i in range(40))
+    at = text.index("value_20")
+    ctx_before = context(region=choose_region(text, at, lines_above=8, lines_below=16), hunks=[])
+    edited = text[:at] + "total = 0\n" + text[at:].replace("compute(20)", "compute(20, total)", 1)
+    hunk = Hunk(
+        "file:///w/a.py",
+        at,
+        20,
+        "value_20 = compute(20)\n",
+        "total = 0\nvalue_20 = compute(20, total)\n",
+    )
+    region = choose_region(
+        edited, edited.index(", total)") + 7, lines_above=8, lines_below=16, edited=(20, 21)
+    )
+    ctx_after = context(region=region, hunks=[("a.py", hunk)])
+    old, new = (render_edit_prompt("instruct", c).text for c in (ctx_before, ctx_after))
+    shared = 0
+    while old[shared] == new[shared]:
+        shared += 1
+    assert new[shared:].startswith("total = 0\nvalue_20")  # all before the edit is shared
+    assert "value_38 = compute(38)" in new[:shared]  # the lines below the region too
+    assert new.index("My recent edits") > new.index("value_35")  # the diff comes after them
+
+
 # --- the prompt formats -------------------------------------------------------------------
 
 
@@ -261,6 +307,23 @@ def test_the_engine_gets_the_prompt_and_the_region_as_copy_source(completer, mon
         "decode_ms",
         "diff_ms",
     ]
+
+
+def test_the_pipeline_counts_the_region_from_the_latest_edit(completer):
+    from quickdraft.next_edit import edited_lines, prepare
+
+    text = "".join(f"v{i} = {i}\n" for i in range(40))
+    text = text.replace("v20 = 20\n", "v20 = 20\nv20b = 0\nv20c = 0\n")
+    # Lines 20-22 were typed; the cursor is at the end of line 22.
+    hunk = Hunk(
+        "file:///w/b.py", text.index("v20 ="), 20, "v20 = 20\n", "v20 = 20\nv20b = 0\nv20c = 0\n"
+    )
+    assert edited_lines([hunk]) == (20, 22) and edited_lines([]) is None
+    assert edited_lines([Hunk("file:///w/b.py", 0, 5, "gone\n", "")]) == (5, 5)
+    request = NextEditRequest("file:///w/b.py", text, 22, 8, "python", hunks=[hunk])
+    region = prepare(completer, request).region
+    above, below = completer.config.edits.lines_above, completer.config.edits.lines_below
+    assert (region.start_line, region.end_line) == (20 - above, 22 + below + 1)
 
 
 def test_disabled_next_edits_do_no_model_work(completer, monkeypatch):

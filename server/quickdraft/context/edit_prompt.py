@@ -7,7 +7,11 @@ with the opening of the answer, so the model's first token is the region's first
 region as it stands drafts the whole answer (copy drafting, aligned from token 0).
 
 Region (`choose_region`): `lines_above` lines above the cursor's line and `lines_below` below
-it, never past the file; with a grammar (context.syntax) each end moves to the nearest
+it, never past the file; when the cursor is at the lines the person just edited (`edited`, the
+latest hunk's lines), above and below *those lines*, so the region holds the whole edit and
+starts where it started before the edit (the lines above and below it are the same text with
+the edit made or not, which keeps the prompt's head the one a request before the edit cached:
+see the `instruct` layout); with a grammar (context.syntax) each end moves to the nearest
 statement boundary within SNAP_LINES lines (out first, then in, never past the cursor's line),
 so the region does not cut a statement in half when a boundary is that close. The region is
 whole lines; its text leaves out the last line's break (the answer ends where the region
@@ -18,10 +22,13 @@ wording of the instructions here is quickdraft's own; the layout, section names 
 are theirs):
 
 * `instruct`: a ChatML conversation for instruction-tuned chat models (the Qwen2.5-Coder
-  Instruct models quickdraft ships): `<|im_start|>system … <|im_end|>`, the user turn with the
-  other files, the recent edits as one ```diff block, the lines around the region and the
-  region itself, then `<|im_start|>assistant\\n```lang\\n`: the answer is the region, closed by
-  "\\n```" (or the end of the turn).
+  Instruct models quickdraft ships): `<|im_start|>system … <|im_end|>` with the whole
+  instruction, the user turn with the other files, the lines above and below the region, the
+  region itself, the recent edits as one ```diff block and a short ask naming the cursor's
+  line, then `<|im_start|>assistant\\n```lang\\n`: the answer is the region, closed by "\\n```"
+  (or the end of the turn). What an edit changes comes last: the prompt a request made before
+  the edit (the cursor resting there) left in the cache is the same text down to the edited
+  line, so the request after it computes only the rest of the region, the diff and the ask.
 * `zeta` (zed-industries/zeta): `### Instruction:`, `### User Edits:` (each hunk as `User
   edited "path":` and a ```diff block), `### User Excerpt:` (the excerpt in a ```path fence,
   `<|start_of_file|>` at the top of a file, the region between `<|editable_region_start|>` and
@@ -127,8 +134,11 @@ def choose_region(
     lines_below: int,
     language_id: str | None = None,
     path: str | None = None,
+    edited: tuple[int, int] | None = None,
 ) -> EditableRegion:
-    """The editable region around the cursor at `offset` (code points into `text`)."""
+    """The editable region around the cursor at `offset` (code points into `text`).
+    `edited`: the first and last 0-based line of the latest edit; when the cursor's line is
+    within a line of them, the region is counted from those lines instead."""
     contents, endings = split_lines(text)
     starts = [0]
     for content, ending in zip(contents[:-1], endings[:-1], strict=True):
@@ -136,8 +146,11 @@ def choose_region(
     offset = max(0, min(offset, len(text)))
     line = bisect.bisect_right(starts, offset) - 1
     count = len(contents)
-    start = max(0, line - lines_above)
-    end = min(count, line + lines_below + 1)
+    top = bottom = line
+    if edited is not None and edited[0] - 1 <= line <= edited[1] + 1:
+        top, bottom = min(line, edited[0]), max(line, min(edited[1], count - 1))
+    start = max(0, top - lines_above)
+    end = min(count, bottom + lines_below + 1)
     grammar = syntax.resolve_language(language_id, path)
     if grammar is not None and count > 1:
         found = _boundaries(
@@ -146,11 +159,11 @@ def choose_region(
         found |= {0, count}
         if start not in found:
             out = [r for r in found if start - SNAP_LINES <= r < start]
-            within = [r for r in found if start < r <= min(line, start + SNAP_LINES)]
+            within = [r for r in found if start < r <= min(top, start + SNAP_LINES)]
             start = max(out) if out else min(within) if within else start
         if end not in found:
             out = [r for r in found if end < r <= end + SNAP_LINES]
-            within = [r for r in found if max(line + 1, end - SNAP_LINES) <= r < end]
+            within = [r for r in found if max(bottom + 1, end - SNAP_LINES) <= r < end]
             end = min(out) if out else max(within) if within else end
     region_start = starts[start]
     region_end = starts[end - 1] + len(contents[end - 1])
@@ -296,13 +309,20 @@ def _instruct(context: EditContext) -> EditPrompt:
     user: list[str] = []
     for file in context.files:
         user.append(f"{file.path}:\n```{fence}\n{context.defuse(file.text)}\n```\n\n")
+    if region.before:
+        user.append(f"The lines above the region in {context.path}:\n```{fence}\n")
+        user.append(context.defuse(region.before) + "```\n\n")
+    if region.after:
+        user.append(
+            f"The lines below the region:\n```{fence}\n{context.defuse(region.after)}\n```\n\n"
+        )
+    between = " (between those lines)" if region.before or region.after else ""
+    user.append(f"The region of {context.path} to rewrite{between}:\n```{fence}\n")
+    user.append(context.defuse(region.text) + "\n```\n\n")
     diffs = context.diffs()
     if diffs:
         joined = "\n".join(diff for _, diff in diffs)
         user.append(f"My recent edits, oldest first:\n```diff\n{joined}\n```\n\n")
-    if region.before:
-        user.append(f"The lines above the region in {context.path}:\n```{fence}\n")
-        user.append(context.defuse(region.before) + "```\n\n")
     line_start = region.text.rfind("\n", 0, region.cursor) + 1
     line_end = region.text.find("\n", region.cursor)
     cursor_line = region.text[line_start : line_end if line_end >= 0 else len(region.text)]
@@ -313,23 +333,19 @@ def _instruct(context: EditContext) -> EditPrompt:
             f"line {region.text.count(chr(10), 0, region.cursor) + 1} of the region, which is blank"
         )
     )
-    user.append(f"The region of {context.path} to rewrite (my cursor is on {where}):\n")
-    user.append(f"```{fence}\n")
-    user.append(context.defuse(region.text) + "\n```\n\n")
-    if region.after:
-        user.append(
-            f"The lines below the region:\n```{fence}\n{context.defuse(region.after)}\n```\n\n"
-        )
     user.append(
-        "Rewrite the region as it should be after my next edit: finish the change my recent "
-        "edits started (a renamed name used elsewhere, a new field or parameter to pass on, "
-        "a pattern to repeat), and keep every other line exactly as it is. Answer with the "
-        f"whole region in one ```{fence} block and nothing else; if nothing needs to change, "
-        "write the region unchanged."
+        f"My cursor is on {where}. Rewrite the region as it should be after my next edit, in "
+        f"one ```{fence} block."
     )
     system = (
         "You are a code editor that predicts a developer's next edit from their recent edits "
-        "and the code around their cursor, and answers with the rewritten code only."
+        "and the code around their cursor, and answers with the rewritten code only. You are "
+        "shown the region of a file to rewrite, the lines around it and the developer's recent "
+        "edits. Rewrite the region as it should be after their next edit: finish the change "
+        "their recent edits started (a renamed name used elsewhere, a new field or parameter "
+        "to pass on, a pattern to repeat), and keep every other line exactly as it is. Answer "
+        "with the whole region in one code block and nothing else; if nothing needs to "
+        "change, write the region unchanged."
     )
     parts = [
         _marker(IM_START),
