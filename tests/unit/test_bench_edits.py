@@ -500,18 +500,26 @@ def test_bench_edits_drives_the_server_as_a_client_and_reports(
     assert summary["hybrid"]["harmful"] == 0.5 and summary["hybrid"]["errors"] == 1
     assert summary["ngram"]["speedup_vs_ar"] > 0
 
-    # On the wire: per pair didOpen, an incremental didChange, the request at the cursor, and
-    # (for an edit shown) didShowInlineEdit, then didClose.
+    # On the wire: per pair didOpen, the request where the cursor arrives (before the edit, at
+    # its start), an incremental didChange, the request at the cursor, and (for an edit shown)
+    # didShowInlineEdit, then didClose.
     messages = [json.loads(line) for line in fake_server["wire"].read_text().splitlines()]
     mine = [m for m in messages if m["strategy"] == "ngram" and "area.py" in json.dumps(m)]
     assert [m["method"] for m in mine] == [
         "textDocument/didOpen",
+        "textDocument/copilotInlineEdit",
         "textDocument/didChange",
         "textDocument/copilotInlineEdit",
         "textDocument/didShowInlineEdit",
         "textDocument/didClose",
     ]
-    opened, changed, asked = (m["params"] for m in mine[:3])
+    opened, arrived, changed, asked = (m["params"] for m in mine[:4])
+    assert arrived["textDocument"] == {"uri": opened["textDocument"]["uri"], "version": 1}
+    before = Document("file:///x", area.before, "python", 1, UTF16)
+    assert before.offset_at(**arrived["position"]) == area.edit_start
+    assert ngram[0]["arrival"]["edits"] == 1 and ngram[0]["arrival"]["latency_ms"] > 0
+    assert summary["ngram"]["arrival_p50_ms"] > 0 and results["env"]["arrival"] is True
+    assert ngram[0]["id"] == mine[3]["id"]
     server_copy = Document("file:///x", opened["textDocument"]["text"], "python", 1, UTF16)
     (change,) = changed["contentChanges"]
     r = change["range"]
@@ -533,6 +541,22 @@ def test_bench_edits_drives_the_server_as_a_client_and_reports(
     assert "| `ngram` | 2 |" in report and "## Per pair" in report
     printed = capsys.readouterr()
     assert "ngram" in printed.out and "hybrid: 1 of 2 pairs failed" in printed.err
+
+
+def test_arrival_off_asks_only_after_the_edit(history, fake_server, tmp_path):
+    out = tmp_path / "out"
+    main(edits_args(history["root"], out, "--strategies", "ar", "--edits-arrival", "off"))
+    messages = [json.loads(line) for line in fake_server["wire"].read_text().splitlines()]
+    mine = [m for m in messages if "area.py" in json.dumps(m)]
+    assert [m["method"] for m in mine][:3] == [
+        "textDocument/didOpen",
+        "textDocument/didChange",
+        "textDocument/copilotInlineEdit",
+    ]
+    results = json.loads((out / "results.json").read_text())
+    assert results["env"]["arrival"] is False
+    assert "arrival" not in results["strategies"]["ar"]["runs"][0]
+    assert results["summary"]["ar"]["arrival_p50_ms"] is None
 
 
 def test_a_server_without_next_edits_stops_each_strategy_clearly(

@@ -6,12 +6,18 @@ the bench's model flags and `decoding.strategy` set (typing_server.py starts and
 as VS Code does). Every pair then goes the same way on every server:
 
 1. `didOpen` the file as it was before the commit;
-2. `didChange` with the commit's first hunk as one incremental change (range and text), so the
+2. with `--edits-arrival on` (the default) the cursor arrives where the edit will start and
+   rests there: `textDocument/copilotInlineEdit` is asked there, before the edit, as the editors
+   ask when a cursor rests (quickdraft's VS Code extension after 600 ms, Copilot's NES, Cursor
+   Tab), and its answer awaited (the person reads the code before typing) and recorded as the
+   arrival, not scored: it is what leaves the edit prompt's head in the server's cache, as it
+   would be in an editor; `off` measures a cold server instead;
+3. `didChange` with the commit's first hunk as one incremental change (range and text), so the
    server's edit history sees the user's edit;
-3. `textDocument/copilotInlineEdit` with `{textDocument: {uri, version}, position}` at the end
+4. `textDocument/copilotInlineEdit` with `{textDocument: {uri, version}, position}` at the end
    of the edit's new text, awaited; `textDocument/didShowInlineEdit` for the first edit shown;
-4. the `$/quickdraft/stats` the server sends for the request (matched by `requestId`);
-5. `didClose`.
+5. the `$/quickdraft/stats` the server sends for the request (matched by `requestId`);
+6. `didClose`.
 
 The answer's edits are applied to the editor's copy of the document: each must name the
 document and the version asked, lie inside it, and not overlap another; any that does not makes
@@ -117,6 +123,8 @@ class EditsOptions:
     request_timeout_s: float = 600.0
     load_timeout_s: float = 1800.0
     stats_wait_s: float = STATS_WAIT_S
+    arrival: bool = True
+    """Ask for a next edit where the cursor arrives, before the edit (the module's step 2)."""
 
 
 class EditsBench:
@@ -134,6 +142,7 @@ class EditsBench:
             "head": head,
             "since": options.since,
             "seed": options.seed,
+            "arrival": options.arrival,
             "pairs": [pair.to_dict() for pair in pairs],
             "strategies": options.strategies,
             "server_command": options.server_command,
@@ -234,19 +243,17 @@ class EditsBench:
         uri = (self.root / pair.path).as_uri()
         doc = EditorDocument(uri, pair.language, pair.before)
         client.notify("textDocument/didOpen", doc.did_open())
-        client.notify(
-            "textDocument/didChange", doc.edit(pair.edit_start, pair.edit_end, pair.edit_text)
-        )
-        assert doc.text == pair.current
-        version = doc.document.version
-        request = client.request(INLINE_EDIT, inline_edit_params(doc, pair.cursor))
-        run: dict[str, Any] = {
-            "pair": index,
-            "id": request.id,
-            "version": version,
-            "position": doc.position(pair.cursor),
-        }
+        run: dict[str, Any] = {"pair": index}
         try:
+            if self.options.arrival:
+                await self._arrive(server, index, doc, pair.edit_start, run)
+            client.notify(
+                "textDocument/didChange", doc.edit(pair.edit_start, pair.edit_end, pair.edit_text)
+            )
+            assert doc.text == pair.current
+            version = doc.document.version
+            request = client.request(INLINE_EDIT, inline_edit_params(doc, pair.cursor))
+            run.update(id=request.id, version=version, position=doc.position(pair.cursor))
             answer = await client.wait(
                 request,
                 self.options.request_timeout_s,
@@ -263,6 +270,25 @@ class EditsBench:
         if not answer.error:
             await self._read_stats(server, request.id, run)
         return run
+
+    async def _arrive(
+        self, server: TypingServer, index: int, doc: EditorDocument, offset: int, run: dict
+    ) -> None:
+        """The request where the cursor arrives before the edit: awaited, timed, not scored."""
+        client = server.client
+        request = client.request(INLINE_EDIT, inline_edit_params(doc, offset))
+        answer = await client.wait(
+            request,
+            self.options.request_timeout_s,
+            what=f"the next edit where the cursor arrived for pair {index + 1}",
+            heartbeat=lambda waited: self.say(f"    waiting at the arrival ({waited:.0f} s)…"),
+        )
+        result = answer.result if isinstance(answer.result, dict) else {}
+        run["arrival"] = {
+            "latency_ms": round((answer.received - request.sent) * 1000, 3),
+            "error": (answer.error or {}).get("message"),
+            "edits": len(result.get("edits") or []),
+        }
 
     @staticmethod
     def _read_answer(
@@ -356,6 +382,14 @@ def add_edits_arguments(parser: argparse.ArgumentParser) -> None:
         help="print the pairs mined (one line each) and stop: no server, no model",
     )
     group.add_argument(
+        "--edits-arrival",
+        choices=("on", "off"),
+        default="on",
+        help="on (default): ask for a next edit where the cursor arrives, before the edit, as "
+        "editors do when the cursor rests, so the timed request finds the server as an editor "
+        "leaves it; off: the timed request is the pair's first (a cold server)",
+    )
+    group.add_argument(
         "--edits-timeout-s",
         type=float,
         default=600.0,
@@ -419,6 +453,7 @@ def run_edits(args: argparse.Namespace) -> int:
         since=args.edits_since,
         seed=args.seed,
         request_timeout_s=args.edits_timeout_s,
+        arrival=args.edits_arrival == "on",
     )
     bench = EditsBench(pairs, options, head=head_commit(directory))
     bench.say(

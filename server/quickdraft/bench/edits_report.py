@@ -107,6 +107,13 @@ def summarize_strategy(
         for r in answered
         if r["pair"] in by_pair and r.get("latency_ms") and by_pair[r["pair"]].get("latency_ms")
     ]
+    arrivals = [
+        r["arrival"]["latency_ms"]
+        for r in runs
+        if r.get("arrival") and not r["arrival"].get("error")
+    ]
+    prompt = sum(int(r.get("prompt_tokens") or 0) for r in with_stats)
+    prefilled = sum(int(r.get("prefill_tokens") or 0) for r in with_stats)
     same = [r for r in answered if r["pair"] in by_pair]
     identical = sum(
         1 for r in same if edits_key(r["edits"]) == edits_key(by_pair[r["pair"]]["edits"])
@@ -118,6 +125,8 @@ def summarize_strategy(
         "no_edit": sum(1 for r in answered if not r["edits"]),
         "p50_ms": _p(latencies, 50),
         "p90_ms": _p(latencies, 90),
+        "arrival_p50_ms": _p(arrivals, 50),
+        "prefilled_share": _share(prefilled, prompt),
         "server_p50_ms": _p([r["server_ms"] for r in with_stats if r.get("server_ms")], 50),
         "tokens": tokens,
         "target_forwards": forwards,
@@ -193,6 +202,7 @@ HEADER = [
     "p90 ms",
     "speedup vs ar",
     "tokens/forward",
+    "prefilled",
     "copied",
     "same as ar",
     "exact",
@@ -200,6 +210,7 @@ HEADER = [
     "harmful",
     "no edit",
     "errors",
+    "arrival p50 ms",
 ]
 
 
@@ -216,6 +227,7 @@ def strategy_rows(summary: dict[str, Any]) -> list[list[str]]:
             _ms(s["p90_ms"]),
             _x(s["speedup_vs_ar"]),
             _fmt(s["tokens_per_forward"], ".2f"),
+            _pct(s.get("prefilled_share")),
             _pct(s["copied_share"]),
             _pct(s["identical_to_ar"]),
             _pct(s["exact"]),
@@ -223,6 +235,7 @@ def strategy_rows(summary: dict[str, Any]) -> list[list[str]]:
             _pct(s["harmful"]),
             str(s["no_edit"]),
             str(s["errors"]),
+            _ms(s.get("arrival_p50_ms")),
         ]
         for name, s in summary.items()
     ]
@@ -238,10 +251,17 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"{len(pairs)} next-edit pairs ({state}) mined from the git history of "
         f"`{env.get('repository')}` (commits since {env.get('since')}, head "
         f"`{str(env.get('head') or '?')[:12]}`, seed {env.get('seed')}): each a commit that "
-        "changes one source file in 2–4 small hunks close together. The first hunk is sent as "
-        "the user's edit (an incremental `didChange`), `textDocument/copilotInlineEdit` is asked "
-        "at the end of its new text, and the answer is scored against the file with the next "
-        "hunk applied too."
+        "changes one source file in 2–4 small hunks close together. "
+        + (
+            "A next edit is first asked where the cursor arrives, at the start of the first "
+            "hunk, before the edit (as editors ask when the cursor rests; awaited, not scored: "
+            "the arrival). Then the first hunk"
+            if env.get("arrival")
+            else "The first hunk"
+        )
+        + " is sent as the user's edit (an incremental `didChange`), "
+        "`textDocument/copilotInlineEdit` is asked at the end of its new text, and the answer is "
+        "scored against the file with the next hunk applied too."
     )
     lines.append("")
     env_rows = [["CPU", f"`{env.get('cpu')}` ({env.get('cpu_count')} cores)"]]
@@ -271,7 +291,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         " but `decoding.strategy`), all in this run on this machine. Speedup: the median over"
         " pairs of `ar`'s latency divided by the strategy's. Tokens per forward: output tokens"
         " over target forwards, summed over pairs (from `$/quickdraft/stats`); copied: the share"
-        " of output tokens that were accepted copy drafts (`copiedTokens`). Same as ar: the"
+        " of output tokens that were accepted copy drafts (`copiedTokens`); prefilled: the share"
+        " of the prompts' tokens the timed requests computed (the rest was cached). Same as ar: the"
         " answer's edits (ranges and texts) are `ar`'s for the pair. Exact: the file with the"
         " edits applied is the commit's file after the next hunk. Helpful / harmful: nearer to /"
         " further from that file than before the answer, by character edit distance over the"
