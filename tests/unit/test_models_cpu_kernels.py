@@ -136,8 +136,8 @@ def test_torch_estimate_scales_a_layer_to_the_model():
     shape = ModelShape(1536, 8960, 12, 2, 28, 151936)
     costs = torch_cost_estimate(kernel, shape)
     # 1 row: 28 layers x 10 ms x 1.15 (the layer overhead) + the head, 4.99 x 10 ms = 371.9;
-    # 2, 4 and 16 rows are interpolated between the measured 1, 8 and 128.
-    expected = {1: 371.874, 2: 531.248, 4: 849.998, 8: 1487.496, 16: 1884.161}
+    # 2, 4, 16 and 32 rows are interpolated between the measured 1, 8 and 128.
+    expected = {1: 371.874, 2: 531.248, 4: 849.998, 8: 1487.496, 16: 1884.161, 32: 2677.492}
     assert costs.target_ms == pytest.approx(expected, abs=0.01)
     # A 128-token prefill chunk: 28 x 200 ms x 1.15 + the head for its last row only.
     assert costs.prefill_tokens_per_s == pytest.approx(19.723, abs=0.001)

@@ -616,8 +616,9 @@ class Engine:
     ) -> CostModel:
         """Measure this machine's step costs and adopt them for the adaptive policy.
 
-        Target: prefill speed, then the forward time for 1, 8, 2, 4, 16 new tokens (in that
-        order of importance) on top of a `context_tokens` context, best of `repeats` after a
+        Target: prefill speed, then the forward time for 1, 8, 2, 4, 16, 32 new tokens (in
+        that order of importance; 32 is where a next edit's long copy drafts start to cost
+        what prefill does) on top of a `context_tokens` context, best of `repeats` after a
         warm-up. Draft: prefill speed and time per token. Bounded by `budget_s`: sizes left
         unmeasured when it runs out are interpolated (or extrapolated) from the measured
         ones, and the cost model says which were. A machine kept busy by other processes
@@ -653,7 +654,7 @@ class Engine:
             prefill_tps = measure_prefill(self.target, 0.3)
             held = len(self.target.tokens)
             target_ms: dict[int, float] = {}
-            for n in (1, 8, 2, 4, 16):
+            for n in (1, 8, 2, 4, 16, 32):
                 samples = []
                 for _ in range(repeats + 1):
                     if samples and time.monotonic() >= deadline:
@@ -665,7 +666,7 @@ class Engine:
                 if time.monotonic() >= deadline and n != 1:
                     break
             measured_sizes = sorted(target_ms)
-            target_ms = _fill_sizes(target_ms)
+            target_ms = _fill_sizes(target_ms, 1000.0 / max(prefill_tps, 1e-6))
             self.target.reset()
 
             draft_ms = None
@@ -702,9 +703,10 @@ BUSY_SHARE = 0.2
 taken as this machine's truth (not cached)."""
 
 
-def _fill_sizes(measured: dict[int, float]) -> dict[int, float]:
-    """Every MEASURED_SIZES entry from the measured ones: interpolated between them, the
-    line through the last two beyond them; more new tokens never cost less."""
+def _fill_sizes(measured: dict[int, float], per_extra_ms: float | None = None) -> dict[int, float]:
+    """Every MEASURED_SIZES entry from the measured ones: interpolated between them; beyond
+    the largest, `per_extra_ms` (a prefill token's cost) for each further token, else the line
+    through the last two; more new tokens never cost less."""
     known = sorted(measured.items())
     out: dict[int, float] = {}
     for n in MEASURED_SIZES:
@@ -715,6 +717,9 @@ def _fill_sizes(measured: dict[int, float]) -> dict[int, float]:
         else:
             below = [(k, v) for k, v in known if k < n]
             above = [(k, v) for k, v in known if k > n]
+            if below and not above and per_extra_ms is not None:
+                out[n] = below[-1][1] + per_extra_ms * (n - below[-1][0])
+                continue
             if below and above:
                 (k0, v0), (k1, v1) = below[-1], above[0]
             else:
