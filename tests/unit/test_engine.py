@@ -301,9 +301,14 @@ def test_adaptive_policy_chooses_plain_steps_when_verification_is_expensive(toke
 def test_calibration_measures_every_size(tokenizer):
     model = build_tiny_model(len(tokenizer), seed=11)
     engine = Engine(model, build_tiny_model(len(tokenizer), seed=12, layers=1))
+    sizes = []
+    forward = engine.target.forward
+    engine.target.forward = lambda tokens, **kw: sizes.append(len(tokens)) or forward(tokens, **kw)
     costs = engine.calibrate(context_tokens=32, repeats=1)
+    del engine.target.forward
     assert costs.measured
     assert sorted(costs.target_ms) == [1, 2, 4, 8, 16, 32]
+    assert set(sizes) == {1, 2, 4, 8, 16, 32}  # each size timed with that many new tokens
     assert all(ms > 0 for ms in costs.target_ms.values())
     assert costs.draft_ms_per_token > 0 and costs.prefill_tokens_per_s > 0
     assert CostModel.from_dict(costs.to_dict()) == costs

@@ -95,7 +95,7 @@ H.run(function()
   local status_lines = H.wait(function()
     local lines = quickdraft.show_status()
     for _, line in ipairs(lines) do
-      if line:find('^next edit: %d+ ms · [%d.]+ tokens per forward · 1 edit') then
+      if line:find('^next edit: [%d.]+ m?s · [%d.]+ tokens per forward · 1 edit') then
         return lines
       end
     end

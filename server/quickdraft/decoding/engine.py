@@ -629,7 +629,8 @@ class Engine:
             deadline = time.monotonic() + budget_s
             generator = torch.Generator().manual_seed(0)
             high = max(2, min(self.target.vocab_size, 30000))
-            context = torch.randint(1, high, (context_tokens + 16,), generator=generator).tolist()
+            extra = max(MEASURED_SIZES)  # the new tokens of the largest forward measured
+            context = torch.randint(1, high, (context_tokens + extra,), generator=generator).tolist()
             base = context[:context_tokens]
 
             def timed(fn) -> float:
