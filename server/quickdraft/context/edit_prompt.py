@@ -12,7 +12,8 @@ latest hunk's lines), above and below *those lines*, so the region holds the who
 starts where it started before the edit (the lines above and below it are the same text with
 the edit made or not, which keeps the prompt's head the one a request before the edit cached:
 see the `instruct` layout); with a grammar (context.syntax) each end moves to the nearest
-statement boundary within SNAP_LINES lines (out first, then in, never past the cursor's line),
+statement boundary within SNAP_LINES lines (out first, then in, never past the cursor's line
+or the edited lines),
 so the region does not cut a statement in half when a boundary is that close. The region is
 whole lines; its text leaves out the last line's break (the answer ends where the region
 does, before the closing marker).
