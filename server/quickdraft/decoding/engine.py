@@ -630,7 +630,9 @@ class Engine:
             generator = torch.Generator().manual_seed(0)
             high = max(2, min(self.target.vocab_size, 30000))
             extra = max(MEASURED_SIZES)  # the new tokens of the largest forward measured
-            context = torch.randint(1, high, (context_tokens + extra,), generator=generator).tolist()
+            context = torch.randint(
+                1, high, (context_tokens + extra,), generator=generator
+            ).tolist()
             base = context[:context_tokens]
 
             def timed(fn) -> float:
