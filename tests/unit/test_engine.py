@@ -317,6 +317,17 @@ def test_calibration_measures_every_size(tokenizer):
     assert greedy(engine, prompt, "hybrid").stats.reused_tokens == 0
 
 
+def test_sizes_the_calibration_ran_out_of_time_for_are_filled_in():
+    from quickdraft.decoding.engine import _fill_sizes
+
+    # Past the largest measured size, each further token costs a prefill token when that is
+    # known; between measured sizes, the line through them; never cheaper for more tokens.
+    filled = _fill_sizes({1: 10.0, 8: 40.0, 16: 60.0}, per_extra_ms=5.0)
+    assert filled == {1: 10.0, 2: 10.0 + 30 / 7, 4: 10.0 + 90 / 7, 8: 40.0, 16: 60.0, 32: 140.0}
+    assert _fill_sizes({1: 10.0, 8: 40.0, 16: 60.0})[32] == 100.0  # the line through 8 and 16
+    assert _fill_sizes({1: 10.0, 8: 40.0, 16: 30.0}, 5.0)[16] == 40.0
+
+
 def test_sampling_with_draft_equal_to_target_accepts_everything(tokenizer):
     model = build_tiny_model(len(tokenizer), seed=13)
     engine = Engine(model, model, stop_token_ids=[])
