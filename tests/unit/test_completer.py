@@ -228,7 +228,7 @@ def test_calibration_stays_within_its_budget(models, monkeypatch):
     measured = [int(n) for n in costs.notes["measured_sizes"].split(",")]
     assert 1 in measured and len(measured) < 5
     assert all(costs.target_ms[n] == 62.5 for n in measured)
-    assert sorted(costs.target_ms) == [1, 2, 4, 8, 16]
+    assert sorted(costs.target_ms) == [1, 2, 4, 8, 16, 32]
 
 
 def test_preset_draft_lengths_apply_under_the_users_settings(models):
