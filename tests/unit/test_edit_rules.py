@@ -1,0 +1,149 @@
+"""Next edits from the edit itself (context/edit_rules.py) and their vetoes (edit_vetoes.py), on a
+real file: tests/unit/data/financial_manager.py is examples/financial_research_agent/manager.py
+of openai/openai-agents-python (MIT) at 7f7a44f8, unchanged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from quickdraft.context import syntax
+from quickdraft.context.edit_history import EditHistory
+from quickdraft.context.edit_rules import (
+    FLOOR,
+    Candidate,
+    TextEdit,
+    latest_edit,
+    propose,
+)
+from quickdraft.context.edit_vetoes import applied, vet
+
+pytestmark = pytest.mark.skipif(
+    syntax.tree_sitter_language("python") is None, reason="the Python grammar is not installed"
+)
+
+URI = "file:///work/manager.py"
+MANAGER = (Path(__file__).parent / "data" / "financial_manager.py").read_text()
+
+
+def edited(before: str, after: str, history: EditHistory | None = None):
+    history = history or EditHistory()
+    history.record_full(URI, before, after)
+    return latest_edit(URI, after, history.hunks(URI), "python"), history
+
+
+def replace_line(text: str, line: int, old: str, new: str) -> str:
+    """`text` with `old` replaced by `new` once on 1-based `line`."""
+    lines = text.split("\n")
+    assert old in lines[line - 1], lines[line - 1]
+    lines[line - 1] = lines[line - 1].replace(old, new, 1)
+    return "\n".join(lines)
+
+
+def line_of(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
+
+
+def proposals(line: int, old: str, new: str):
+    """(the text after replacing `old` by `new` on `line` of the real file, the latest edit,
+    the rules' candidates, and each as (rule, line, text))."""
+    after = replace_line(MANAGER, line, old, new)
+    edit, _ = edited(MANAGER, after)
+    candidates = propose(edit)
+    seen = [(c.rule, line_of(after, c.edit.start), c.edit.text) for c in candidates]
+    return after, edit, candidates, seen
+
+
+def test_a_renamed_parameter_proposes_its_uses_in_the_function_and_nothing_outside():
+    after = replace_line(MANAGER, 103, "query", "question")
+    edit, _ = edited(MANAGER, after)
+    candidates = propose(edit)
+    assert {c.rule for c in candidates} == {"rename"}
+    assert all(c.edit.text == "question" for c in candidates)
+    assert all(after[c.edit.start : c.edit.end] == "query" for c in candidates)
+    # `_produce_verified_report`'s body (lines 104-118), nearest first; not `run`'s `query`
+    # above it, nor `_plan_searches`' below, nor `item.query`.
+    assert [line_of(after, c.edit.start) for c in candidates] == [106, 107, 111, 112]
+
+
+def test_tab_after_tab_finishes_the_rename_then_abstains():
+    """Each answer is one edit; applied, it is the latest edit, and the next answer is the next
+    use, until none is left: then no edit."""
+    text = replace_line(MANAGER, 103, "query", "question")
+    history = EditHistory()
+    history.record_full(URI, MANAGER, text)
+    shown_lines = []
+    for _ in range(6):
+        edit = latest_edit(URI, text, history.hunks(URI), "python")
+        decision = vet(edit, propose(edit))
+        if decision.shown is None:
+            break
+        assert decision.rule == "rename" and decision.confidence >= FLOOR
+        shown_lines.append(line_of(text, decision.shown.edit.start))
+        new = applied(text, decision.shown)
+        history.record_full(URI, text, new)
+        text = new
+    assert shown_lines == [106, 107, 111, 112]
+    lines_before, lines_after = MANAGER.split("\n"), text.split("\n")
+    for number, (old, new) in enumerate(zip(lines_before, lines_after, strict=True), 1):
+        expected = old.replace("query", "question") if 103 <= number <= 112 else old
+        assert new == expected, number
+
+
+def test_a_repeated_string_change_is_replayed_where_the_old_string_still_stands():
+    after, edit, candidates, seen = proposals(121, '"planning"', '"plan"')
+    assert seen == [("repeat", 124, '"plan"')]
+    assert after[candidates[0].edit.start : candidates[0].edit.end] == '"planning"'
+    decision = vet(edit, candidates)
+    assert decision.shown == candidates[0] and decision.parses == 1
+
+
+def test_a_renamed_method_of_self_proposes_its_def_and_other_calls_in_the_class():
+    *_, seen = proposals(107, "self._verify_report(", "self._check_report(")
+    # A method name of `self` renamed: its definition and the other call, in the class.
+    assert seen == [("rename", 112, "_check_report"), ("rename", 233, "_check_report")]
+
+
+def test_a_removed_parameter_drops_the_argument_at_its_calls():
+    after, _, candidates, seen = proposals(235, "query: str,", "")
+    assert seen == [("signature", 112, ""), ("signature", 107, "")]
+    fixed = after
+    for candidate in sorted(candidates, key=lambda c: -c.edit.start):
+        fixed = applied(fixed, candidate)
+    assert fixed.count("self._verify_report(report, search_results)") == 2
+    assert "self._verify_report(query" not in fixed
+
+
+def test_a_renamed_import_proposes_its_uses():
+    *_, seen = proposals(21, "import Printer", "import ReportPrinter")
+    assert seen == [("import", 70, "ReportPrinter")]
+
+
+def test_a_one_off_change_proposes_nothing():
+    after = replace_line(MANAGER, 88, "Report summary", "Summary of the report")
+    edit, _ = edited(MANAGER, after)
+    decision = vet(edit, propose(edit))
+    assert decision.shown is None and decision.rule is None
+
+
+def test_the_vetoes_floor_undo_and_parse():
+    after = replace_line(MANAGER, 121, '"planning"', '"plan"')
+    edit, _ = edited(MANAGER, after)
+    at = after.index('"planning"')
+    low = Candidate("repeat", TextEdit(at, at + 10, '"plan"'), FLOOR - 0.01)
+    start = after.index('"plan"')
+    undo = Candidate("repeat", TextEdit(start, start + 6, '"planning"'), 0.9)
+    broken = Candidate("repeat", TextEdit(at, at + 10, '"plan'), 0.9)
+    elsewhere = Candidate("rename", TextEdit(0, 1, "x", "file:///other.py"), 0.9)
+    good = Candidate("repeat", TextEdit(at, at + 10, '"plan"'), 0.6)
+    decision = vet(edit, [low, undo, broken, elsewhere, good])
+    assert decision.vetoed == {"floor": 1, "undo": 1, "parse": 1, "other-document": 1}
+    assert decision.shown == good and decision.candidates == 5
+
+
+def test_a_history_that_no_longer_matches_the_text_gives_no_latest_edit():
+    after = replace_line(MANAGER, 121, '"planning"', '"plan"')
+    _, history = edited(MANAGER, after)
+    assert latest_edit(URI, MANAGER, history.hunks(URI), "python") is None
+    assert latest_edit(URI, MANAGER, [], "python") is None
