@@ -188,6 +188,12 @@ class EditsConfig:
     """The most tokens one rewrite of the region may take (an answer cut there gives no edit)."""
     max_draft_length: int = 256
     """The longest run of the region proposed as one copy draft."""
+    rules: bool = True
+    """Propose edits derived from the latest edit itself (rename, import, signature, repeat;
+    context/edit_rules.py), checked by the vetoes, before any model rewrite."""
+    model_rewrite: Literal["auto", "on", "off"] = "auto"
+    """The model rewriting the region when no rule proposes: `auto` only with a model trained
+    for next edits (the zeta, sweep or instinct format), `on` always, `off` never."""
 
 
 @dataclass

@@ -1,5 +1,8 @@
 """The next-edit pipeline (`textDocument/copilotInlineEdit`), beside the completion pipeline:
 
+    request -> the latest edit -> rule candidates (context.edit_rules) -> vetoes
+            (context.edit_vetoes) -> the first survivor, one edit; none: abstain, or, for a
+            model trained for next edits (`edits.model_rewrite`), the model's rewrite:
     request -> region (context.edit_prompt) -> prompt (recent edits, other files, the region)
             -> tokenize -> generate (the Completer's backend, copy drafting from the region)
             -> the region as rewritten -> diff against the region as it is -> minimal edits
@@ -41,6 +44,8 @@ from quickdraft.context.edit_prompt import (
     display_path,
     render_edit_prompt,
 )
+from quickdraft.context.edit_rules import latest_edit, propose
+from quickdraft.context.edit_vetoes import Decision, vet
 from quickdraft.context.prompt import offset_of, prompt_tokens
 from quickdraft.decoding import GenerationStats
 from quickdraft.text import unusable_reason, without_lone_surrogates
@@ -149,6 +154,17 @@ class NextEdit:
     skipped: str | None = None
     """Why no rewrite was attempted (next edits disabled, document unusable)."""
     mode: str = "edit"
+    rule: str | None = None
+    """The rule whose candidate is shown (rename, import, signature, repeat); None: the model's
+    rewrite, or no edit."""
+    confidence: float | None = None
+    candidates: int = 0
+    """Rule candidates the latest edit gave (before the vetoes)."""
+    vetoed: dict[str, int] = field(default_factory=dict)
+    """Veto -> rule candidates it removed (context.edit_vetoes)."""
+    abstained: str | None = None
+    """Why no edit was proposed when nothing was wrong (no candidate survived, and the model's
+    rewrite is off for this model)."""
 
     @property
     def copied_tokens(self) -> int:
@@ -302,6 +318,30 @@ def edit_format(completer: Completer) -> str:
     return choose_format(completer.config.edits.format, names)
 
 
+def model_rewrites(completer: Completer) -> bool:
+    """Whether the model rewrites the region when no rule proposes (`edits.model_rewrite`;
+    `auto`: only a model trained for next edits, named by its format)."""
+    setting = completer.config.edits.model_rewrite
+    if setting != "auto":
+        return setting == "on"
+    return edit_format(completer) != "instruct"
+
+
+def rule_decision(completer: Completer, request: NextEditRequest) -> Decision:
+    """The rules' candidates for the request's latest edit, vetoed (edits.rules off: none)."""
+    if not completer.config.edits.rules:
+        return Decision()
+    edit = latest_edit(request.uri, request.text, request.hunks, request.language_id)
+    if edit is None:
+        return Decision()
+    others = {
+        uri: document.text
+        for uri, document in completer.documents.items()
+        if uri != request.uri and document.language_id == request.language_id
+    }
+    return vet(edit, propose(edit, others))
+
+
 def _context_files(completer: Completer, uri: str) -> list[ContextFile]:
     """The workspace head's chunks of the other open files, within the snippet budget."""
     context = completer.config.context
@@ -394,6 +434,35 @@ def suggest(
     if skipped is not None:
         return NextEdit(skipped=skipped)
     clock = StageClock()
+    decision = rule_decision(completer, request)
+    clock.lap("rules_ms")
+    found = {
+        "candidates": decision.candidates,
+        "vetoed": dict(decision.vetoed),
+    }
+    if decision.shown is not None:
+        shown = decision.shown
+        return NextEdit(
+            edits=[Edit(shown.edit.start, shown.edit.end, shown.edit.text)],
+            mode="rule",
+            stop_reason="rule",
+            latency_ms=(time.perf_counter() - started) * 1000,
+            stages={"rules_ms": clock.stages["rules_ms"]},
+            rule=shown.rule,
+            confidence=shown.confidence,
+            **found,
+        )
+    if not model_rewrites(completer):
+        return NextEdit(
+            mode="rule",
+            latency_ms=(time.perf_counter() - started) * 1000,
+            stages={"rules_ms": clock.stages["rules_ms"]},
+            abstained=(
+                "no rule candidate survived the vetoes, and the model's rewrite is off for a "
+                "model not trained for next edits (edits.model_rewrite)"
+            ),
+            **found,
+        )
     prepared = prepare(completer, request, clock=clock)
     decoding = completer.config.decoding
     deadline = time.monotonic() + decoding.deadline_ms / 1000 if decoding.deadline_ms else None
@@ -418,6 +487,7 @@ def suggest(
     clock.lap("diff_ms")
     stats, lapped = generated.stats, clock.stages
     stages = {
+        "rules_ms": lapped["rules_ms"],
         "context_ms": lapped["context_ms"],
         "tokenize_ms": lapped["tokenize_ms"],
         "prefill_ms": round(stats.prefill_ms, 2),
@@ -437,4 +507,5 @@ def suggest(
         latency_ms=(time.perf_counter() - started) * 1000,
         stages=stages,
         rejected=rejected,
+        **found,
     )

@@ -144,11 +144,19 @@ def run_server(argv: list[str]) -> None:
     from quickdraft.lsp import cli
     from quickdraft.lsp.server import create_server
 
+    # The scripted model's rewrite is what most tests here check: the rules off and the model's
+    # rewrite on (a model not trained for next edits gets neither by default). `--rules`: the
+    # defaults, rules first.
+    rules = "--rules" in argv
+    argv = [arg for arg in argv if arg != "--rules"]
     parser = argparse.ArgumentParser()
     cli.register(parser.add_subparsers())
     args = parser.parse_args(argv)
     cli.configure_logging(args.log_level)
-    cli.serve(create_server(load_config(config_dict_from_args(args)), loader=fake_loader), None)
+    settings = config_dict_from_args(args)
+    if not rules:
+        settings.setdefault("edits", {}).update(rules=False, model_rewrite="on")
+    cli.serve(create_server(load_config(settings), loader=fake_loader), None)
 
 
 if __name__ == "__main__":
@@ -354,6 +362,49 @@ async def test_a_newer_request_supersedes_the_older_and_stops_it(session):
         # The older generation saw its cancel event (it did not run on for 30 s).
         [item] = answer["edits"]
         assert "cancelled" in item["text"] and "ran to its end" not in item["text"]
+
+
+async def test_a_renamed_parameter_is_proposed_at_each_use_in_turn_by_the_rename_rule(session):
+    """The defaults (rules first, no model rewrite for this model): one edit at the next use;
+    applied (as an editor's Tab sends it), the next answer is the use after it; then none."""
+    async with session(command("--rules")) as client:
+        open_doc(client, URI, SHAPES, version=1)
+        edit(client, URI, 2, (0, 9), (0, 14), "w")
+        current = SHAPES.replace("(width,", "(w,", 1)
+        version, answers = 2, []
+        for _ in range(4):
+            answer = await inline_edit(client, URI, version, 0, 10)
+            if not answer["edits"]:
+                break
+            [item] = answer["edits"]
+            answers.append(item)
+            current = apply(current, [item])
+            version += 1
+            r = item["range"]
+            start, end = (
+                (r["start"]["line"], r["start"]["character"]),
+                (
+                    r["end"]["line"],
+                    r["end"]["character"],
+                ),
+            )
+            edit(client, URI, version, start, end, item["text"])
+        assert [a["range"]["start"] for a in answers] == [
+            {"line": 1, "character": len("    scale = ")},
+            {"line": 2, "character": len("    return ")},
+        ]
+        assert all(a["text"] == "w" for a in answers)
+        assert current == SHAPES.replace("width", "w")
+        await wait_for(
+            lambda: sum(plain(s).get("feature") == "inlineEdit" for s in client.stats) >= 3
+        )
+        stats = [plain(s) for s in client.stats if plain(s).get("feature") == "inlineEdit"]
+        assert [(s["rule"], s["confidence"], s["editCount"]) for s in stats] == [
+            ("rename", 0.9, 1),
+            ("rename", 0.9, 1),
+            (None, None, 0),
+        ]
+        assert "model_rewrite" in stats[-1]["abstained"] and stats[0]["tokens"] == 0
 
 
 def test_history_is_recorded_from_the_changes_the_store_applies():

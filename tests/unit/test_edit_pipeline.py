@@ -263,15 +263,16 @@ def test_edits_settings_are_validated_in_their_own_section():
 # --- the pipeline with a tiny local model ---------------------------------------------------
 
 
+EDITS = {"max_new_tokens": 24, "max_draft_length": 40, "model_rewrite": "on"}
+"""The model's rewrite is on here (off by default for a model not trained for next edits)."""
+
+
 @pytest.fixture(scope="module")
 def completer():
     from quickdraft.local_backend import local_completer
     from quickdraft.testing import build_tiny_loaded_models
 
-    return local_completer(
-        build_tiny_loaded_models(),
-        load_config({"edits": {"max_new_tokens": 24, "max_draft_length": 40}}),
-    )
+    return local_completer(build_tiny_loaded_models(), load_config({"edits": EDITS}))
 
 
 def test_the_engine_gets_the_prompt_and_the_region_as_copy_source(completer, monkeypatch):
@@ -301,6 +302,7 @@ def test_the_engine_gets_the_prompt_and_the_region_as_copy_source(completer, mon
     assert result.stop_reason == "max_tokens" and result.edits == []
     assert result.rejected == "the rewrite did not finish the region"
     assert list(result.stages) == [
+        "rules_ms",
         "context_ms",
         "tokenize_ms",
         "prefill_ms",
@@ -335,9 +337,39 @@ def test_disabled_next_edits_do_no_model_work(completer, monkeypatch):
         result = suggest(completer, NextEditRequest("file:///w/a.py", "x = 1\n", 0, 0, "python"))
         assert result.skipped and result.edits == []
     finally:
-        completer.update_config(
-            load_config({"edits": {"max_new_tokens": 24, "max_draft_length": 40}})
-        )
+        completer.update_config(load_config({"edits": EDITS}))
+
+
+def test_a_rule_answers_without_the_model_and_says_which(completer, monkeypatch):
+    from quickdraft.next_edit import suggest
+
+    monkeypatch.setattr(completer.backend.engine, "generate", None)  # never called
+    text = "def f(a):\n    return b + b\n\nx = f(1)\n"
+    hunk = Hunk("file:///w/a.py", 0, 0, "def f(b):\n", "def f(a):\n")
+    result = suggest(
+        completer, NextEditRequest("file:///w/a.py", text, 0, 7, "python", hunks=[hunk])
+    )
+    assert [(e.start, e.end, e.text) for e in result.edits] == [(21, 22, "a")]
+    assert (result.rule, result.confidence, result.candidates) == ("rename", 0.9, 2)
+    assert result.mode == "rule" and list(result.stages) == ["rules_ms"]
+
+
+def test_without_a_rule_a_model_not_trained_for_next_edits_abstains(completer, monkeypatch):
+    from quickdraft.next_edit import model_rewrites, suggest
+
+    completer.update_config(load_config({"edits": {"max_new_tokens": 24}}))  # model_rewrite auto
+    try:
+        assert not model_rewrites(completer)  # the tiny model gets the instruct format
+        monkeypatch.setattr(completer.backend.engine, "generate", None)  # never called
+        text = "x = 1\n"
+        hunk = Hunk("file:///w/a.py", 0, 0, "x = 0\n", "x = 1\n")
+        request = NextEditRequest("file:///w/a.py", text, 0, 5, "python", hunks=[hunk])
+        result = suggest(completer, request)
+        assert result.edits == [] and result.rule is None and "model_rewrite" in result.abstained
+        completer.update_config(load_config({"edits": {"format": "zeta"}}))
+        assert model_rewrites(completer)
+    finally:
+        completer.update_config(load_config({"edits": EDITS}))
 
 
 def test_lines_written_past_the_region_are_not_inserted_again():

@@ -522,12 +522,25 @@ class NextEditService:
             format=result.format,
             rejected=result.rejected,
             regionLines=[region.start_line, region.end_line] if region is not None else None,
+            rule=getattr(result, "rule", None),
+            confidence=getattr(result, "confidence", None),
+            candidates=getattr(result, "candidates", 0),
+            vetoed=dict(getattr(result, "vetoed", None) or {}),
+            abstained=getattr(result, "abstained", None),
         )
         completer = self.server.host.completer
         if completer is not None:
             payload["compute"] = completer.compute
         self.server.protocol.notify(STATS_NOTIFICATION, payload)
         why = f" ({result.rejected})" if result.rejected else ""
+        if payload["rule"] or payload["candidates"]:
+            vetoes = ", ".join(f"{k} {v}" for k, v in payload["vetoed"].items()) or "none"
+            shown = (
+                f"rule {payload['rule']} ({payload['confidence']})"
+                if payload["rule"]
+                else "no rule"
+            )
+            why += f" [{shown}; {payload['candidates']} candidates, vetoed: {vetoes}]"
         self.server.log(
             f"[{request_id}] {feature}: {len(items)} edits{why}, {payload['tokens']} tokens "
             f"({result.copied_tokens} copied), {latency_ms:.0f} ms, "
