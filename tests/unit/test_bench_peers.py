@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import types
 
 import pytest
 
-from quickdraft.bench.peers import HFPeer, LlamaCppPeer, emit
+from quickdraft.bench.peers import HFPeer, LlamaCppPeer, PeerCrashed, emit, probe_extra_bufts
 from quickdraft.decoding import Engine, GenerationRequest
+from quickdraft.models.llamacpp_probe import ProbeResult
 from quickdraft.testing import build_tiny_model, build_tiny_tokenizer
 
 
@@ -65,39 +68,123 @@ def test_llama_cpp_is_optional(tmp_path, monkeypatch):
     assert "does not exist" in LlamaCppPeer("llama-cpp", tmp_path / "m.gguf").unavailable()
 
 
-def test_llama_cpp_peer_runs_greedy_with_prompt_lookup(tmp_path, monkeypatch):
-    made = {}
+FAKE_LLAMA = """
+import json, os, signal
 
-    class FakeLlama:
-        def __init__(self, **kwargs):
-            made.update(kwargs)
-            self.resets = 0
+class _Params:
+    use_extra_bufts = True
 
-        def reset(self):
-            self.resets += 1
+def llama_model_default_params():
+    return _Params()
 
-        def generate(self, tokens, **kwargs):
-            assert kwargs["temp"] == 0.0 and kwargs["top_k"] == 1
-            yield from [11, 12, 13, 14, 0, 15]
+class Llama:
+    def __init__(self, **kwargs):
+        kwargs["use_extra_bufts"] = llama_model_default_params().use_extra_bufts
+        draft = kwargs.pop("draft_model", None)
+        kwargs["num_pred_tokens"] = getattr(draft, "num_pred_tokens", None)
+        with open(os.environ["FAKE_LLAMA_MADE"], "w") as f:
+            json.dump(kwargs, f)
 
-    class FakeLookup:
-        def __init__(self, num_pred_tokens):
-            self.num_pred_tokens = num_pred_tokens
+    def reset(self):
+        pass
 
-    llama_cpp = types.ModuleType("llama_cpp")
-    llama_cpp.Llama = FakeLlama
-    speculative = types.ModuleType("llama_cpp.llama_speculative")
-    speculative.LlamaPromptLookupDecoding = FakeLookup
-    monkeypatch.setitem(sys.modules, "llama_cpp", llama_cpp)
-    monkeypatch.setitem(sys.modules, "llama_cpp.llama_speculative", speculative)
+    def generate(self, tokens, **kwargs):
+        assert kwargs["temp"] == 0.0 and kwargs["top_k"] == 1
+        for token in [11, 12, 13, 14, 0, 15]:
+            if os.environ.get("FAKE_LLAMA_CRASH") and token == 12:
+                os.kill(os.getpid(), signal.SIGSEGV)
+            yield token
+"""
+FAKE_SPECULATIVE = """
+class LlamaPromptLookupDecoding:
+    def __init__(self, num_pred_tokens):
+        self.num_pred_tokens = num_pred_tokens
+"""
+
+
+def fake_llama_peer(tmp_path, monkeypatch, name, *, crash=False, buffers=(True, "ran")):
+    """A LlamaCppPeer whose child process imports a stand-in for llama_cpp."""
+    package = tmp_path / "fake" / "fake_llama"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(FAKE_LLAMA)
+    (package / "llama_speculative.py").write_text(FAKE_SPECULATIVE)
     monkeypatch.setattr("quickdraft.bench.peers.llama_cpp_available", lambda: True)
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
-    peer = LlamaCppPeer("llama-cpp-lookup", gguf)
-    assert peer.unavailable() is None
-    out = peer.run([1, 2, 3], 10, frozenset({0}), None)
-    assert out.tokens == [11, 12, 13, 14]
-    assert made["logits_all"] is True and made["draft_model"].num_pred_tokens == 10
-    assert peer.run([1, 2, 3], 2, frozenset({0}), None).tokens == [11, 12]
-    assert peer.run([1, 2, 3], 10, frozenset({0}), lambda new: 12 in new).tokens == [11, 12]
-    assert out.target_forwards is None
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), *sys.path]),
+        "FAKE_LLAMA_MADE": str(tmp_path / "made.json"),
+    }
+    if crash:
+        env["FAKE_LLAMA_CRASH"] = "1"
+    child = (sys.executable, "-m", "quickdraft.bench.llamacpp_peer_child")
+    return LlamaCppPeer(
+        name,
+        gguf,
+        threads=2,
+        extra_bufts=lambda path, threads: buffers,
+        child=(*child, "--llama-module", "fake_llama"),
+        child_env=env,
+    )
+
+
+def test_llama_cpp_peer_runs_greedy_with_prompt_lookup_in_a_child(tmp_path, monkeypatch):
+    peer = fake_llama_peer(tmp_path, monkeypatch, "llama-cpp-lookup")
+    try:
+        assert peer.unavailable() is None
+        out = peer.run([1, 2, 3], 10, frozenset({0}), None)
+        assert out.tokens == [11, 12, 13, 14]
+        made = json.loads((tmp_path / "made.json").read_text())
+        assert made["logits_all"] is True and made["num_pred_tokens"] == 10
+        assert made["n_threads"] == 2 and made["use_extra_bufts"] is True
+        # One child serves every hole; the budget and the server's stop rule end it where
+        # they end the engine.
+        assert peer.run([1, 2, 3], 2, frozenset({0}), None).tokens == [11, 12]
+        assert peer.run([1, 2, 3], 10, frozenset({0}), lambda new: 12 in new).tokens == [11, 12]
+        assert peer.run([1, 2, 3], 1, frozenset({0}), None).tokens == [11]
+        assert out.target_forwards is None
+        assert peer.note() is None
+    finally:
+        peer.close()
+
+
+def test_llama_cpp_peer_loads_without_extra_buffers_where_the_probe_says_so(tmp_path, monkeypatch):
+    reason = "without llama.cpp's extra (AMX) buffers: they crashed in the probe"
+    peer = fake_llama_peer(tmp_path, monkeypatch, "llama-cpp", buffers=(False, reason))
+    try:
+        assert peer.unavailable() is None
+        assert peer.run([1, 2], 3, frozenset({0}), None).tokens == [11, 12, 13]
+        made = json.loads((tmp_path / "made.json").read_text())
+        assert made["use_extra_bufts"] is False and made["num_pred_tokens"] is None
+        assert peer.describe()["extra_buffers"] is False
+        assert reason in peer.note()
+    finally:
+        peer.close()
+
+
+def test_a_crashing_llama_cpp_peer_raises_and_can_start_again(tmp_path, monkeypatch):
+    peer = fake_llama_peer(tmp_path, monkeypatch, "llama-cpp", crash=True)
+    try:
+        with pytest.raises(PeerCrashed, match="signal 11"):
+            peer.run([1, 2], 5, frozenset({0}), None)
+        with pytest.raises(PeerCrashed, match="signal 11"):  # a fresh child, the same fate
+            peer.run([1, 2], 5, frozenset({0}), None)
+    finally:
+        peer.close()
+
+
+def test_the_probe_decides_the_peers_buffers(tmp_path, monkeypatch):
+    crashed = ProbeResult(
+        extra_bufts=False,
+        target_ms={1: 1.0},
+        prefill_tokens_per_s=1.0,
+        context=256,
+        threads=2,
+        load_seconds=0.1,
+        crashed_with_extra_bufts=True,
+    )
+    monkeypatch.setattr("quickdraft.models.llamacpp_probe.probe", lambda path, threads: crashed)
+    on, why = probe_extra_bufts(tmp_path / "m.gguf", 2)
+    assert on is False and "crashed" in why
+    crashed.extra_bufts = True
+    assert probe_extra_bufts(tmp_path / "m.gguf", 2)[0] is True

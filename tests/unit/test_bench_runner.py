@@ -11,7 +11,7 @@ import pytest
 
 from quickdraft.bench import report
 from quickdraft.bench.holes import sample_holes
-from quickdraft.bench.peers import Peer, PeerOutput
+from quickdraft.bench.peers import Peer, PeerCrashed, PeerOutput
 from quickdraft.bench.runner import RUN_KEYS, Bench, BenchOptions, parse_lengths, parse_strategies
 from quickdraft.config import QuickdraftConfig, load_config
 from quickdraft.errors import ConfigError
@@ -373,3 +373,55 @@ def test_option_parsing():
         parse_lengths("0,2")
     with pytest.raises(ConfigError):
         parse_lengths("two")
+
+
+class CrashingPeer(Peer):
+    """A peer whose process dies at its first run (llama.cpp's AMX crash, say)."""
+
+    name = "llama-cpp"
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.closed = False
+
+    def unavailable(self):
+        return None
+
+    def note(self):
+        return "`llama-cpp` ran without llama.cpp's extra (AMX) buffers"
+
+    def run(self, prompt_ids, max_new_tokens, stop_ids, stop):
+        self.runs += 1
+        raise PeerCrashed("the llama.cpp peer's process crashed (signal 11)")
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.mark.parametrize("warmup", [True, False])
+def test_a_peer_that_crashes_never_takes_the_bench_down(repo, tmp_path, warmup):
+    config = load_config({"decoding": {"max_new_tokens": 16}})
+    options = BenchOptions(
+        repo=repo,
+        out=tmp_path / "out",
+        holes=3,
+        strategies=parse_strategies("ar,hybrid,llama-cpp"),
+        max_new_tokens=16,
+        progress=False,
+        warmup=warmup,
+        replay=False,
+    )
+    peer = CrashingPeer()
+    bench = Bench(
+        FakeCompleter(config), sample_holes(repo, 3, seed=0), options, peers={"llama-cpp": peer}
+    )
+    results = bench.run()
+    assert peer.runs == 1  # dropped after its crash, on the first hole or in the warm-up
+    assert peer.closed
+    assert len(results["holes"]) == 3
+    assert all(list(hole["runs"]) == ["ar", "hybrid"] for hole in results["holes"])
+    skipped = results["env"]["skipped"]["llama-cpp"]
+    assert "signal 11" in skipped and ("warm-up" in skipped) == warmup
+    assert "extra (AMX) buffers" in " ".join(results["env"]["notes"])
+    report_text = (tmp_path / "out" / "report.md").read_text()
+    assert "signal 11" in report_text and "extra (AMX) buffers" in report_text

@@ -14,16 +14,24 @@ else that differs from `ar` is reported as different.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.metadata
 import importlib.util
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from quickdraft.bench.llamacpp_peer_child import PROMPT_LOOKUP_TOKENS
+from quickdraft.errors import QuickdraftError
+from quickdraft.models import llamacpp_probe
+
 PEERS: tuple[str, ...] = ("hf-assisted", "hf-prompt-lookup", "llama-cpp", "llama-cpp-lookup")
-PROMPT_LOOKUP_TOKENS = 10
-"""`prompt_lookup_num_tokens` and `num_pred_tokens`: the value both libraries document."""
 
 StopCheck = Callable[[list[int]], bool]
 
@@ -74,6 +82,13 @@ class Peer:
 
     def describe(self) -> dict[str, Any]:
         return {}
+
+    def note(self) -> str | None:
+        """What the report should say of how the peer was set up (None: nothing)."""
+        return None
+
+    def close(self) -> None:
+        """Release what the peer holds (a child process)."""
 
 
 # --- transformers -----------------------------------------------------------------------------
@@ -234,15 +249,49 @@ def llama_cpp_available() -> bool:
     return importlib.util.find_spec("llama_cpp") is not None
 
 
-class LlamaCppPeer(Peer):
-    """llama-cpp-python on the `.gguf` file the target came from."""
+class PeerCrashed(RuntimeError):
+    """The peer's process died or broke the protocol (the bench skips the peer, and goes on)."""
 
-    def __init__(self, name: str, gguf_path: str | Path | None, *, n_ctx: int = 4096, threads=None):
+
+def probe_extra_bufts(gguf: Path, threads: int) -> tuple[bool, str]:
+    """Whether llama.cpp's extra (AMX) buffers work here, as quickdraft's own runtime decides it
+    (models.llamacpp_probe, cached per machine), and a sentence saying so for the report."""
+    result = llamacpp_probe.probe(gguf, threads)
+    if result.extra_bufts:
+        return True, "with llama.cpp's extra buffers (the probe ran them)"
+    return False, (
+        "without llama.cpp's extra (AMX) buffers: they crashed in the probe on this machine,"
+        " as quickdraft's own llama.cpp runtime found"
+        if result.crashed_with_extra_bufts
+        else "without llama.cpp's extra buffers (the probe's choice here)"
+    )
+
+
+class LlamaCppPeer(Peer):
+    """llama-cpp-python on the `.gguf` file the target came from, in a child process
+    (bench/llamacpp_peer_child.py): a crash there costs the peer, never the bench."""
+
+    def __init__(
+        self,
+        name: str,
+        gguf_path: str | Path | None,
+        *,
+        n_ctx: int = 4096,
+        threads: int | None = None,
+        extra_bufts: Callable[[Path, int], tuple[bool, str]] = probe_extra_bufts,
+        child: Sequence[str] = (sys.executable, "-m", "quickdraft.bench.llamacpp_peer_child"),
+        child_env: dict[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.gguf_path = Path(gguf_path) if gguf_path else None
         self.n_ctx = n_ctx
         self.threads = threads
-        self._llama = None
+        self._extra_bufts = extra_bufts
+        self._child_command = list(child)
+        self._child_env = child_env
+        self._process: subprocess.Popen | None = None
+        self.buffers: tuple[bool, str] | None = None
+        """(extra buffers on, why), decided when the peer is first set up."""
 
     def unavailable(self) -> str | None:
         if not llama_cpp_available():
@@ -251,53 +300,116 @@ class LlamaCppPeer(Peer):
             return "the target was not loaded from a .gguf file"
         if not self.gguf_path.is_file():
             return f"{self.gguf_path} does not exist"
+        if self.buffers is None:
+            try:
+                self.buffers = self._extra_bufts(self.gguf_path, self.threads or 1)
+            except QuickdraftError as exc:
+                return str(exc)
         return None
 
     def describe(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"gguf": str(self.gguf_path)}
+        info: dict[str, Any] = {"gguf": str(self.gguf_path), "process": "child"}
         if self.name == "llama-cpp-lookup":
             info["num_pred_tokens"] = PROMPT_LOOKUP_TOKENS
-        try:
-            import llama_cpp  # optional (the `llama` extra)
-
-            info["llama_cpp_python"] = getattr(llama_cpp, "__version__", None)
-        except ImportError:
-            pass
+        if self.buffers is not None:
+            info["extra_buffers"], info["buffers_note"] = self.buffers
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            info["llama_cpp_python"] = importlib.metadata.version("llama-cpp-python")
         return info
 
-    def _load(self):
-        if self._llama is None:
-            import llama_cpp  # optional (the `llama` extra)
+    def note(self) -> str | None:
+        """What the report says of how the peer was set up (None: nothing worth saying)."""
+        if self.buffers is None or self.buffers[0]:
+            return None
+        return f"`{self.name}` ran {self.buffers[1]}"
 
-            kwargs: dict[str, Any] = dict(
-                model_path=str(self.gguf_path), n_ctx=self.n_ctx, verbose=False, logits_all=True
-            )
-            if self.threads:
-                kwargs["n_threads"] = self.threads
-            if self.name == "llama-cpp-lookup":
-                from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+    def _start(self) -> subprocess.Popen:
+        if self._process is not None and self._process.poll() is None:
+            return self._process
+        if self.buffers is None:
+            reason = self.unavailable()
+            if reason:
+                raise PeerCrashed(reason)
+        command = [*self._child_command, str(self.gguf_path), "--n-ctx", str(self.n_ctx)]
+        if self.threads:
+            command += ["--threads", str(self.threads)]
+        if self.name == "llama-cpp-lookup":
+            command.append("--lookup")
+        if self.buffers is not None and not self.buffers[0]:
+            command.append("--no-extra-bufts")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **(self._child_env or {}))
+        self._process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        ready = self._receive()
+        if not ready.get("ready"):
+            self.close()
+            raise PeerCrashed(f"llama.cpp did not load: {ready.get('error', ready)}")
+        return self._process
 
-                kwargs["draft_model"] = LlamaPromptLookupDecoding(
-                    num_pred_tokens=PROMPT_LOOKUP_TOKENS
-                )
-            self._llama = llama_cpp.Llama(**kwargs)
-        return self._llama
+    def _receive(self) -> dict[str, Any]:
+        assert self._process is not None and self._process.stdout is not None
+        line = self._process.stdout.readline()
+        if not line:
+            raise PeerCrashed(self._death())
+        try:
+            return json.loads(line)
+        except ValueError as exc:
+            raise PeerCrashed(f"unreadable answer from the llama.cpp peer: {line!r}") from exc
+
+    def _send(self, text: str) -> None:
+        assert self._process is not None and self._process.stdin is not None
+        try:
+            self._process.stdin.write(text + "\n")
+            self._process.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise PeerCrashed(self._death()) from exc
+
+    def _death(self) -> str:
+        """Why the child is gone, with the last line it wrote to stderr."""
+        assert self._process is not None
+        try:
+            code = self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            code = self._process.wait()
+        tail = (self._process.stderr.read() if self._process.stderr else "").strip()
+        last = tail.splitlines()[-1] if tail else ""
+        self._process = None
+        how = f"crashed (signal {-code})" if code < 0 else f"exited ({code})"
+        return f"the llama.cpp peer's process {how}" + (f": {last}" if last else "")
+
+    def close(self) -> None:
+        if self._process is not None:
+            with contextlib.suppress(OSError):
+                self._process.kill()
+            self._process.wait()
+            self._process = None
 
     def run(self, prompt_ids, max_new_tokens, stop_ids, stop) -> PeerOutput:
-        llama = self._load()
-        llama.reset()  # cold: no prefix reuse from the previous hole
+        self._start()
         started = time.perf_counter()
         first_at = None
         raw: list[int] = []
-        for token in llama.generate(list(prompt_ids), top_k=1, top_p=1.0, temp=0.0, reset=True):
+        self._send(
+            json.dumps({"prompt": [int(t) for t in prompt_ids], "max_new_tokens": max_new_tokens})
+        )
+        while True:
+            message = self._receive()
+            if message.get("done"):
+                break
             if first_at is None:
                 first_at = time.perf_counter()
-            raw.append(int(token))
-            if (
-                len(emit(raw, stop_ids, max_new_tokens, stop)) < len(raw)
-                or len(raw) >= max_new_tokens
-            ):
-                break
+            raw.append(int(message["token"]))
+            if len(raw) >= max_new_tokens:
+                continue  # the child stops by itself and says done
+            finished = len(emit(raw, stop_ids, max_new_tokens, stop)) < len(raw)
+            self._send("stop" if finished else "more")
         finished = time.perf_counter()
         latency = (finished - started) * 1000
         prefill = (first_at - started) * 1000 if first_at else None

@@ -145,7 +145,7 @@ def make_peers(completer: Any, strategies: list[str], gguf_path: str | None) -> 
     draft = getattr(models, "draft", None)
     tokenizer = getattr(models, "tokenizer", None)
     pad = getattr(tokenizer, "pad_token_id", None)
-    threads = getattr(getattr(getattr(completer, "config", None), "model", None), "threads", None)
+    threads = getattr(models, "threads", None)
     peers: dict[str, Peer] = {}
     for name in strategies:
         if name in ("hf-assisted", "hf-prompt-lookup"):
@@ -256,6 +256,9 @@ class Bench:
                     self._skip(name, reason)
                     continue
                 self.env["peers"][name] = peer.describe()
+                note = peer.note()
+                if note:
+                    self.env["notes"].append(note)
             usable.append(name)
         return usable
 
@@ -330,6 +333,8 @@ class Bench:
             self.env["interrupted"] = True
         finally:
             self._close()
+            for peer in self.peers.values():
+                peer.close()
             if bar is not None:
                 bar.close()
             results = self._write(final=True)
@@ -343,7 +348,7 @@ class Bench:
         self._open(hole)
         try:
             plan = None
-            for name in self.strategies:
+            for name in list(self.strategies):
                 engine = self._engine_session(name)
                 if engine is not None:
                     engine[0].reset_cache()
@@ -352,9 +357,13 @@ class Bench:
                     self.remote.complete(hole, name, max_new_tokens=budget)
                 else:
                     plan = plan or self.session.plan(hole, max_new_tokens=budget)
-                    self.peers[name].run(
-                        plan.prompt_ids, plan.max_new_tokens, plan.stop_ids, plan.new_stop()
-                    )
+                    try:
+                        self.peers[name].run(
+                            plan.prompt_ids, plan.max_new_tokens, plan.stop_ids, plan.new_stop()
+                        )
+                    except Exception as exc:  # a peer that breaks leaves the run, with a note
+                        self._skip(name, f"failed in the warm-up: {type(exc).__name__}: {exc}")
+                        self.strategies.remove(name)
         finally:
             for session in (self.session, *self.variants.values()):
                 session.reset_cache()
