@@ -161,7 +161,7 @@ def test_positions_outside_the_document_raise_position_error(models):
 
 def other_processes_use(monkeypatch, share: float) -> None:
     """Make the machine look this busy to calibration, whatever it really is doing."""
-    from quickdraft.decoding import engine
+    from quickdraft.decoding import costmodel
 
     class Load:
         def __enter__(self):
@@ -171,7 +171,7 @@ def other_processes_use(monkeypatch, share: float) -> None:
         def __exit__(self, *exc):
             return None
 
-    monkeypatch.setattr(engine, "OtherLoad", Load)
+    monkeypatch.setattr(costmodel, "OtherLoad", Load)
 
 
 def test_calibration_is_measured_once_and_cached(models, tmp_path, monkeypatch):

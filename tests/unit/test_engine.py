@@ -11,6 +11,7 @@ import torch
 
 from quickdraft.config import DecodingConfig
 from quickdraft.decoding import CostModel, Engine, GenerationRequest
+from quickdraft.decoding.costmodel import MEASURED_SIZES, fill_sizes, interpolate
 from quickdraft.errors import ConfigError, InputError
 from quickdraft.testing import build_tiny_model, build_tiny_tokenizer
 
@@ -304,11 +305,13 @@ def test_calibration_measures_every_size(tokenizer):
     sizes = []
     forward = engine.target.forward
     engine.target.forward = lambda tokens, **kw: sizes.append(len(tokens)) or forward(tokens, **kw)
-    costs = engine.calibrate(context_tokens=32, repeats=1)
+    # A budget no machine runs out of: the sizes asked for are counted, not the time left.
+    costs = engine.calibrate(context_tokens=32, repeats=1, budget_s=3600.0)
     del engine.target.forward
     assert costs.measured
-    assert sorted(costs.target_ms) == [1, 2, 4, 8, 16, 32]
-    assert set(sizes) == {1, 2, 4, 8, 16, 32}  # each size timed with that many new tokens
+    assert sorted(costs.target_ms) == list(MEASURED_SIZES)
+    assert costs.notes["measured_sizes"] == ",".join(map(str, MEASURED_SIZES))
+    assert set(sizes) >= set(MEASURED_SIZES)  # each size timed with that many new tokens
     assert all(ms > 0 for ms in costs.target_ms.values())
     assert costs.draft_ms_per_token > 0 and costs.prefill_tokens_per_s > 0
     assert CostModel.from_dict(costs.to_dict()) == costs
@@ -318,14 +321,26 @@ def test_calibration_measures_every_size(tokenizer):
 
 
 def test_sizes_the_calibration_ran_out_of_time_for_are_filled_in():
-    from quickdraft.decoding.engine import _fill_sizes
-
     # Past the largest measured size, each further token costs a prefill token when that is
     # known; between measured sizes, the line through them; never cheaper for more tokens.
-    filled = _fill_sizes({1: 10.0, 8: 40.0, 16: 60.0}, per_extra_ms=5.0)
+    filled = fill_sizes({1: 10.0, 8: 40.0, 16: 60.0}, per_extra=5.0)
     assert filled == {1: 10.0, 2: 10.0 + 30 / 7, 4: 10.0 + 90 / 7, 8: 40.0, 16: 60.0, 32: 140.0}
-    assert _fill_sizes({1: 10.0, 8: 40.0, 16: 60.0})[32] == 100.0  # the line through 8 and 16
-    assert _fill_sizes({1: 10.0, 8: 40.0, 16: 30.0}, 5.0)[16] == 40.0
+    assert fill_sizes({1: 10.0, 8: 40.0, 16: 60.0})[32] == 100.0  # the line through 8 and 16
+    assert fill_sizes({1: 10.0, 8: 40.0, 16: 30.0}, 5.0)[16] == 40.0
+
+
+def test_one_interpolation_for_every_cost():
+    points = {1: 10.0, 8: 40.0, 16: 60.0}
+    assert interpolate(points, 1) == 10.0 and interpolate(points, 0) == 10.0
+    assert interpolate(points, 12) == 50.0
+    assert interpolate(points, 20, per_extra=5.0) == 80.0
+    assert interpolate(points, 20) == 70.0  # the line through the last two
+    assert interpolate({1: 10.0, 8: 5.0}, 16) == 5.0  # never falling past the largest
+    assert interpolate({4: 7.0}, 64) == 7.0
+    # The cost model extrapolates at a prefill token once prefill was measured.
+    measured = CostModel(target_ms=points, prefill_tokens_per_s=200.0, measured=True)
+    assert measured.target_step_ms(24) == interpolate(points, 24, per_extra=5.0)
+    assert CostModel(target_ms=points).target_step_ms(24) == interpolate(points, 24)
 
 
 def test_sampling_with_draft_equal_to_target_accepts_everything(tokenizer):

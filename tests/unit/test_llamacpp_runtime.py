@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from quickdraft.decoding import llamacpp
+from quickdraft.decoding.costmodel import MEASURED_SIZES
 from quickdraft.models import llamacpp_probe
 from quickdraft.models.llamacpp import LlamaCppModel
 
@@ -154,7 +155,7 @@ def test_load_models_with_the_llamacpp_runtime(tiny, tmp_path, monkeypatch):
 def test_probe_measures_in_a_child_process_and_caches(tiny, tmp_path):
     directory, *_ = tiny
     result = llamacpp_probe.probe(directory / "target.gguf", 1, context=32, home=tmp_path)
-    assert set(result.target_ms) == set(llamacpp_probe.PROBE_SIZES)
+    assert set(result.target_ms) == set(MEASURED_SIZES)  # the one size list
     assert result.prefill_tokens_per_s > 0
     if not result.busy:
         cached = llamacpp_probe.probe(directory / "target.gguf", 1, context=32, home=tmp_path)

@@ -16,9 +16,52 @@ more than the estimation error.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+import torch
+
+from quickdraft.decoding.runner import Runner, synchronize
+from quickdraft.machine import OtherLoad
+
 MEASURED_SIZES = (1, 2, 4, 8, 16, 32)
+"""The forward sizes (new tokens) whose cost is measured: by the calibration, by llama.cpp's
+probe (models/llamacpp_probe.py), and estimated for torch (models/runtime.py)."""
+MEASUREMENT_ORDER = (1, 8, *(n for n in MEASURED_SIZES if n not in (1, 8)))
+"""The order the calibration measures them in, most needed first (a decode step, a typical
+verify), so a budget that runs out leaves the least needed to be filled in."""
+BUSY_SHARE = 0.2
+"""Measurements during which other processes used more than this share of the CPUs are not
+taken as this machine's truth (not cached)."""
+
+
+def interpolate(points: Mapping[int, float], n: int, per_extra: float | None = None) -> float:
+    """The cost at `n` from measured `points` (size -> ms): the line between the neighbours;
+    below the smallest, the smallest's; past the largest, `per_extra` for each further token
+    (a prefill token's cost: a long forward is a prefill chunk) when known, else the line
+    through the last two points (never falling)."""
+    known = sorted(points.items())
+    if n <= known[0][0] or len(known) == 1:
+        return known[0][1] if n <= known[0][0] else known[-1][1]
+    for (low, t_low), (high, t_high) in zip(known, known[1:], strict=False):
+        if n <= high:
+            return t_low + (t_high - t_low) * (n - low) / (high - low)
+    (low, t_low), (high, t_high) = known[-2], known[-1]
+    slope = per_extra if per_extra is not None else max(0.0, (t_high - t_low) / (high - low))
+    return t_high + slope * (n - high)
+
+
+def fill_sizes(measured: Mapping[int, float], per_extra: float | None = None) -> dict[int, float]:
+    """Every MEASURED_SIZES entry from the measured ones (`interpolate`); more new tokens never
+    cost less."""
+    out = {
+        n: measured[n] if n in measured else interpolate(measured, n, per_extra)
+        for n in MEASURED_SIZES
+    }
+    for smaller, larger in zip(MEASURED_SIZES, MEASURED_SIZES[1:], strict=False):
+        out[larger] = max(out[larger], out[smaller])
+    return out
 
 
 def expected_tokens(acceptance: float, k: int) -> float:
@@ -53,29 +96,15 @@ class CostModel:
         )
 
     def target_step_ms(self, new_tokens: int) -> float:
-        """Interpolate (linearly) the measured forward times; extrapolate past the largest.
+        """The measured forward times, interpolated (`interpolate`); past the largest measured
+        size (copy drafts run to hundreds of tokens) a prefill token per further token."""
+        return interpolate(self.target_ms, new_tokens, self.prefill_ms_per_token())
 
-        Past the largest measured size (copy drafts run to hundreds of tokens) each further
-        token costs what a token of prefill costs, a long forward being a prefill chunk, when
-        calibration measured the prefill; else the slope of the last two measured sizes."""
-        sizes = sorted(self.target_ms)
-        if new_tokens <= sizes[0]:
-            return self.target_ms[sizes[0]]
-        for low, high in zip(sizes, sizes[1:], strict=False):
-            if new_tokens <= high:
-                t = (new_tokens - low) / (high - low)
-                return self.target_ms[low] * (1 - t) + self.target_ms[high] * t
-        return self.target_ms[sizes[-1]] + self._ms_per_extra_token() * (new_tokens - sizes[-1])
-
-    def _ms_per_extra_token(self) -> float:
-        """What one more token costs in a forward longer than the largest measured size."""
+    def prefill_ms_per_token(self) -> float | None:
+        """What a token of prefill costs, when it was measured (None: not known)."""
         if self.measured and self.prefill_tokens_per_s > 0:
             return 1000.0 / self.prefill_tokens_per_s
-        sizes = sorted(self.target_ms)
-        if len(sizes) < 2:
-            return 0.0
-        low, high = sizes[-2], sizes[-1]
-        return max(0.0, (self.target_ms[high] - self.target_ms[low]) / (high - low))
+        return None
 
     def catch_up_ms(self, tokens: int) -> float:
         """Time for the draft model to compute `tokens` it has not seen (a prefill)."""
@@ -214,3 +243,102 @@ class LengthTracker:
     def update(self, key: str, length: int) -> None:
         mean = self._means.get(key)
         self._means[key] = length if mean is None else self.decay * mean + (1 - self.decay) * length
+
+
+# --- measuring --------------------------------------------------------------------------------
+
+
+def measure_step_costs(
+    target: Runner,
+    draft: Runner | None,
+    *,
+    vocab_size: int,
+    device: torch.device,
+    context_tokens: int = 256,
+    repeats: int = 2,
+    budget_s: float = 15.0,
+    on_forward: Callable[[int], None] | None = None,
+) -> CostModel:
+    """Measure this machine's step costs on two runners (their caches are left empty).
+
+    Target: prefill speed, then the forward time for MEASUREMENT_ORDER's sizes on top of a
+    `context_tokens` context, best of `repeats` after a warm-up. Draft: prefill speed and time
+    per token. Bounded by `budget_s`: sizes left unmeasured when it runs out are filled in
+    (`fill_sizes`), and `notes["measured_sizes"]` says which were measured. A machine kept busy
+    by other processes meanwhile is noted (`CostModel.busy`). `on_forward(n)` hears of each
+    timed target forward of n new tokens (tests count them).
+    """
+    with OtherLoad() as load:
+        deadline = time.monotonic() + budget_s
+        generator = torch.Generator().manual_seed(0)
+        high = max(2, min(vocab_size, 30000))
+        extra = max(MEASURED_SIZES)  # the new tokens of the largest forward measured
+        context = torch.randint(1, high, (context_tokens + extra,), generator=generator).tolist()
+        base = context[:context_tokens]
+
+        def timed(fn) -> float:
+            synchronize(device)
+            t0 = time.perf_counter()
+            fn()
+            synchronize(device)
+            return (time.perf_counter() - t0) * 1000
+
+        def measure_prefill(runner: Runner, share: float) -> float:
+            """Tokens per second over as much of `base` as a share of the time left allows
+            (at least one chunk)."""
+            runner.reset()
+            stop = time.monotonic() + max(0.0, deadline - time.monotonic()) * share
+            t0 = time.perf_counter()
+            _, computed, _ = runner.extend(base, deadline=stop)
+            if computed == 0:
+                runner.extend(base[: runner.prefill_chunk])
+                computed = len(runner.tokens)
+            return computed / max(time.perf_counter() - t0, 1e-6)
+
+        def target_forward(n: int) -> None:
+            if on_forward is not None:
+                on_forward(n)
+            target.forward(context[held : held + n])
+
+        prefill_tps = measure_prefill(target, 0.3)
+        held = len(target.tokens)
+        target_ms: dict[int, float] = {}
+        for n in MEASUREMENT_ORDER:
+            samples = []
+            for _ in range(repeats + 1):
+                if samples and time.monotonic() >= deadline:
+                    break
+                target.keep(held)
+                samples.append(timed(lambda n=n: target_forward(n)))
+            if samples:
+                target_ms[n] = min(samples[1:] or samples)
+            if time.monotonic() >= deadline and n != 1:
+                break
+        measured_sizes = sorted(target_ms)
+        target_ms = fill_sizes(target_ms, 1000.0 / max(prefill_tps, 1e-6))
+        target.reset()
+
+        draft_ms = None
+        draft_prefill_tps = 0.0
+        if draft is not None:
+            draft_prefill_tps = measure_prefill(draft, 0.5)
+            draft_held = len(draft.tokens)
+            samples = []
+            for i in range(repeats + 2):
+                if len(samples) >= 2 and time.monotonic() >= deadline:
+                    break
+                draft.keep(draft_held)
+                samples.append(timed(lambda i=i: draft.forward([context[held + i]])))
+            draft_ms = min(samples[1:] or samples)
+            draft.reset()
+
+    return CostModel(
+        target_ms=target_ms,
+        draft_ms_per_token=draft_ms,
+        prefill_tokens_per_s=prefill_tps,
+        draft_prefill_tokens_per_s=draft_prefill_tps,
+        context_tokens=held,
+        measured=True,
+        busy=load.share is not None and load.share > BUSY_SHARE,
+        notes={"measured_sizes": ",".join(map(str, measured_sizes))},
+    )

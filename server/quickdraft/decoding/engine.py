@@ -27,10 +27,10 @@ import torch
 from quickdraft.config import STRATEGIES, DecodingConfig
 from quickdraft.decoding.copy import CopyAligner
 from quickdraft.decoding.costmodel import (
-    MEASURED_SIZES,
     AcceptanceTracker,
     CostModel,
     LengthTracker,
+    measure_step_costs,
 )
 from quickdraft.decoding.drafters import ModelDrafter, Proposal
 from quickdraft.decoding.healing import TokenBytes, constrain
@@ -43,10 +43,10 @@ from quickdraft.decoding.runner import (
     Runner,
     StaticModelRunner,
     stopped,
+    synchronize,
 )
 from quickdraft.decoding.verify import accept_greedy, accept_sampling, warp
 from quickdraft.errors import ConfigError, InputError
-from quickdraft.machine import OtherLoad
 
 SOURCES = ("ngram", "draft", "copy")
 """Where drafts come from: prompt lookup, the draft model, a copy source (a next edit's region)."""
@@ -163,11 +163,6 @@ class GenerationResult:
 
 def _length_key(request: GenerationRequest) -> str:
     return f"{request.language or ''}|{request.kind or ''}"
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def make_runner(
@@ -377,7 +372,7 @@ class Engine:
         self._note_extend(request.slot, reused, self.target.last_adopted)
         credit = self._credit(request.slot, reused)
         stats.reused_shared_tokens, stats.reused_warm_tokens = credit[SHARED], credit[WARM]
-        _synchronize(self.target.device)
+        synchronize(self.target.device)
         decode_started = time.perf_counter()
         stats.prefill_ms = (decode_started - started) * 1000
         new: list[int] = []
@@ -467,7 +462,7 @@ class Engine:
             self.ngram.add_completion(new)
         if reason in ("eos", "stop", "max_tokens"):  # a finished completion: its length counts
             self.lengths.update(_length_key(request), len(new))
-        _synchronize(self.target.device)
+        synchronize(self.target.device)
         finished = time.perf_counter()
         stats.new_tokens = len(new)
         stats.decode_ms = (finished - decode_started) * 1000
@@ -614,121 +609,16 @@ class Engine:
     def calibrate(
         self, context_tokens: int = 256, repeats: int = 2, budget_s: float = 15.0
     ) -> CostModel:
-        """Measure this machine's step costs and adopt them for the adaptive policy.
-
-        Target: prefill speed, then the forward time for 1, 8, 2, 4, 16, 32 new tokens (in
-        that order of importance; 32 is where a next edit's long copy drafts start to cost
-        what prefill does) on top of a `context_tokens` context, best of `repeats` after a
-        warm-up. Draft: prefill speed and time per token. Bounded by `budget_s`: sizes left
-        unmeasured when it runs out are interpolated (or extrapolated) from the measured
-        ones, and the cost model says which were. A machine kept busy by other processes
-        meanwhile is noted (`CostModel.busy`): such figures are not this machine's truth.
-        """
+        """Measure this machine's step costs (costmodel.measure_step_costs) on the target's and
+        the draft's runners, in a slot of their own, and adopt them for the adaptive policy."""
         self.select_slot("quickdraft:calibration")
-        with OtherLoad() as load:
-            deadline = time.monotonic() + budget_s
-            generator = torch.Generator().manual_seed(0)
-            high = max(2, min(self.target.vocab_size, 30000))
-            extra = max(MEASURED_SIZES)  # the new tokens of the largest forward measured
-            context = torch.randint(
-                1, high, (context_tokens + extra,), generator=generator
-            ).tolist()
-            base = context[:context_tokens]
-
-            def timed(fn) -> float:
-                _synchronize(self.target.device)
-                t0 = time.perf_counter()
-                fn()
-                _synchronize(self.target.device)
-                return (time.perf_counter() - t0) * 1000
-
-            def measure_prefill(runner: Runner, share: float) -> float:
-                """Tokens per second over as much of `base` as a share of the time left
-                allows (at least one chunk)."""
-                runner.reset()
-                stop = time.monotonic() + max(0.0, deadline - time.monotonic()) * share
-                t0 = time.perf_counter()
-                _, computed, _ = runner.extend(base, deadline=stop)
-                if computed == 0:
-                    runner.extend(base[: runner.prefill_chunk])
-                    computed = len(runner.tokens)
-                return computed / max(time.perf_counter() - t0, 1e-6)
-
-            prefill_tps = measure_prefill(self.target, 0.3)
-            held = len(self.target.tokens)
-            target_ms: dict[int, float] = {}
-            for n in (1, 8, 2, 4, 16, 32):
-                samples = []
-                for _ in range(repeats + 1):
-                    if samples and time.monotonic() >= deadline:
-                        break
-                    self.target.keep(held)
-                    samples.append(timed(lambda n=n: self.target.forward(context[held : held + n])))
-                if samples:
-                    target_ms[n] = min(samples[1:] or samples)
-                if time.monotonic() >= deadline and n != 1:
-                    break
-            measured_sizes = sorted(target_ms)
-            target_ms = _fill_sizes(target_ms, 1000.0 / max(prefill_tps, 1e-6))
-            self.target.reset()
-
-            draft_ms = None
-            draft_prefill_tps = 0.0
-            if self.drafter is not None:
-                runner = self.drafter.runner
-                draft_prefill_tps = measure_prefill(runner, 0.5)
-                draft_held = len(runner.tokens)
-                samples = []
-                for i in range(repeats + 2):
-                    if len(samples) >= 2 and time.monotonic() >= deadline:
-                        break
-                    runner.keep(draft_held)
-                    samples.append(timed(lambda i=i: runner.forward([context[held + i]])))
-                draft_ms = min(samples[1:] or samples)
-                runner.reset()
-
-        busy = load.share is not None and load.share > BUSY_SHARE
-        self.cost_model = CostModel(
-            target_ms=target_ms,
-            draft_ms_per_token=draft_ms,
-            prefill_tokens_per_s=prefill_tps,
-            draft_prefill_tokens_per_s=draft_prefill_tps,
-            context_tokens=held,
-            measured=True,
-            busy=busy,
-            notes={"measured_sizes": ",".join(map(str, measured_sizes))},
+        self.cost_model = measure_step_costs(
+            self.target,
+            self.drafter.runner if self.drafter is not None else None,
+            vocab_size=self.target.vocab_size,
+            device=self.target.device,
+            context_tokens=context_tokens,
+            repeats=repeats,
+            budget_s=budget_s,
         )
         return self.cost_model
-
-
-BUSY_SHARE = 0.2
-"""Calibration during which other processes used more than this share of the CPUs is not
-taken as this machine's truth (not cached)."""
-
-
-def _fill_sizes(measured: dict[int, float], per_extra_ms: float | None = None) -> dict[int, float]:
-    """Every MEASURED_SIZES entry from the measured ones: interpolated between them; beyond
-    the largest, `per_extra_ms` (a prefill token's cost) for each further token, else the line
-    through the last two; more new tokens never cost less."""
-    known = sorted(measured.items())
-    out: dict[int, float] = {}
-    for n in MEASURED_SIZES:
-        if n in measured:
-            value = measured[n]
-        elif len(known) == 1:
-            value = known[0][1]
-        else:
-            below = [(k, v) for k, v in known if k < n]
-            above = [(k, v) for k, v in known if k > n]
-            if below and not above and per_extra_ms is not None:
-                out[n] = below[-1][1] + per_extra_ms * (n - below[-1][0])
-                continue
-            if below and above:
-                (k0, v0), (k1, v1) = below[-1], above[0]
-            else:
-                (k0, v0), (k1, v1) = (known[-2], known[-1]) if below else (known[0], known[1])
-            value = v0 + (v1 - v0) * (n - k0) / (k1 - k0)
-        out[n] = value
-    for smaller, larger in zip(MEASURED_SIZES, MEASURED_SIZES[1:], strict=False):
-        out[larger] = max(out[larger], out[smaller])
-    return out

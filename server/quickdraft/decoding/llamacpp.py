@@ -41,6 +41,7 @@ import numpy
 import torch
 
 from quickdraft.decoding.runner import (
+    PREFILL_CHUNK,
     best_shared_prefix,
     common_prefix_length,
     extend_in_chunks,
@@ -50,8 +51,6 @@ from quickdraft.errors import ModelError
 
 log = logging.getLogger(__name__)
 
-PREFILL_CHUNK = 128
-"""Tokens per llama_decode while prefilling: a superseding request waits at most one chunk."""
 MAX_SLOTS = 32
 """Sequences (documents' caches) one context holds. Each document may use three (its own, its
 prefetch's, its next edit's); the unified cells, not this count, bound the memory: a context

@@ -168,6 +168,12 @@ def logits_after(
     return logits
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (a no-op on a CPU): before and after a timed stretch."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 PREFILL_CHUNK = 128
 """Tokens per prefill forward on a CPU: cancellation is checked between chunks, so a
 superseding request waits for at most one chunk. Accelerators take larger chunks."""

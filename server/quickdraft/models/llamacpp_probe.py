@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from quickdraft.decoding.costmodel import BUSY_SHARE, MEASURED_SIZES, fill_sizes
 from quickdraft.decoding.llamacpp import LlamaCppRunner, version
 from quickdraft.errors import ModelError
 from quickdraft.machine import OtherLoad, cpu_flags, cpu_model
@@ -57,18 +58,15 @@ class ProbeResult:
         return cls(**data)
 
 
-PROBE_SIZES = (1, 2, 4, 8, 16)
-
-
 def _measure(path: Path, threads: int, extra_bufts: bool, context: int) -> dict[str, Any]:
-    """In the probe process: load, prefill `context` tokens, time forwards of PROBE_SIZES."""
+    """In the probe process: load, prefill `context` tokens, time forwards of MEASURED_SIZES."""
     started = time.perf_counter()
     model = LlamaCppModel(Path(path), threads=threads, extra_bufts=extra_bufts, n_ctx=context + 64)
     runner = LlamaCppRunner(model, n_ctx=context + 64)
     load_seconds = time.perf_counter() - started
     generator = torch.Generator().manual_seed(0)
     high = max(2, min(model.vocab_size, 30000))
-    tokens = torch.randint(1, high, (context + 20,), generator=generator).tolist()
+    tokens = torch.randint(1, high, (context + max(MEASURED_SIZES),), generator=generator).tolist()
     runner.forward(tokens[:8], last_only=True)  # warm-up
     runner.reset()
     # One load figure for the whole probe: /proc/stat counts in 10 ms ticks, too coarse for
@@ -78,7 +76,7 @@ def _measure(path: Path, threads: int, extra_bufts: bool, context: int) -> dict[
         t0 = time.perf_counter()
         runner.extend(tokens[:context])
         prefill = time.perf_counter() - t0
-        for n in PROBE_SIZES:
+        for n in MEASURED_SIZES:
             best = float("inf")
             for _ in range(3):
                 runner.keep(context)
@@ -88,9 +86,8 @@ def _measure(path: Path, threads: int, extra_bufts: bool, context: int) -> dict[
                 if not torch.isfinite(logits).all():
                     raise ModelError("llama.cpp returned non-finite logits")
             target_ms[n] = round(best * 1000, 2)
-    for smaller, larger in zip(PROBE_SIZES, PROBE_SIZES[1:], strict=False):
-        target_ms[larger] = max(target_ms[larger], target_ms[smaller])
-    busy = load.share is not None and load.share > 0.2
+    target_ms = fill_sizes(target_ms)  # more new tokens never cost less
+    busy = load.share is not None and load.share > BUSY_SHARE
     return ProbeResult(
         extra_bufts=extra_bufts,
         target_ms=target_ms,
@@ -105,7 +102,7 @@ def _measure(path: Path, threads: int, extra_bufts: bool, context: int) -> dict[
 def _probe_key(path: Path, threads: int, context: int) -> str:
     stat = path.stat()
     parts = [
-        "1",
+        ",".join(map(str, MEASURED_SIZES)),  # sizes added since: measure again
         cpu_model(),
         ",".join(sorted(cpu_flags())),
         version() or "",

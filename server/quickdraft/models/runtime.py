@@ -30,7 +30,8 @@ from gguf import GGUFReader
 
 from quickdraft.config import FIXED_PROMPT_TOKENS
 from quickdraft.decoding import llamacpp
-from quickdraft.decoding.costmodel import MEASURED_SIZES, CostModel
+from quickdraft.decoding.costmodel import MEASURED_SIZES, CostModel, interpolate
+from quickdraft.decoding.runner import PREFILL_CHUNK
 from quickdraft.errors import ModelError, ModelNotFoundError
 from quickdraft.models import llamacpp_probe
 from quickdraft.models.cpu_kernels import KernelChoice, LayerShape
@@ -118,14 +119,9 @@ def torch_cost_estimate(kernel: KernelChoice, shape: ModelShape) -> CostModel:
     linears (`measured` stays False)."""
     name = f"int8/{kernel.int8_backend}" if kernel.dtype == "int8" else kernel.dtype
     times = {int(rows): ms for rows, ms in kernel.timings_ms[name].items()}
-    points = sorted(times.items())
 
     def layer(n: int) -> float:
-        for (low, t_low), (high, t_high) in zip(points, points[1:], strict=False):
-            if n <= high:
-                t = (n - low) / (high - low)
-                return t_low * (1 - t) + t_high * t
-        return points[-1][1] * n / points[-1][0]
+        return interpolate(times, n)
 
     layer_shape = LayerShape.of(shape)
     layer_params = sum(k * n for k, n in layer_shape.linears())
@@ -135,10 +131,9 @@ def torch_cost_estimate(kernel: KernelChoice, shape: ModelShape) -> CostModel:
         body = LAYER_OVERHEAD * shape.num_hidden_layers * layer(n)
         return body + layer(logits) * head_share
 
-    prefill_chunk = 128
     return CostModel(
         target_ms={n: forward_ms(n, n) for n in MEASURED_SIZES},
-        prefill_tokens_per_s=1000.0 * prefill_chunk / forward_ms(prefill_chunk, 1),
+        prefill_tokens_per_s=1000.0 * PREFILL_CHUNK / forward_ms(PREFILL_CHUNK, 1),
         measured=False,
         notes={"source": f"an estimate from the {name} kernel measurement of one layer"},
     )
