@@ -58,6 +58,10 @@ class ProbeResult:
         return cls(**data)
 
 
+PROBE_CONTEXT = 256
+"""Tokens in the cache under the forwards the probe times."""
+
+
 def _measure(path: Path, threads: int, extra_bufts: bool, context: int) -> dict[str, Any]:
     """In the probe process: load, prefill `context` tokens, time forwards of MEASURED_SIZES."""
     started = time.perf_counter()
@@ -118,7 +122,7 @@ def probe(
     path: Path,
     threads: int,
     *,
-    context: int = 256,
+    context: int = PROBE_CONTEXT,
     home: Path | None = None,
     use_cache: bool = True,
     timeout_s: float = 240.0,
@@ -187,7 +191,7 @@ def _probe_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="measure a GGUF model in llama.cpp (internal)")
     parser.add_argument("path", type=Path)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--context", type=int, default=256)
+    parser.add_argument("--context", type=int, default=PROBE_CONTEXT)
     parser.add_argument("--no-extra-bufts", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)

@@ -14,8 +14,10 @@ to slice logits.
 
 from __future__ import annotations
 
+import dataclasses
 import filecmp
 import functools
+import gc
 import logging
 import os
 import time
@@ -31,7 +33,8 @@ from quickdraft.decoding import llamacpp
 from quickdraft.errors import ConfigError, ModelError
 from quickdraft.models import cpu_kernels
 from quickdraft.models.cpu_kernels import KernelChoice
-from quickdraft.models.llamacpp import load_llamacpp_models
+from quickdraft.models.draft_runtime import DraftRuntime, choose_draft_runtime, torch_step_ms
+from quickdraft.models.llamacpp import LlamaCppModel, load_llamacpp_models
 from quickdraft.models.presets import STOP_TOKENS, Preset
 from quickdraft.models.references import (
     ResolvedModel,
@@ -44,6 +47,7 @@ from quickdraft.models.runtime import (
     ModelShape,
     RuntimeChoice,
     choose_runtime,
+    torch_cost_estimate,
 )
 from quickdraft.models.tokenizers import (
     check_tokenizers,
@@ -56,6 +60,7 @@ from quickdraft.models.torch_loading import (
     Progress,
     count_parameters,
     ensure_weights,
+    load_torch_model,
     load_torch_models,
     torch_compute_path,
 )
@@ -86,6 +91,9 @@ class LoadedModels:
     runtime_reason: str = ""
     kernel: KernelChoice | None = None
     """The measured CPU compute path behind `dtype` (torch on a CPU with dtype auto)."""
+    draft_runtime: DraftRuntime | None = None
+    """Where the draft runs and why, when it was measured on both runtimes (it may differ
+    from `runtime`, the target's)."""
 
     def describe(self) -> dict[str, Any]:
         def one(model, info: ResolvedModel | None) -> dict[str, Any] | None:
@@ -97,7 +105,7 @@ class LoadedModels:
                 "kind": info.kind if info else None,
                 "note": info.note if info else "",
             }
-            if self.runtime == "llamacpp":
+            if not isinstance(model, torch.nn.Module):  # llama.cpp
                 return {**where, **model.describe()}
             rows = model.get_input_embeddings().weight.shape[0]
             return {
@@ -124,6 +132,9 @@ class LoadedModels:
             "stop_token_ids": sorted(self.stop_token_ids),
             "stop_tokens": list(self.stop_tokens),
             "load_seconds": round(self.load_seconds, 2),
+            "draft_runtime": dataclasses.asdict(self.draft_runtime)
+            if self.draft_runtime is not None
+            else None,
         }
 
     def summary(self) -> str:
@@ -137,8 +148,11 @@ class LoadedModels:
         how = "llama.cpp" if self.runtime == "llamacpp" else f"torch {self.dtype}"
         if self.kernel is not None and self.runtime == "torch" and self.dtype == "int8":
             how = f"torch {self.kernel.label}"
+        draft = name(self.draft_info)
+        if self.draft_runtime is not None and self.draft_runtime.runtime != self.runtime:
+            draft += " on llama.cpp" if self.draft_runtime.runtime == "llamacpp" else " on torch"
         return (
-            f"target {name(self.target_info)}, draft {name(self.draft_info)} ({how} on "
+            f"target {name(self.target_info)}, draft {draft} ({how} on "
             f"{self.device}, {self.threads or '-'} threads; loaded in {self.load_seconds:.0f} s)"
         )
 
@@ -306,6 +320,11 @@ def load_models(
         else:
             say(hint)  # once, in the log and the progress, in place of the runtime line
         target, draft = load_torch_models(target_info, draft_info, dtype, device, backend, say)
+    draft_runtime = None
+    if draft is not None and config.runtime == "auto" and device.type == "cpu":
+        draft, draft_runtime = _draft_on_its_cheapest_runtime(
+            draft, runtime, draft_info, preset, threads or 1, config, device, kernel, say
+        )
 
     model_type = getattr(getattr(target, "config", None), "model_type", None)
     family = preset.family if preset is not None else detect_family(tokenizer, model_type)
@@ -347,4 +366,64 @@ def load_models(
         runtime=runtime.runtime,
         runtime_reason=runtime.reason,
         kernel=chosen_kernel or runtime.kernel,
+        draft_runtime=draft_runtime,
     )
+
+
+def _draft_on_its_cheapest_runtime(
+    draft: Any,
+    runtime: RuntimeChoice,
+    draft_info: ResolvedModel,
+    preset: Preset | None,
+    threads: int,
+    config: ModelConfig,
+    device: torch.device,
+    kernel: KernelOnDemand,
+    say: Progress,
+) -> tuple[Any, DraftRuntime | None]:
+    """The loaded draft, moved to the runtime that steps it cheaper (models/draft_runtime.py),
+    and the choice; (draft, None) where llama.cpp is not installed."""
+    if not llamacpp.available():
+        return draft, None
+    vocab = _vocab_rows(draft)
+    loaded: dict[str, Any] = {runtime.runtime: draft}
+
+    def torch_draft() -> Any:
+        if "torch" not in loaded:
+            ensure_weights(draft_info, say)
+            dtype, backend, _ = torch_compute_path(config.dtype, device, draft_info.path, kernel)
+            say(f"loading the draft {draft_info.path.name} in torch to time its step")
+            loaded["torch"] = load_torch_model(draft_info, dtype, device, backend, is_draft=True)
+        return loaded["torch"]
+
+    def torch_estimate() -> float | None:
+        if runtime.kernel is None or preset is None or preset.draft is None:
+            return None  # no kernel measurement, or no shape without reading the GGUF
+        return torch_cost_estimate(runtime.kernel, ModelShape.of(preset.draft.arch)).target_ms[1]
+
+    try:
+        choice = choose_draft_runtime(
+            runtime.runtime,
+            gguf=draft_info.gguf,
+            threads=threads,
+            torch_ms=lambda: torch_step_ms(torch_draft(), vocab),
+            torch_estimate_ms=torch_estimate,
+            progress=say,
+        )
+    except (ModelError, OSError) as exc:  # the draft stays where it loaded
+        log.warning("could not measure the draft on both runtimes: %s", exc)
+        return draft, None
+    if choice.runtime not in loaded:
+        say(f"loading the draft {draft_info.gguf.name} in llama.cpp (cheaper here)")
+        loaded[choice.runtime] = LlamaCppModel(
+            draft_info.gguf, threads=threads, extra_bufts=choice.extra_bufts
+        )
+    chosen = loaded.pop(choice.runtime)
+    for other in loaded.values():  # the draft not taken: free it now
+        close = getattr(other, "close", None)
+        if callable(close):
+            close()
+    loaded.clear()
+    gc.collect()
+    log.info("draft runtime %s: %s", choice.runtime, choice.reason)
+    return chosen, choice
