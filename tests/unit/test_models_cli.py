@@ -85,6 +85,7 @@ def test_stepcost_random_weights(tiny_preset, capsys, monkeypatch, dtype):
         assert "kernel       " in out and "one layer's linears" in out
     assert "memory " in out and "resident" in out
     assert "peak RSS     3.0 GiB (this process: loading and measuring)" in out
+    assert "against the memory's floor" in out and "ms by part" in out
     assert main([*argv, "--dtype", dtype, "--threads", "1", "--repeats", "1", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data["target_ms"]) == {"1", "2", "4", "8", "16", "32"}
@@ -93,6 +94,22 @@ def test_stepcost_random_weights(tiny_preset, capsys, monkeypatch, dtype):
     assert data["compiled"] is False  # auto: compiled steps are for CUDA
     assert data["runtime"] == "torch" and data["memory_bytes"]["rss"] > 0
     assert data["peak_rss_bytes"] == 3 << 30
+    # One decode step of each model, split by part, against the memory's floor.
+    profile = data["step_profile"]
+    assert set(profile) == {"target", "draft"}
+    for role in ("target", "draft"):
+        step = profile[role]
+        assert step["bandwidth_gbs"] > 0 and step["weight_bytes"] > 0 and step["floor_ms"] > 0
+        assert set(step["parts_ms"]) == {
+            "linears",
+            "attention",
+            "lm_head",
+            "norms/rotary",
+            "python/dispatch",
+        }
+        assert sum(step["parts_ms"].values()) == pytest.approx(step["profiled_step_ms"], abs=0.1)
+    # The target (2 layers) reads more weights than the draft (1 layer).
+    assert profile["target"]["weight_bytes"] > profile["draft"]["weight_bytes"]
 
 
 def test_stepcost_refuses_what_does_not_fit(capsys, monkeypatch):

@@ -7,6 +7,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from quickdraft.cli_args import ProgressLines
 from quickdraft.config import DecodingConfig, ModelConfig
@@ -248,6 +249,7 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
     import torch  # (as above: these import torch)
 
     from quickdraft.decoding import Engine
+    from quickdraft.decoding.costmodel import MEASURED_SIZES
     from quickdraft.models import cpu_kernels
     from quickdraft.models.loading import load_models, physical_cores, resolve_device
     from quickdraft.models.torch_loading import best_int8_backend, resolve_dtype
@@ -309,8 +311,11 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
         static_cache_tokens=max(4096, args.context + 64) if compiled else None,
         compile_steps=compiled,
     )
-    progress("measuring forwards of 1, 2, 4, 8 and 16 new tokens")
+    sizes = ", ".join(map(str, MEASURED_SIZES))
+    progress(f"measuring forwards of {sizes} new tokens")
     cost = engine.calibrate(context_tokens=args.context, repeats=args.repeats, budget_s=120.0)
+    progress("measuring the memory's read bandwidth and profiling one decode step of each model")
+    profiles = profile_models(engine, target, draft, args.context)
     threads = torch.get_num_threads() if device.type == "cpu" else None
     peak_rss = peak_rss_bytes()  # the whole run's: loading and the measured forwards
 
@@ -349,6 +354,7 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
                     "draft_ms_per_token": cost.draft_ms_per_token,
                     "prefill_tokens_per_s": round(cost.prefill_tokens_per_s, 1),
                     "expected_speedup": grid,
+                    "step_profile": {role: p.to_dict() for role, p in profiles.items()},
                 },
                 indent=2,
             )
@@ -383,6 +389,7 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
     else:
         print("draft        none (n-gram drafting only)", file=out)
     print(f"prefill      {cost.prefill_tokens_per_s:.0f} tokens/s", file=out)
+    print_step_profiles(profiles, out)
     print("expected speedup over plain decoding (acceptance a, draft length k)", file=out)
     ks = (2, 4, 8)
     print("  source  a    " + "".join(f"{'k=' + str(k):>8}" for k in ks), file=out)
@@ -396,3 +403,57 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
                     file=out,
                 )
     return 0
+
+
+def profile_models(engine: Any, target: Any, draft: Any, context: int) -> dict[str, Any]:
+    """Role -> step_profile.StepProfile of one decode step of each loaded model."""
+    import torch
+
+    from quickdraft.models import step_profile
+
+    bandwidth = step_profile.read_bandwidth_gbs()
+    profiles = {}
+    runners = [("target", target, engine.target)]
+    if draft is not None and engine.drafter is not None:
+        runners.append(("draft", draft, engine.drafter.runner))
+    for role, model, runner in runners:
+        if isinstance(model, torch.nn.Module):
+            weight_bytes = step_profile.torch_weight_bytes(model)
+        else:
+            weight_bytes = step_profile.gguf_weight_bytes(model.path)
+        profiles[role] = step_profile.profile_step(
+            runner,
+            model,
+            bandwidth_gbs=bandwidth,
+            weight_bytes=weight_bytes,
+            context_tokens=context,
+        )
+    return profiles
+
+
+def print_step_profiles(profiles: dict[str, Any], out) -> None:
+    from quickdraft.models.step_profile import CATEGORIES
+
+    if not profiles:
+        return
+    bandwidth = next(iter(profiles.values())).bandwidth_gbs
+    print(
+        f"one decode step, against the memory's floor (read bandwidth {bandwidth:.1f} GB/s)",
+        file=out,
+    )
+    for role, profile in profiles.items():
+        print(
+            f"  {role:7} {profile.step_ms:7.1f} ms; reads {_human(profile.weight_bytes)} of weights:"
+            f" floor {profile.floor_ms:.1f} ms ({profile.step_ms / profile.floor_ms:.2f}x it)",
+            file=out,
+        )
+        if profile.parts_ms:
+            cells = ", ".join(f"{name} {profile.parts_ms[name]:.1f}" for name in CATEGORIES)
+            print(
+                f"          ms by part (hooked step {profile.profiled_step_ms:.1f} ms): {cells}",
+                file=out,
+            )
+        else:
+            print(
+                "          llama.cpp: its graph runs in C, only the whole step is timed", file=out
+            )
