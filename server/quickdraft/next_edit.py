@@ -44,7 +44,7 @@ from quickdraft.context.edit_prompt import (
     display_path,
     render_edit_prompt,
 )
-from quickdraft.context.edit_rules import latest_edit, propose
+from quickdraft.context.edit_rules import FLOOR, latest_edit, propose
 from quickdraft.context.edit_vetoes import Decision, vet
 from quickdraft.context.prompt import offset_of, prompt_tokens
 from quickdraft.decoding import GenerationStats
@@ -331,15 +331,29 @@ def rule_decision(completer: Completer, request: NextEditRequest) -> Decision:
     """The rules' candidates for the request's latest edit, vetoed (edits.rules off: none)."""
     if not completer.config.edits.rules:
         return Decision()
-    edit = latest_edit(request.uri, request.text, request.hunks, request.language_id)
-    if edit is None:
-        return Decision()
     others = {
         uri: document.text
         for uri, document in completer.documents.items()
         if uri != request.uri and document.language_id == request.language_id
     }
-    return vet(edit, propose(edit, others))
+    return decide(request.uri, request.text, request.hunks, request.language_id, others)
+
+
+def decide(
+    uri: str,
+    text: str,
+    hunks: Sequence[Hunk],
+    language_id: str | None,
+    documents: dict[str, str] | None = None,
+    *,
+    floor: float = FLOOR,
+) -> Decision:
+    """The rules' candidates for the latest of `hunks` (this document's, oldest first) in
+    `text`, vetoed: what the server shows before asking any model (the bench calls this too)."""
+    edit = latest_edit(uri, text, hunks, language_id)
+    if edit is None:
+        return Decision()
+    return vet(edit, propose(edit, documents or {}), floor=floor)
 
 
 def _context_files(completer: Completer, uri: str) -> list[ContextFile]:

@@ -597,3 +597,61 @@ def test_flags_are_checked(history, tmp_path, capsys):
     assert "no commit since 2031-01-01" in capsys.readouterr().err
     assert main(["bench", "--out", str(out)]) == 2
     assert "--repo: required" in capsys.readouterr().err
+
+
+# --- the rules' benchmark (bench/edits_cases.py) ----------------------------------------------
+
+
+def test_cases_are_mined_wider_with_one_hunk_files_as_no_edit_cases(history):
+    from quickdraft.bench.edits_cases import kind, mine_cases
+
+    commits = history["commits"]
+    cases = mine_cases(history["root"], since="2025-01-01", max_cases=8)
+    edit_cases = [c for c in cases if kind(c) == "edit"]
+    none_cases = [c for c in cases if kind(c) == "none"]
+    # Edit cases: the rename in 3 hunks and the class's 2; the binary, vendored, 150-lines-apart
+    # and 9-line-hunk commits stay out. One-hunk files (a quarter of 8): the two-file commit's
+    # and the one-hunk commit's, the truth being the file as the commit left it.
+    assert sorted(c.commit for c in edit_cases) == sorted([commits["area"], commits["shapes"]])
+    assert len(none_cases) == 2
+    assert {c.commit for c in none_cases} <= {commits["two"], commits["one"]}
+    assert all(c.truth == c.current for c in none_cases)
+    area = next(c for c in edit_cases if c.commit == commits["area"])
+    assert area.truth == lines(renamed(AREA, "width", "w", [0, 2, 4]))  # all its hunks
+
+
+def test_the_rules_are_replayed_as_the_server_runs_them_and_scored_per_rule(history):
+    from quickdraft.bench.edits_cases import mine_cases, render, replay_case, summarize
+
+    cases = mine_cases(history["root"], since="2025-01-01", max_cases=8)
+    runs = [replay_case(case) for case in cases]
+    by_commit = {case.commit: run for case, run in zip(cases, runs, strict=True)}
+    area = by_commit[history["commits"]["area"]]
+    assert (area["rule"], area["helpful"], area["harmful"]) == ("rename", True, False)
+    assert area["note"] == "width -> w" and area["latency_ms"] >= 0
+    summary = summarize(runs)
+    overall = summary["overall"]
+    assert (overall["cases"], overall["edit_cases"], overall["errors"]) == (4, 2, 0)
+    assert overall["precision"]["n"] == summary["rules"]["rename"]["precision"]["n"] >= 1
+    assert overall["harmful"] == {"n": 0, "of": 4, "rate": 0.0, "ci95": [0.0, 0.4899]}
+    assert "| rename |" in render(summary) and "| 0.45 |" in render(summary)
+
+
+def test_wilson_intervals():
+    from quickdraft.bench.edits_cases import rate, wilson
+
+    assert wilson(0, 0) is None
+    low, high = wilson(5, 10)
+    assert (round(low, 4), round(high, 4)) == (0.2366, 0.7634)
+    assert rate(0, 10) == {"n": 0, "of": 10, "rate": 0.0, "ci95": [0.0, 0.2775]}
+
+
+def test_the_rules_bench_writes_its_results_and_report_without_a_server(history, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["bench", "--edits", "--edits-rules", "--edits-repo", str(history["root"])]
+    assert main([*argv, "--edits-max-pairs", "8", "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["summary"]["overall"]["cases"] == 4 and len(results["runs"]) == 4
+    assert "0.45" in results["summary"]["floor_sweep"]
+    assert "| overall |" in (out / "report.md").read_text()
+    assert "| overall |" in capsys.readouterr().out

@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 import re
 import subprocess
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -182,9 +183,9 @@ class Candidate:
     path: str
 
 
-def candidates(directory: Path, since: str) -> list[Candidate]:
-    """Commits since `since` (newest first, merges left out) that change exactly one file, a
-    source file, in text, by few enough lines for MAX_HUNKS small hunks."""
+def commit_files(directory: Path, since: str) -> Iterator[tuple[str, str, list[tuple[str, ...]]]]:
+    """(commit, date, [(added, deleted, path), ...]) of each commit since `since`, newest
+    first, merges left out (`git log --numstat`; a binary file's counts are "-")."""
     raw = _git(
         directory,
         "log",
@@ -195,18 +196,29 @@ def candidates(directory: Path, since: str) -> list[Candidate]:
         "--numstat",
         "-z",
     )
-    found: list[Candidate] = []
     for block in raw.decode("utf-8", "replace").split("\x01")[1:]:
         header, *entries = block.split("\x00")
         commit, _, date = header.strip().partition(" ")
-        files = [entry.strip("\n") for entry in entries if entry.strip()]
+        files = []
+        for entry in entries:
+            if entry.strip():
+                added, _, tail = entry.strip("\n").partition("\t")
+                deleted, _, path = tail.partition("\t")
+                files.append((added, deleted, path))
+        yield commit, date, files
+
+
+def candidates(directory: Path, since: str) -> list[Candidate]:
+    """Commits since `since` (newest first, merges left out) that change exactly one file, a
+    source file, in text, by few enough lines for MAX_HUNKS small hunks."""
+    found: list[Candidate] = []
+    limit = MAX_HUNKS * MAX_HUNK_LINES
+    for commit, date, files in commit_files(directory, since):
         if len(files) != 1:
             continue
-        added, _, tail = files[0].partition("\t")
-        deleted, _, path = tail.partition("\t")
+        added, deleted, path = files[0]
         if not (added.isdigit() and deleted.isdigit()):
             continue  # binary: numstat says "-"
-        limit = MAX_HUNKS * MAX_HUNK_LINES
         if int(added) > limit or int(deleted) > limit or not is_source(path):
             continue
         found.append(Candidate(commit, date, path))
@@ -299,6 +311,21 @@ def pair_of(directory: Path, repository: str, candidate: Candidate) -> EditPair 
     hunks = _hunks(directory, candidate)
     if not close_small_hunks(hunks):
         return None
+    pair = edit_pair(directory, repository, candidate, hunks, truth_hunks=2)
+    return None if pair is None or pair.truth == pair.current else pair
+
+
+def edit_pair(
+    directory: Path,
+    repository: str,
+    candidate: Candidate,
+    hunks: list[Hunk],
+    *,
+    truth_hunks: int | None,
+) -> EditPair | None:
+    """The case of `candidate`'s file changed by `hunks`: the first one typed, the truth the
+    file with the first `truth_hunks` applied (None: all of them, the commit's result); None
+    when the file is binary, huge, added or deleted, or its lines disagree with the diff."""
     try:
         old_data = _git(directory, "show", f"{candidate.commit}^:{candidate.path}")
         new_data = _git(directory, "show", f"{candidate.commit}:{candidate.path}")
@@ -311,13 +338,15 @@ def pair_of(directory: Path, repository: str, candidate: Candidate) -> EditPair 
     if any(h.old_end > len(old) or h.new_start + h.new_count > len(new) for h in hunks):
         return None  # line counts the diff and the blobs disagree on (e.g. lone \r)
     current = apply_hunks(old, new, hunks[:1])
-    truth = apply_hunks(old, new, hunks[:2])
-    if current == before or truth == current:
+    truth = apply_hunks(old, new, hunks[:truth_hunks])
+    if current == before:
         return None
     start, end, text = smallest_change(before, current)
-    first, second = hunks[0], hunks[1]
-    next_line = second.old_start + first.new_count - first.old_count
     cursor_line = current.count("\n", 0, start + len(text))
+    next_lines = 0
+    if len(hunks) > 1:
+        first, second = hunks[0], hunks[1]
+        next_lines = second.old_start + first.new_count - first.old_count - cursor_line
     language = language_for_path(candidate.path)
     assert language is not None  # candidates() checked
     return EditPair(
@@ -332,7 +361,7 @@ def pair_of(directory: Path, repository: str, candidate: Candidate) -> EditPair 
         edit_text=text,
         truth=truth,
         hunks=len(hunks),
-        next_lines=next_line - cursor_line,
+        next_lines=next_lines,
     )
 
 

@@ -46,6 +46,7 @@ from quickdraft.bench.edits import (
     head_commit,
     mine_pairs,
 )
+from quickdraft.bench.edits_rules_cli import run_rules_bench
 from quickdraft.bench.lsp_client import METHOD_NOT_FOUND, Answer
 from quickdraft.bench.provenance import peak_memory, provenance
 from quickdraft.bench.typing_cli import base_settings, model_flags, parse_names
@@ -390,6 +391,14 @@ def add_edits_arguments(parser: argparse.ArgumentParser) -> None:
         "leaves it; off: the timed request is the pair's first (a cold server)",
     )
     group.add_argument(
+        "--edits-rules",
+        action="store_true",
+        help="the rules' own benchmark (no model, no server): cases mined from each of the "
+        "comma-separated --edits-repo histories (commits changing at most 3 source files, 1-6 "
+        "close hunks per file; one-hunk files are no-edit cases), the rules and vetoes run as "
+        "the server runs them, scored per rule with 95%% Wilson intervals",
+    )
+    group.add_argument(
         "--edits-timeout-s",
         type=float,
         default=600.0,
@@ -426,6 +435,8 @@ def run_edits(args: argparse.Namespace) -> int:
     repo = args.edits_repo or args.repo
     if repo is None:
         raise ConfigError("--edits-repo: required with --edits (or give --repo)")
+    if args.edits_rules:
+        return run_rules_bench(args, str(repo))
     wanted = args.edits_max_pairs or (QUICK_PAIRS if args.quick else DEFAULT_MAX_PAIRS)
     strategies = parse_edit_strategies(args.strategies)
     settings = base_settings(args, max_tokens_section="edits")

@@ -52,10 +52,10 @@ def applied(text: str, candidate: Candidate) -> str:
 
 
 def veto(
-    edit: LatestEdit, candidate: Candidate, *, other_documents: bool = False
+    edit: LatestEdit, candidate: Candidate, *, other_documents: bool = False, floor: float = FLOOR
 ) -> tuple[str | None, bool]:
     """(the veto that removes `candidate`, or None; whether a parse was made)."""
-    if candidate.confidence < FLOOR:
+    if candidate.confidence < floor:
         return "floor", False
     target = candidate.edit
     if target.uri is not None and target.uri != edit.uri:
@@ -78,12 +78,17 @@ def veto(
 
 
 def vet(
-    edit: LatestEdit, candidates: Sequence[Candidate], *, other_documents: bool = False
+    edit: LatestEdit,
+    candidates: Sequence[Candidate],
+    *,
+    other_documents: bool = False,
+    floor: float = FLOOR,
 ) -> Decision:
-    """The first of `candidates` (best first) that no veto removes, and what was removed."""
+    """The first of `candidates` (best first) that no veto removes, and what was removed.
+    (`floor` 0: the best candidate whatever its confidence, as the bench's floor sweep asks.)"""
     decision = Decision(candidates=len(candidates))
     for candidate in candidates:
-        reason, parsed = veto(edit, candidate, other_documents=other_documents)
+        reason, parsed = veto(edit, candidate, other_documents=other_documents, floor=floor)
         decision.parses += parsed
         if reason is None:
             decision.shown = candidate

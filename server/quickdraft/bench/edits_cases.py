@@ -1,0 +1,310 @@
+"""`quickdraft bench --edits --edits-rules`: next-edit cases mined as the literature mines them,
+scored per rule, with no model (issue #32).
+
+Mining (`mine_cases`): commits since `since` that change at most MAX_FILES source files; in
+each, a file whose change is 1-MAX_HUNKS small hunks close together is a case. The first hunk is
+the user's edit; the truth is the file as the commit left it, so an answer that moves toward any
+remaining hunk counts as helpful. A file changed by one hunk is a case whose right answer is no
+edit; they are kept at NO_EDIT_SHARE of the cases (the rest are edit cases).
+
+Replay (`replay_case`): the file is opened in the language server's own document store, the
+first hunk is sent as one incremental change (the store records the history as it does for an
+editor), and the next-edit rules and vetoes run exactly as `next_edit.suggest` runs them
+(`next_edit.decide`), the cursor at the end of the edit. The one edit shown, if any, is applied
+and scored (edits_report.score): exact, helpful, harmful. `latency_ms` is the rules' own time,
+server-side (what the answer adds to an LSP round trip when no model is asked).
+
+Report: per rule and overall, coverage (proposals / edit cases), precision (helpful /
+proposals), harmful rate (harmful / all cases), exact (exact / edit cases), each with a 95 %
+Wilson interval; latency p50/p90.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from quickdraft.bench.edits import (
+    Candidate,
+    EditPair,
+    Hunk,
+    _hunks,
+    commit_files,
+    edit_pair,
+    git_dir,
+    is_source,
+)
+from quickdraft.bench.edits_report import score
+from quickdraft.bench.report import percentile
+from quickdraft.context.syntax import language_for_path
+
+MAX_FILES = 3
+MAX_HUNKS = 6
+MAX_HUNK_LINES = 8
+MAX_SPAN_LINES = 80
+NO_EDIT_SHARE = 0.25
+Z95 = 1.959964
+
+
+@dataclass(frozen=True)
+class FileChange:
+    commit: str
+    date: str
+    path: str
+
+
+def changes(directory: Path, since: str) -> list[FileChange]:
+    """(commit, file) of the commits since `since` (newest first, no merges) that change at most
+    MAX_FILES source files, each file in text and by few enough lines."""
+    found: list[FileChange] = []
+    limit = MAX_HUNKS * MAX_HUNK_LINES
+    for commit, date, files in commit_files(directory, since):
+        sources = [f for f in files if is_source(f[2])]
+        if not sources or len(sources) > MAX_FILES:
+            continue
+        for added, deleted, path in sources:
+            if added.isdigit() and deleted.isdigit() and max(int(added), int(deleted)) <= limit:
+                found.append(FileChange(commit, date, path))
+    return found
+
+
+def close_hunks(hunks: list[Hunk]) -> bool:
+    if not 1 <= len(hunks) <= MAX_HUNKS:
+        return False
+    if any(max(h.old_count, h.new_count) > MAX_HUNK_LINES for h in hunks):
+        return False
+    return max(h.old_end for h in hunks) - min(h.old_start for h in hunks) <= MAX_SPAN_LINES
+
+
+def case_of(directory: Path, repository: str, change: FileChange) -> EditPair | None:
+    """The case a commit's change to one file gives, or None when it does not qualify."""
+    candidate = Candidate(change.commit, change.date, change.path)
+    hunks = _hunks(directory, candidate)
+    if not close_hunks(hunks):
+        return None
+    return edit_pair(directory, repository, candidate, hunks, truth_hunks=None)
+
+
+def mine_cases(
+    repo: Path,
+    *,
+    since: str,
+    max_cases: int,
+    seed: int = 0,
+    languages: frozenset[str] | None = frozenset({"python"}),
+) -> list[EditPair]:
+    """Up to `max_cases` cases from `repo` since `since`: edit cases (2+ hunks) and, at
+    NO_EDIT_SHARE, one-hunk cases; a seeded shuffle picks them, oldest first."""
+    directory = git_dir(repo)
+    repository = str(Path(repo).expanduser().resolve())
+    found = changes(directory, since)
+    if languages is not None:
+        found = [c for c in found if (lang := language_for_path(c.path)) and lang.id in languages]
+    order = list(range(len(found)))
+    random.Random(seed).shuffle(order)
+    want_none = round(max_cases * NO_EDIT_SHARE)
+    want_edit = max_cases - want_none
+    edit_cases: list[tuple[int, EditPair]] = []
+    none_cases: list[tuple[int, EditPair]] = []
+    for index in order:
+        if len(edit_cases) >= want_edit and len(none_cases) >= want_none:
+            break
+        case = case_of(directory, repository, found[index])
+        if case is None:
+            continue
+        bucket = none_cases if case.hunks == 1 else edit_cases
+        if len(bucket) < (want_none if case.hunks == 1 else want_edit):
+            bucket.append((index, case))
+    return [case for _, case in sorted(edit_cases + none_cases, key=lambda item: -item[0])]
+
+
+# --- replay -------------------------------------------------------------------------------------
+
+
+def replay_case(case: EditPair) -> dict[str, Any]:
+    """One case through the document store and the rules as the server runs them."""
+    from quickdraft.lsp.documents import DocumentStore
+    from quickdraft.next_edit import decide
+
+    uri = "file:///bench/" + case.path
+    store = DocumentStore()
+    store.open(uri, case.before, case.language, 1)
+    document = store.get(uri)
+    start_line, start_col = document.position_at(case.edit_start)
+    end_line, end_col = document.position_at(case.edit_end)
+    store.change(uri, [(case.edit_text, (start_line, start_col, end_line, end_col))], 2)
+    current = store.get(uri).text
+    run: dict[str, Any] = {"case": case.name, "hunks": case.hunks, "kind": kind(case)}
+    if current != case.current:
+        run["error"] = "the store's text is not the case's"
+        return run
+    hunks = store.history.hunks(uri)
+    began = time.perf_counter()
+    decision = decide(uri, current, hunks, case.language)
+    run["latency_ms"] = round((time.perf_counter() - began) * 1000, 3)
+    run["candidates"] = decision.candidates
+    run["vetoed"] = dict(decision.vetoed)
+    # The best candidate whatever its confidence: what each floor would show (the sweep).
+    best = decide(uri, current, hunks, case.language, floor=0.0).shown
+    if best is not None:
+        run["best"] = {
+            "rule": best.rule,
+            "confidence": best.confidence,
+            "note": best.note,
+            **score(current, case.truth, _applied(current, best.edit)),
+        }
+    if decision.shown is None:
+        run.update(rule=None, proposed=False, exact=False, helpful=False, harmful=False)
+        return run
+    run.update(
+        rule=decision.rule,
+        confidence=decision.confidence,
+        proposed=True,
+        note=decision.shown.note,
+        **score(current, case.truth, _applied(current, decision.shown.edit)),
+    )
+    return run
+
+
+def _applied(text: str, edit: Any) -> str:
+    return text[: edit.start] + edit.text + text[edit.end :]
+
+
+def kind(case: EditPair) -> str:
+    return "edit" if case.hunks > 1 else "none"
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def wilson(successes: int, trials: int, z: float = Z95) -> tuple[float, float] | None:
+    """The Wilson score interval of a proportion (None without trials)."""
+    if trials <= 0:
+        return None
+    p = successes / trials
+    denominator = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denominator
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def rate(successes: int, trials: int) -> dict[str, Any]:
+    interval = wilson(successes, trials)
+    return {
+        "n": successes,
+        "of": trials,
+        "rate": round(successes / trials, 4) if trials else None,
+        "ci95": [round(interval[0], 4), round(interval[1], 4)] if interval else None,
+    }
+
+
+def summarize_runs(runs: list[dict[str, Any]], rule: str | None = None) -> dict[str, Any]:
+    """Coverage, precision, harmful rate and exact, overall (`rule` None) or for one rule (its
+    proposals; the denominators of coverage and harmful stay all edit cases / all cases)."""
+    answered = [r for r in runs if not r.get("error")]
+    edit_cases = [r for r in answered if r["kind"] == "edit"]
+    proposals = [r for r in answered if r.get("proposed") and (rule is None or r["rule"] == rule)]
+    on_edit = [r for r in proposals if r["kind"] == "edit"]
+    latencies = [r["latency_ms"] for r in answered if r.get("latency_ms") is not None]
+    return {
+        "cases": len(runs),
+        "edit_cases": len(edit_cases),
+        "errors": len(runs) - len(answered),
+        "proposals": len(proposals),
+        "coverage": rate(len(on_edit), len(edit_cases)),
+        "precision": rate(sum(1 for r in proposals if r["helpful"]), len(proposals)),
+        "harmful": rate(sum(1 for r in proposals if r["harmful"]), len(answered)),
+        "exact": rate(sum(1 for r in on_edit if r["exact"]), len(edit_cases)),
+        "p50_ms": round(percentile(latencies, 50), 3) if latencies else None,
+        "p90_ms": round(percentile(latencies, 90), 3) if latencies else None,
+    }
+
+
+SWEEP = (0.3, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8, 0.85, 0.9)
+
+
+def at_floor(runs: list[dict[str, Any]], floor: float) -> list[dict[str, Any]]:
+    """The runs as they would be with `floor` in place of the frozen one (from `best`)."""
+    out = []
+    for run in runs:
+        best = run.get("best")
+        base = {k: v for k, v in run.items() if k != "best"}
+        if best is not None and best["confidence"] >= floor:
+            out.append({**base, "proposed": True, **best})
+        else:
+            out.append(
+                {
+                    **base,
+                    "rule": None,
+                    "proposed": False,
+                    "exact": False,
+                    "helpful": False,
+                    "harmful": False,
+                }
+            )
+    return out
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    rules = sorted({r["rule"] for r in runs if r.get("rule")})
+    sweep = {}
+    for floor in SWEEP:
+        item = summarize_runs(at_floor(runs, floor))
+        sweep[str(floor)] = {
+            key: item[key] for key in ("proposals", "coverage", "precision", "harmful", "exact")
+        }
+    by_rule = {}
+    for rule in sorted({r["best"]["rule"] for r in runs if r.get("best")}):
+        for floor in SWEEP:
+            item = summarize_runs(at_floor(runs, floor), rule)
+            by_rule.setdefault(rule, {})[str(floor)] = {
+                key: item[key] for key in ("proposals", "precision", "harmful")
+            }
+    return {
+        "overall": summarize_runs(runs),
+        "rules": {rule: summarize_runs(runs, rule) for rule in rules},
+        "floor_sweep": sweep,
+        "floor_sweep_by_rule": by_rule,
+    }
+
+
+def _cell(value: dict[str, Any]) -> str:
+    if value["rate"] is None:
+        return "-"
+    low, high = value["ci95"]
+    return f"{value['rate']:.0%} ({value['n']}/{value['of']}; {low:.0%}-{high:.0%})"
+
+
+def render(summary: dict[str, Any]) -> str:
+    """The summary as a markdown table, one row per rule and one overall."""
+    rows = [
+        "| rule | proposals | coverage | precision | harmful | exact | p50 ms | p90 ms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, item in [*summary["rules"].items(), ("overall", summary["overall"])]:
+        rows.append(
+            f"| {name} | {item['proposals']} | {_cell(item['coverage'])} | "
+            f"{_cell(item['precision'])} | {_cell(item['harmful'])} | {_cell(item['exact'])} | "
+            f"{item['p50_ms']} | {item['p90_ms']} |"
+        )
+    rows += ["", "Floor sweep (the frozen floor is edit_rules.FLOOR):", ""]
+    rows += [
+        "| floor | proposals | coverage | precision | harmful | exact |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for floor, item in summary.get("floor_sweep", {}).items():
+        rows.append(
+            f"| {floor} | {item['proposals']} | {_cell(item['coverage'])} | "
+            f"{_cell(item['precision'])} | {_cell(item['harmful'])} | {_cell(item['exact'])} |"
+        )
+    overall = summary["overall"]
+    rows.append("")
+    rows.append(
+        f"{overall['cases']} cases ({overall['edit_cases']} edit cases, "
+        f"{overall['cases'] - overall['edit_cases']} one-hunk), {overall['errors']} errors"
+    )
+    return "\n".join(rows)
