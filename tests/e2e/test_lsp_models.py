@@ -270,8 +270,9 @@ async def test_cancel_and_supersede_stop_a_long_generation(endless_models):
                 types.TEXT_DOCUMENT_INLINE_COMPLETION, params, msg_id="long-1"
             )
         )
-        await asyncio.sleep(1.0)
-        assert not pending.done()  # 4000 tokens take many seconds
+        # Cancelled once the worker runs it (the server logs that), not before: it is a running
+        # generation that must stop.
+        await wait_for(lambda: logged(client, "[long-1] inlineCompletion: generating ("), 60)
         client.cancel_request(types.CancelParams(id="long-1"))
         with pytest.raises(JsonRpcRequestCancelled):
             await asyncio.wait_for(pending, 120)
@@ -283,9 +284,9 @@ async def test_cancel_and_supersede_stop_a_long_generation(endless_models):
         assert 0 < after_cancel["tokens"] <= 8
 
         # A newer request for the same document supersedes the older one.
+        started = len(logged(client, "inlineCompletion: generating ("))
         older = asyncio.ensure_future(inline(client, uri, 0, 12))
-        await asyncio.sleep(1.0)
-        assert not older.done()
+        await wait_for(lambda: len(logged(client, "inlineCompletion: generating (")) > started, 60)
         edit(client, uri, 2, (1, 0), (1, 0), "y = ")
         configure(client, {"languages": {"python": {"maxNewTokens": 4}}})
         newer = await inline(client, uri, 1, 4)

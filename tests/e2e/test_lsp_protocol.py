@@ -42,6 +42,8 @@ from pygls.protocol.json_rpc import JsonRPCNotification
 # --- the fake server (runs in the server process) ------------------------------------------
 
 LOADS = 0
+SERVER = None
+"""The server this process runs (set by run_fake_server): the fake reads its document store."""
 
 
 ENGINE_STATS = {
@@ -96,7 +98,7 @@ class FakeCompleter:
     def close(self):
         self.documents.clear()
 
-    def warm(self, request, cancel=None):
+    def warm(self, request, cancel=None, file_level=False):
         return 0  # no caches to warm
 
     compute = {"runtime": "fake", "dtype": None, "kernel": None, "reason": "a test double"}
@@ -128,6 +130,15 @@ class FakeCompleter:
             return FakeCompletion(", ".join(self.slow_endings) or "none")
         if "WAIT" in prefix:
             time.sleep(0.5)
+        if "UNTIL_EDITED" in prefix:  # generate until the editor's edit has reached the server
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                document = SERVER.documents.get(request.uri) if SERVER is not None else None
+                if document is not None and document.text != request.text:
+                    break
+                time.sleep(0.01)
+            else:
+                return FakeCompletion("the edit never arrived")
         if "COUNT" in prefix:
             return FakeCompletion(f"{self.calls} calls {LOADS} loads {len(self.documents)} docs")
         if "INDEX" in prefix:  # the document as the Completer was told about it
@@ -204,7 +215,9 @@ def run_fake_server(argv: list[str]) -> None:
     defaults = load_config(config_dict_from_args(args))
     cli.configure_logging(args.log_level)
     address = cli.parse_host_port(args.tcp) if args.tcp else None
-    cli.serve(create_server(defaults, loader=fake_loader), address)
+    global SERVER
+    SERVER = create_server(defaults, loader=fake_loader)
+    cli.serve(SERVER, address)
 
 
 if __name__ == "__main__":
@@ -349,15 +362,22 @@ async def test_edits_are_seen_by_the_next_completion(session):
         assert await inline_text(client, URI, 0, 2) == "<zz>"
 
 
+def generating(client) -> int:
+    """How many generations the server has started on its worker (its log says each)."""
+    return sum(": generating (" in m.message for m in client.log_messages)
+
+
 async def test_an_answer_keeps_the_position_of_its_request_across_edits(session):
     async with session(fake_command()) as client:
-        open_doc(client, URI, "WAIT ab")
-        pending = asyncio.ensure_future(inline(client, URI, 0, 7))
-        await asyncio.sleep(0.2)
+        text = "UNTIL_EDITED ab"
+        open_doc(client, URI, text)
+        pending = asyncio.ensure_future(inline(client, URI, 0, len(text)))
+        await wait_for(lambda: generating(client) == 1)
         edit(client, URI, 2, (0, 0), (0, 0), "😀\n")  # a line above, while generating
         [item] = items_of(await pending)
+        # The fake answered only after the edit reached the server (it waits for that).
         assert item.insert_text == "<ab>"
-        assert rng(item) == (0, 7, 0, 7)
+        assert rng(item) == (0, len(text), 0, len(text))
 
 
 async def test_close_and_reopen_keep_the_completer_in_step(session):
@@ -594,8 +614,12 @@ async def test_cancel_request_stops_the_generation(session):
                 types.TEXT_DOCUMENT_INLINE_COMPLETION, params, msg_id="slow-1"
             )
         )
-        await asyncio.sleep(0.3)
-        assert not pending.done()
+        # Running on the worker: SLOW generates until its cancel event is set.
+        await wait_for(
+            lambda: any(
+                "[slow-1] inlineCompletion: generating (" in m.message for m in client.log_messages
+            )
+        )
         client.cancel_request(types.CancelParams(id="slow-1"))
         with pytest.raises(JsonRpcRequestCancelled):
             await asyncio.wait_for(pending, 60)
@@ -609,7 +633,7 @@ async def test_newer_request_supersedes_the_older(session):
     async with session(fake_command()) as client:
         open_doc(client, URI, "SLOW\nx = ab\nENDED")
         older = asyncio.ensure_future(inline(client, URI, 0, 4))
-        await asyncio.sleep(0.3)
+        await wait_for(lambda: generating(client) == 1)  # SLOW runs until cancelled
         newer = await inline(client, URI, 1, 6)
         assert items_of(newer)[0].insert_text == "<ab>"
         assert items_of(await asyncio.wait_for(older, 60)) == []

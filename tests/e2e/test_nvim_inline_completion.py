@@ -73,6 +73,7 @@ class ScriptedBackend:
         entry = {"line": before, "prefetch": prefetch}
         if prefetch and "HOLD" in request.text and not self.held:
             self.held = True
+            log_generation({**entry, "holding": True})  # the test waits for this, then stops it
             deadline_at = time.monotonic() + 30
             while not (cancel is not None and cancel.is_set()) and time.monotonic() < deadline_at:
                 time.sleep(0.01)
@@ -201,6 +202,7 @@ class InlineCompletion012:
         self.timer = asyncio.ensure_future(self._after_debounce())
 
     async def _after_debounce(self) -> None:
+        # Pacing, not waiting for a state: this is 0.12's own debounce timer, replayed.
         await asyncio.sleep(DEBOUNCE_S)
         self.timer = None
         self.request(2)
@@ -346,7 +348,7 @@ async def test_the_command_computes_ahead_again_when_the_prefetch_was_stopped(
         nvim.type("total = ")
         await wait_for(lambda: nvim.current is not None, 60)
         # The prefetch runs (held) until a request of the user's stops it: a next edit here.
-        await asyncio.sleep(0.3)
+        await wait_for(lambda: any(g.get("holding") for g in generations(log)), 20)
         answer = await client.protocol.send_request_async(
             "textDocument/copilotInlineEdit",
             {

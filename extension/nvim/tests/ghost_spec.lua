@@ -73,7 +73,7 @@ H.run(function()
   H.wait(function()
     return #sent >= 2
   end, 3000)
-  H.sleep(QUIET_MS * 2)
+  H.eq('no request is left to send after the burst', false, ghost.waiting(bufnr))
   H.eq('a burst sends one request, for where it ended', { 2, 3 }, { #sent, sent[2].col })
 
   -- The superseded request's late answer is dropped; the current one is shown without the
@@ -86,7 +86,7 @@ H.run(function()
 
   -- Typing what the suggestion starts with asks nothing; accepting inserts the clean text.
   H.type('d')
-  H.sleep(QUIET_MS * 2)
+  H.eq('typing through the suggestion schedules no request', false, ghost.waiting(bufnr))
   H.eq('typing through the suggestion sends nothing', 2, #sent)
   H.type('<Cmd>lua require("quickdraft.ghost").accept()<CR>')
   H.eq('accepting inserts the text without control characters', { 'x = 1', 'abcdef = 2', '\tpass' },
@@ -99,7 +99,7 @@ H.run(function()
   H.eq('after accepting, one request for the new position', 3, #sent)
   H.type('<Esc>')
   H.eq('leaving Insert mode cancels the request in flight', { 1, 3 }, cancelled)
-  H.sleep(QUIET_MS * 2)
+  H.eq('leaving Insert mode leaves no request to send', false, ghost.waiting(bufnr))
   H.eq('nothing is sent outside Insert mode', 3, #sent)
 
   -- A quiet time of 0 asks on the next turn of the event loop; one per input all the same.
@@ -112,7 +112,7 @@ H.run(function()
   H.wait(function()
     return #sent >= 5
   end, 3000)
-  H.sleep(50)
+  H.eq('no request is left to send after the input', false, ghost.waiting(bufnr))
   H.eq('with debounce_ms = 0 each input asks once', 5, #sent)
   H.eq('the request superseded by the next input was cancelled', { 1, 3, 4 }, cancelled)
   H.eq('the plugin counts what it sent and cancelled', { sent = 5, cancelled = 3 }, ghost.requests)

@@ -132,7 +132,10 @@ class CompletionService:
             job.waiters += 1
         else:
             self._cancel_inflight(uri)
-            job, joined = self._submit(uri, document, text, offset, position.line, column), False
+            job = self._submit(
+                uri, document, text, offset, position.line, column, f"[{request_id}] {feature}"
+            )
+            joined = False
         try:
             completion = await asyncio.shield(job.future)
         except asyncio.CancelledError:
@@ -177,7 +180,12 @@ class CompletionService:
             )
         return Answer(suggestion, cursor, cursor, cursor)
 
-    def _submit(self, uri: str, document, text: str, offset: int, line: int, column: int) -> _Job:
+    def _submit(
+        self, uri: str, document, text: str, offset: int, line: int, column: int, name: str
+    ) -> _Job:
+        """Queue the generation on the worker. When the worker starts it, `name` ("[id]
+        feature") is logged at log level with the time it waited in the queue: a client (or a
+        test) knows the generation is running, not only asked for."""
         # completer imports torch (seconds): the server answers `initialize` before that.
         from quickdraft.completer import CompletionRequest
 
@@ -190,9 +198,16 @@ class CompletionService:
             offset=offset,
         )
         cancel = threading.Event()
-        future = asyncio.wrap_future(
-            self.server.worker.submit(self.server.host.complete, request, cancel, preempt=True)
-        )
+        server, loop, queued = self.server, asyncio.get_running_loop(), time.monotonic()
+
+        def generate(request, cancel):  # worker thread
+            if not cancel.is_set():
+                waited_ms = (time.monotonic() - queued) * 1000
+                message = f"{name}: generating ({waited_ms:.0f} ms queued)"
+                loop.call_soon_threadsafe(server.log, message, "log")
+            return server.host.complete(request, cancel)
+
+        future = asyncio.wrap_future(server.worker.submit(generate, request, cancel, preempt=True))
         job = _Job(text, offset, future, cancel)
         self._inflight[uri] = job
 

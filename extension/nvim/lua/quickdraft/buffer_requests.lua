@@ -58,6 +58,14 @@ function BufferRequests:watched(bufnr)
   return s ~= nil and s.augroup ~= nil
 end
 
+--- Whether `bufnr` has a request still to be sent (its quiet-time timer is running).
+---@param bufnr integer
+---@return boolean
+function BufferRequests:waiting(bufnr)
+  local s = self.buffers[bufnr]
+  return s ~= nil and s.timer ~= nil
+end
+
 function BufferRequests:stop_timer(s)
   if s.timer then
     s.timer:stop()

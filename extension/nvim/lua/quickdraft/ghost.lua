@@ -362,6 +362,14 @@ function M.dismiss()
   return buffers:dismiss(api.nvim_get_current_buf())
 end
 
+--- Whether a request for `bufnr` is still to be sent (its quiet time has not passed): when
+--- false, nothing more is sent until the next keystroke.
+---@param bufnr integer|nil
+---@return boolean
+function M.waiting(bufnr)
+  return buffers:waiting(bufnr or api.nvim_get_current_buf())
+end
+
 --- Start watching `bufnr` (on LspAttach).
 ---@param bufnr integer
 ---@param opts table { debounce_ms, hl_group, client_name }
