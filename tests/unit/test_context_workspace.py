@@ -94,7 +94,10 @@ def test_a_short_file_is_not_shown_twice(models):
 def test_the_cursor_head_is_still_available(models):
     config = load_config({"context": {"head": "cursor"}})
     completer = local_completer(models, config)
-    completer.set_document("file:///work/other.py", BODY, "python")
+    # Like x.py, not the same (text the prompt holds already is never shown twice).
+    completer.set_document("file:///work/other.py", BODY.replace("x + ", "x * "), "python")
     completer.set_document("file:///work/x.py", BODY, "python")
     prompt = completer.build_prompt(CompletionRequest("file:///work/x.py", BODY, 49, 4, "python"))
-    assert all(s.path != "x.py" for s in prompt.snippets)
+    paths = [s.path for s in prompt.snippets]
+    # Windows of the other file, most like the code above the cursor; none of the file itself.
+    assert paths and set(paths) == {"other.py"}

@@ -179,22 +179,26 @@ def test_completion_item_label_is_the_first_line_with_text():
 
 
 def test_stats_payload():
-    class Stats:
-        def to_dict(self):
-            return {
-                "tokens_per_forward": 2.5,
-                "drafted_by_source": {"ngram": 10, "draft": 0},
-                "accepted_by_source": {"ngram": 5},
-                "prefill_tokens": 100,
-                "reused_tokens": 400,
-                "reused_shared_tokens": 250,
-                "reused_warm_tokens": 100,
-                "reused_own_tokens": 50,
-            }
+    """From the engine's own GenerationStats (its to_dict), not a dict already shaped right."""
+    from quickdraft.decoding import GenerationStats
+
+    engine_stats = GenerationStats(
+        strategy="hybrid",
+        prompt_tokens=500,
+        prefill_tokens=100,
+        reused_tokens=400,
+        reused_shared_tokens=250,
+        reused_warm_tokens=100,
+        new_tokens=3,
+        target_forwards=2,
+        produced_tokens=5,
+        drafted_by_source={"ngram": 10, "draft": 0},
+        accepted_by_source={"ngram": 5},
+    )
 
     class Completion:
         tokens = [1, 2, 3]
-        stats = Stats()
+        stats = engine_stats
         mode = "block"
 
     payload = stats_payload(Completion(), latency_ms=12.3456, source="model")
@@ -204,6 +208,9 @@ def test_stats_payload():
     split = [payload[f"reused{k}Tokens"] for k in ("Shared", "Warm", "Own")]
     assert split == [250, 100, 50]
     assert payload["latencyMs"] == 12.346 and payload["mode"] == "block"
+    assert payload["tokensPerForward"] == 2.5 and payload["targetForwards"] == 2
+    assert payload["promptTokens"] == 500
+    assert payload["engine"]["strategy"] == "hybrid"
     cached = stats_payload(None, latency_ms=0.1, source="typed-ahead")
     assert cached["tokens"] == 0 and cached["cached"] is True
     json.dumps(payload)
