@@ -333,6 +333,9 @@ class EditsBench:
             accepted_by_source=stats.get("acceptedBySource"),
             drafted_by_source=stats.get("draftedBySource"),
             engine=stats.get("engine"),
+            rule=stats.get("rule"),
+            confidence=stats.get("confidence"),
+            vetoed=stats.get("vetoed"),
         )
 
 
