@@ -147,3 +147,23 @@ def test_a_history_that_no_longer_matches_the_text_gives_no_latest_edit():
     _, history = edited(MANAGER, after)
     assert latest_edit(URI, MANAGER, history.hunks(URI), "python") is None
     assert latest_edit(URI, MANAGER, [], "python") is None
+
+
+def test_offsets_are_code_points_past_non_ascii_text():
+    before = 's = "héllo wörld"\ndef f(width):\n    """ünïcode"""\n    return width * 2\n'
+    after = before.replace("f(width)", "f(w)")
+    edit, _ = edited(before, after)
+    [candidate] = propose(edit)
+    assert after[candidate.edit.start : candidate.edit.end] == "width"
+    assert applied(after, candidate) == before.replace("width", "w")
+
+
+def test_a_string_change_in_another_language_is_replayed_by_tokens():
+    before = 'const a = get("old-key");\nconst b = get("old-key");\n'
+    after = before.replace('"old-key"', '"new-key"', 1)
+    history = EditHistory()
+    history.record_full("file:///a.js", before, after)
+    edit = latest_edit("file:///a.js", after, history.hunks("file:///a.js"), "javascript")
+    decision = vet(edit, propose(edit))
+    assert decision.rule == "repeat"
+    assert applied(after, decision.shown) == before.replace("old-key", "new-key")
