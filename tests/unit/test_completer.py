@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from quickdraft.completer import CompletionRequest
+from quickdraft.completer import Completer, CompletionRequest
 from quickdraft.config import load_config
 from quickdraft.errors import PositionError
-from quickdraft.local_backend import local_completer
-from quickdraft.testing import build_tiny_loaded_models, ngram_source_tokens
+from quickdraft.local_backend import LocalBackend
+from quickdraft.testing import build_tiny_loaded_models
 
 TEXT = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    "
 URI = "file:///work/x.py"
@@ -17,6 +17,10 @@ URI = "file:///work/x.py"
 @pytest.fixture(scope="module")
 def models():
     return build_tiny_loaded_models()
+
+
+def local_completer(models, config):
+    return Completer(LocalBackend(models, config), config)
 
 
 def make(models, **settings):
@@ -39,9 +43,31 @@ def test_every_strategy_gives_the_same_tokens(models):
         assert completion.text == results["ar"].text
 
 
-def indexed_text(completer, uri: str) -> str:
-    """The text of `uri` the n-gram index holds, chunks in order ("<"/">": cursor halves)."""
-    return "".join(completer.backend.index.sources_of(uri).values())
+class Recording:
+    """The Completer's backend, recording what the Completer hands it (the Backend interface:
+    index_documents, forget_document); everything else is the LocalBackend's."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.indexed: list[tuple[dict[str, str], object]] = []
+        self.forgotten: list[str] = []
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+    def index_documents(self, documents, current):
+        self.indexed.append(({uri: d.text for uri, d in documents.items()}, current))
+        self.backend.index_documents(documents, current)
+
+    def forget_document(self, uri):
+        self.forgotten.append(uri)
+        self.backend.forget_document(uri)
+
+
+def recording(models, **settings) -> tuple[Completer, Recording]:
+    config = load_config({"decoding": {"max_new_tokens": 12}, **settings})
+    backend = Recording(LocalBackend(models, config))
+    return Completer(backend, config), backend
 
 
 def test_each_answer_says_what_its_stages_took(models):
@@ -62,51 +88,47 @@ def test_each_answer_says_what_its_stages_took(models):
     assert sum(stages.values()) <= completion.latency_ms + 0.1
 
 
-def test_open_documents_feed_the_ngram_index_and_leave_it_when_closed(models):
-    completer = make(models)
-    completer.set_document("file:///work/y.py", "print('hello')\n", "python")
+def test_open_documents_are_shown_to_the_backend_and_forgotten_when_closed(models):
+    """What the index makes of them is test_document_index.py's."""
+    completer, backend = recording(models)
+    y = "file:///work/y.py"
+    completer.set_document(y, "print('hello')\n", "python")
     completer.complete(request())
-    assert indexed_text(completer, "file:///work/y.py") == "print('hello')\n"
-    [name] = completer.backend.index.sources_of("file:///work/y.py")
-    assert ngram_source_tokens(completer.backend.engine.ngram, name) == completer.tokenizer.encode(
-        "print('hello')\n"
-    )
-    completer.set_document("file:///work/y.py", "print('hello world')\n", "python")
+    documents, current = backend.indexed[-1]
+    assert documents[y] == "print('hello')\n" and current.uri == URI
+    completer.set_document(y, "print('hello world')\n", "python")
     completer.complete(request())
-    assert name not in completer.backend.engine.ngram.sources
-    assert indexed_text(completer, "file:///work/y.py") == "print('hello world')\n"
-    completer.close_document("file:///work/y.py")
-    assert not any(
-        s.startswith("file:///work/y.py") for s in completer.backend.engine.ngram.sources
-    )
+    assert backend.indexed[-1][0][y] == "print('hello world')\n"
+    assert backend.forgotten == []
+    completer.close_document(y)
+    assert backend.forgotten == [y]
+    completer.complete(request())
+    assert y not in backend.indexed[-1][0]
 
 
-def test_the_current_document_is_indexed_split_at_the_cursor(models):
-    """Indexed whole, the text before the cursor would match itself and propose what follows
-    the cursor; split, a lookup on it finds the other file's continuation."""
-    completer = make(models)
+def test_the_current_document_is_shown_with_its_cursor(models):
+    """The backend is told which document is completed and where (it splits that one at the
+    cursor: test_document_index.py); the prompt's text before and after the cursor too."""
+    completer, backend = recording(models)
     text = "def sub(a, b):\n    return a - b\n\nvalue = sub(3, 1)\nother = sub(\n"
     completer.set_document(URI, text, "python")
     completer.set_document("file:///work/z.py", "other = sub(9, 4)\n", "python")
     cursor = request(text, line=4, character=len("other = sub("))
     completer.refresh_documents(current=cursor)
+    assert backend.indexed[-1] == (
+        {URI: text, "file:///work/z.py": "other = sub(9, 4)\n"},
+        cursor,
+    )
     encode = completer.tokenizer.encode
-    ngram = completer.backend.engine.ngram
-    sources = completer.backend.index.sources_of(URI)
-    halves = {name[-1]: chunk for name, chunk in sources.items()}
-    assert halves["<"].endswith("other = sub(") and halves[">"] == "\n"
-    assert "".join(sources.values()) == text
-    match = ngram.lookup(encode("other = sub("), 4)
-    assert match is not None and match.source.startswith("file:///work/z.py")
     prepared = completer.prepare(cursor)
     # (the append layout heals the last token: the model writes it again first)
     before = completer.tokenizer.decode(prepared.before_cursor) + prepared.healed
     assert before == text[: text.index("other")] + "other = sub("
     assert prepared.after_cursor == encode("\n")
-    # Once it is no longer the request's document, it is indexed whole again.
-    completer.complete(request(text, line=1, character=4, uri="file:///work/other.py"))
-    assert all(not name.endswith(("<", ">")) for name in completer.backend.index.sources_of(URI))
-    assert indexed_text(completer, URI) == text
+    # A request in another document makes that one the current document.
+    other = request(text, line=1, character=4, uri="file:///work/other.py")
+    completer.complete(other)
+    assert backend.indexed[-1][1] == other
 
 
 def test_the_continuation_of_the_text_before_the_cursor_in_an_open_file_is_drafted_first(models):
@@ -145,10 +167,10 @@ def test_disabled_language_huge_and_binary_documents_are_skipped(models):
     assert "larger than" in completer.complete(request(big, 3, 0)).skipped
     completer = make(models)
     assert "binary" in completer.complete(request("a\x00b\n", 0, 1)).skipped
-    # A binary open document is not indexed, and does not break completion elsewhere.
+    # A binary open document does not break completion elsewhere (that it is not indexed:
+    # test_document_index.py).
     completer.set_document("file:///work/blob.bin", "\x00\x01\x02", None)
     assert completer.complete(request()).skipped is None
-    assert not completer.backend.index.sources_of("file:///work/blob.bin")
 
 
 def test_positions_outside_the_document_raise_position_error(models):
