@@ -200,7 +200,7 @@ async def wait_for(predicate, timeout: float = 10.0):
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.02)  # pacing: polls the predicate (the state waited for)
 
 
 def plain(value):

@@ -147,7 +147,7 @@ class LlamaEngine:
                     return
             except httpx.HTTPError:
                 pass
-            time.sleep(0.25)
+            time.sleep(0.25)  # pacing: polls /models until the engine answers
         self.stop()
         raise RuntimeError(f"the llama.cpp server did not start in {timeout:.0f} s")
 

@@ -122,21 +122,28 @@ class FakeCompleter:
         if "SLOW" in prefix:  # generate until cancelled (30 s at most)
             deadline = time.monotonic() + 30
             while not cancel.is_set() and time.monotonic() < deadline:
-                time.sleep(0.01)
+                time.sleep(0.01)  # pacing: a generation's steps, each checking its cancel event
             ended = "cancelled" if cancel.is_set() else "ran to its end"
             self.slow_endings.append(ended)
             return FakeCompletion(ended)
         if "ENDED" in prefix:  # how the SLOW generations ended, in order
             return FakeCompletion(", ".join(self.slow_endings) or "none")
-        if "WAIT" in prefix:
-            time.sleep(0.5)
+        if "UNTIL_JOINED" in prefix:  # generate until a second request shares this one
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                job = SERVER.completions._inflight.get(request.uri) if SERVER else None
+                if job is not None and job.waiters >= 2:
+                    break
+                time.sleep(0.01)  # pacing: polls for the second request (the state it waits for)
+            else:
+                return FakeCompletion("nobody joined")
         if "UNTIL_EDITED" in prefix:  # generate until the editor's edit has reached the server
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 document = SERVER.documents.get(request.uri) if SERVER is not None else None
                 if document is not None and document.text != request.text:
                     break
-                time.sleep(0.01)
+                time.sleep(0.01)  # pacing: polls the store for the edit (the state it waits for)
             else:
                 return FakeCompletion("the edit never arrived")
         if "COUNT" in prefix:
@@ -169,7 +176,7 @@ def fake_loader(config, progress=None):
     if progress is not None:
         progress("loading fake models")
         if target == "slow":
-            time.sleep(1.0)
+            time.sleep(1.0)  # pacing: a load that lasts, so each step is reported in turn
         progress("measuring fake step costs")
     if target == "broken":
         from quickdraft.errors import ModelNotFoundError
@@ -416,8 +423,10 @@ NO_WORK_AHEAD = {"cache": {"prefetch": False, "warmup": False}}
 
 async def test_inline_and_completion_for_one_position_share_a_generation(session):
     async with session(fake_command(), inline=True, init_options=NO_WORK_AHEAD) as client:
-        open_doc(client, URI, "WAIT ab\nCOUNT")
-        first, second = await asyncio.gather(inline(client, URI, 0, 7), complete(client, URI, 0, 7))
+        open_doc(client, URI, "UNTIL_JOINED ab\nCOUNT")
+        first, second = await asyncio.gather(
+            inline(client, URI, 0, 15), complete(client, URI, 0, 15)
+        )
         assert items_of(first)[0].insert_text == "<ab>"
         assert items_of(second)[0].text_edit.new_text == "<ab>"
         # one model call for both (the COUNT request is the second)
@@ -723,7 +732,7 @@ async def test_tcp_transport_reads_even_invalid_utf8():
             except OSError:
                 if time.monotonic() > deadline:
                     raise
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(0.1)  # pacing: retries until the server listens
         result = await client.initialize_session(
             types.InitializeParams(capabilities=client_capabilities())
         )

@@ -76,7 +76,7 @@ class ScriptedBackend:
             log_generation({**entry, "holding": True})  # the test waits for this, then stops it
             deadline_at = time.monotonic() + 30
             while not (cancel is not None and cancel.is_set()) and time.monotonic() < deadline_at:
-                time.sleep(0.01)
+                time.sleep(0.01)  # pacing: polls its cancel event (held until stopped)
             log_generation({**entry, "stopped": cancel is not None and cancel.is_set()})
             return Generated("", [], "cancelled", GenerationStats())
         if before.endswith("total = "):

@@ -308,7 +308,7 @@ def test_the_state_turns_ready_without_requests_when_the_engine_returns(
         deadline = time.monotonic() + 20
         while generator.status.state != "ready":
             assert time.monotonic() < deadline, generator.status.message
-            time.sleep(0.1)
+            time.sleep(0.1)  # pacing: polls the generator's state (the state waited for)
         assert proxy.requests_to("/models") and not proxy.requests_to("/completions")
     finally:
         proxy.stop()

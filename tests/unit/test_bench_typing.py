@@ -254,6 +254,7 @@ async def test_a_server_that_exits_fails_its_requests_with_its_log(tmp_path):
 
 
 async def test_a_server_that_never_answers_times_out_and_says_so(tmp_path):
+    # A server that reads and never answers (its sleep is the silence the client must time out).
     script = "import sys, time; sys.stdin.readline(); time.sleep(60)"
     client = StdioLspClient([sys.executable, "-c", script], log_path=tmp_path / "s.log")
     await client.start()

@@ -87,6 +87,7 @@ def test_a_deadline_stops_the_proposal_loop_within_one_forward(fresh, tokenizer)
     deadline = time.monotonic() + 0.5
 
     def run_past_the_deadline():
+        # pacing: a forward that outlasts the deadline, the condition this test measures
         time.sleep(max(0.0, deadline - time.monotonic()) + 0.01)
 
     calls = stop_after(fresh, 3, run_past_the_deadline)
