@@ -302,3 +302,27 @@ def test_a_running_background_job_can_be_preempted_without_a_foreground_job():
     worker.preempt_background()  # nothing running: nothing to count
     assert worker.preemptions == 1
     worker.stop()
+
+
+def test_each_log_line_is_logged_at_the_level_it_is_sent_at(caplog):
+    """README: each server log line carries its level (a client reads stderr's levels)."""
+    import logging
+
+    server = create_server(QuickdraftConfig(), loader=lambda config, progress=None: None)
+    with caplog.at_level(logging.DEBUG, logger="quickdraft.lsp.server"):
+        server.log("a warning", "warning")
+        server.log("an error", "error")
+        server.log("some info")
+        server.log("detail", "log")
+        server.show("shown as a warning", "warning")
+        server.show("shown as an error")
+    levels = {r.getMessage(): r.levelname for r in caplog.records if r.name.endswith("server")}
+    assert levels == {
+        "a warning": "WARNING",
+        "an error": "ERROR",
+        "some info": "INFO",
+        "detail": "DEBUG",
+        "shown as a warning": "WARNING",
+        "shown as an error": "ERROR",
+    }
+    server.stop()

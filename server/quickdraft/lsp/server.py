@@ -57,6 +57,14 @@ _LOG_LEVELS = {
     "log": types.MessageType.Log,
 }
 
+_PYTHON_LEVELS = {
+    "error": logging.ERROR,
+    "warning": logging.WARNING,
+    "info": logging.INFO,
+    "log": logging.DEBUG,
+}
+"""The Python log's level for each of the client's: every line at the level it is sent at."""
+
 
 @attrs.define
 class MalformedRequest:
@@ -196,8 +204,8 @@ class QuickdraftServer(LanguageServer):
     # --- messages to the client -------------------------------------------------------
 
     def log(self, message: str, level: str = "info") -> None:
-        """`window/logMessage` and the Python log."""
-        getattr(logger, "warning" if level == "warning" else "info")(message)
+        """`window/logMessage` and the Python log, both at `level`."""
+        logger.log(_PYTHON_LEVELS[level], "%s", message)
         try:
             self.window_log_message(
                 types.LogMessageParams(type=_LOG_LEVELS[level], message=message)
@@ -206,8 +214,8 @@ class QuickdraftServer(LanguageServer):
             logger.debug("could not send logMessage", exc_info=True)
 
     def show(self, message: str, level: str = "error") -> None:
-        """`window/showMessage` (and the log)."""
-        logger.log(logging.ERROR if level == "error" else logging.INFO, "%s", message)
+        """`window/showMessage` (and the Python log, at `level`)."""
+        logger.log(_PYTHON_LEVELS[level], "%s", message)
         try:
             self.window_show_message(
                 types.ShowMessageParams(type=_LOG_LEVELS[level], message=message)
