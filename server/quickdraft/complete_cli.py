@@ -78,10 +78,21 @@ def read_source(path: Path) -> str:
         raise InputError(f"{path}: not UTF-8 text") from None
 
 
+def workspace_root(file: Path) -> str:
+    """The workspace an editor would have open for `file`, as the server is told it at
+    `initialize` (a `file://` URI): the nearest folder above it holding `.git`, else the
+    current directory. Prompts name paths relative to it."""
+    file = file.resolve()
+    for folder in file.parents:
+        if (folder / ".git").exists():
+            return folder.as_uri()
+    return Path.cwd().resolve().as_uri()
+
+
 def run(args: argparse.Namespace) -> int:
-    # Cheap checks first: a bad path or position should not wait for models to load.
-    if args.max_new_tokens is not None and args.max_new_tokens < 1:
-        raise InputError(f"--max-tokens must be at least 1, got {args.max_new_tokens}")
+    # Cheap checks first: a bad path, position or setting should not wait for models to load.
+    # (load_config checks the settings, --max-tokens among them: nothing here checks them again.)
+    config = load_config(config_dict_from_args(args), config_file_from_args(args))
     text = read_source(args.file)
     others = [(path, read_source(path)) for path in args.open]
     lines = text.split("\n")
@@ -93,7 +104,6 @@ def run(args: argparse.Namespace) -> int:
             f"--col {args.col} is out of range: line {args.line} has {len(line_text)} characters "
             f"(columns 1..{len(line_text) + 1})"
         )
-    config = load_config(config_dict_from_args(args), config_file_from_args(args))
 
     # These import torch (seconds): a bad path or position is reported before that.
     from quickdraft.backends import load_completer
@@ -102,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
     progress = ProgressLines("quickdraft complete")
     completer = load_completer(config, progress=progress)
     progress(f"ready: {completer.models.summary()}; completing")
+    completer.root = workspace_root(args.file)  # as the server's, from the editor's workspace
     for path, other_text in others:
         completer.set_document(path.resolve().as_uri(), other_text, language_of(path))
     uri = args.file.resolve().as_uri()

@@ -32,7 +32,6 @@ from quickdraft.context.prompt import TokenCounter, offset_of
 from quickdraft.context.snippets import uri_to_path
 from quickdraft.context.workspace import WorkspaceHead
 from quickdraft.decoding import GenerationStats
-from quickdraft.errors import InputError
 from quickdraft.postprocess import StopRule, decide_mode, finalize, finish
 from quickdraft.text import split_lines, unusable_reason, without_lone_surrogates
 from quickdraft.tokens import PromptTokenizer
@@ -408,8 +407,6 @@ class Completer:
         language = request.language_id
         prompt = self.build_prompt(request)
         limit = max_new_tokens or self.config.max_new_tokens_for(language)
-        if limit < 1:
-            raise InputError(f"max new tokens must be at least 1, got {limit}")
         context = CursorContext.parse(prompt.prefix, prompt.suffix, language)
         mode = decide_mode(context, self.config.language(language).multiline)
         clock.lap("context_ms")

@@ -3,7 +3,9 @@
 Every setting quickdraft knows lives in a dataclass below. Values arrive as plain dicts (LSP
 `initializationOptions`, `workspace/didChangeConfiguration`, CLI flags, bench options) and pass
 through `load_config`, which checks names, types and ranges and says exactly which key is wrong.
-Nothing past this module re-validates: the rest of the code trusts a `QuickdraftConfig`.
+The rest of the code trusts a `QuickdraftConfig` and checks no setting again (`quickdraft
+complete` calls `load_config` before anything else). The decoding engine still guards its own
+`GenerationRequest` (decoding/engine.py), a library call's arguments rather than the settings.
 
 Keys may be written in snake_case (`max_new_tokens`) or camelCase (`maxNewTokens`), as editors
 send them.

@@ -121,7 +121,7 @@ def test_settings_file_is_laid_under_the_flags(workspace):
         (["cart.py", "--line", "2", "--col", "40"], "--col 40 is out of range"),
         (
             ["cart.py", "--line", "2", "--col", "1", "--max-tokens", "0"],
-            "--max-tokens must be at least 1",
+            "decoding.max_new_tokens: 0 is below the minimum 1",
         ),
         (
             ["cart.py", "--line", "2", "--col", "1", "--strategy", "draft", "--draft", "none"],
