@@ -136,8 +136,3 @@ class DocumentIndex:
     def clear(self) -> None:
         for uri in list(self._documents):
             self.remove(uri)
-
-    def sources_of(self, uri: str) -> dict[str, str]:
-        """The n-gram sources indexed for `uri` (name -> text)."""
-        known = self._documents.get(uri)
-        return dict(known.sources) if known is not None else {}

@@ -152,22 +152,6 @@ def test_malformed_notification_is_not_answered():
     server.stop()
 
 
-def test_completion_item_for_a_multi_line_range():
-    answer = Answer(
-        text="ab\ncd_more\nnext",
-        start=types.Position(line=3, character=2),
-        end=types.Position(line=4, character=2),
-        cursor=types.Position(line=4, character=2),
-    )
-    item = completion_item(answer)
-    # the part on the line above is dropped: the edit stays on the cursor's line
-    assert item.text_edit.new_text == "cd_more\nnext"
-    assert item.text_edit.range.start == types.Position(line=4, character=0)
-    assert item.text_edit.range.end == types.Position(line=4, character=2)
-    assert item.label.startswith("cd_more")
-    assert item.label_details.description == "quickdraft"
-
-
 def test_completion_item_label_is_the_first_line_with_text():
     here = types.Position(line=0, character=0)
     item = completion_item(Answer("\n    return x\n", here, here, here))

@@ -18,14 +18,9 @@ LABEL_CHARS = 60
 
 
 def completion_item(answer: Answer) -> types.CompletionItem:
-    """One item whose textEdit replaces a single-line range containing the cursor."""
+    """One item whose textEdit replaces a single-line range containing the cursor (every
+    answer starts at the cursor: CompletionService.complete)."""
     text, start = answer.text, answer.start
-    if start.line != answer.cursor.line:
-        # A completion edit must stay on the cursor's line: drop what lies on lines above.
-        lines_above = answer.cursor.line - start.line
-        parts = text.split("\n", lines_above)
-        text = parts[-1] if len(parts) > lines_above else ""
-        start = types.Position(line=answer.cursor.line, character=0)
     end = answer.end if answer.end.line == answer.cursor.line else answer.cursor
     lines = [line.strip() for line in text.split("\n") if line.strip()]
     label = lines[0] if lines else "(whitespace)"
