@@ -310,3 +310,48 @@ def test_each_log_line_is_logged_at_the_level_it_is_sent_at(caplog):
         "shown as an error": "ERROR",
     }
     server.stop()
+
+
+def test_warm_up_builds_no_prompt_for_a_serving_engine():
+    """cache.warmup with backend openai: the engine keeps no caches of ours, so the idle
+    warm-up must not build and tokenize a prompt for it (counted here); local models warm."""
+    import asyncio
+    import time
+
+    from quickdraft.config import load_config
+
+    class Counting:
+        def __init__(self):
+            self.warmed = 0
+
+        def warm(self, request, cancel=None, file_level=False):
+            self.warmed += 1  # the real Completer builds and tokenizes the prompt here
+            return 0
+
+    def warmed(settings) -> int:
+        server = create_server(load_config(settings), loader=lambda config, progress=None: None)
+        counting = Counting()
+        server.host.completer = counting
+        server.documents.open("file:///a.py", "x = 1\n", "python", 1)
+
+        async def scenario():
+            server.schedule_warm("file:///a.py")
+            # The warm-up runs on the worker while it is idle: wait until none is pending.
+            deadline = time.monotonic() + 10
+            while server._warm_targets or server._warming:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)  # pacing: polls the worker's warm-up state
+
+        asyncio.run(scenario())
+        server.stop()
+        return counting.warmed
+
+    assert warmed({}) == 1
+    remote = {
+        "model": {
+            "backend": "openai",
+            "url": "http://engine:8000/v1",
+            "preset": "qwen2.5-coder-1.5b",
+        }
+    }
+    assert warmed(remote) == 0

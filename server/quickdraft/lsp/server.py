@@ -265,7 +265,9 @@ class QuickdraftServer(LanguageServer):
         warm-up that is running within one forward."""
         document = self.documents.get(uri)
         config = self.config.current
-        if document is None or not config.cache.warmup:
+        # A serving engine keeps no caches of ours to warm (RemoteBackend.warm does nothing):
+        # building and tokenizing the prompt for it would be work for nothing.
+        if document is None or not config.cache.warmup or config.model.backend != "local":
             return
         at = document.cursor_at
         if at is not None and at <= len(document.text):
