@@ -62,6 +62,19 @@ test('options become the snake_case tree, unset values left out', function()
   eq(true, config.language_enabled(opts, 'go'))
 end)
 
+test('edits.* reach the server settings', function()
+  local opts = config.normalize({ edits = { enabled = false, linesAbove = 4, history_files = 2 } })
+  eq({ edits = { enabled = false, lines_above = 4, history_files = 2 } }, config.tree(opts))
+end)
+
+test('setup refuses unknown options, naming them', function()
+  local ok, err = pcall(config.normalize, { edit = { enabled = false }, debounce = 10 })
+  eq(false, ok)
+  eq(true, tostring(err):find('unknown setup options: debounce, edit', 1, true) ~= nil)
+  -- options whose default is nil are known
+  eq(true, (pcall(config.normalize, { cmd = { 'x' }, filetypes = { 'python' } })))
+end)
+
 test('the command carries the model flags, then server_args; cmd overrides all', function()
   local opts = config.normalize({
     server_path = '/venv/bin/quickdraft',

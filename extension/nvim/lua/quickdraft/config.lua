@@ -2,7 +2,8 @@
 --
 -- Pure functions (no editor state), unit-tested by tests/config_spec.lua.
 -- The tree has the shape of server/quickdraft/config.py with snake_case keys:
---   { model = {...}, decoding = {...}, context = {...}, cache = {...}, languages = { [id] = {...} } }
+--   { model = {...}, decoding = {...}, context = {...}, cache = {...}, edits = {...},
+--     languages = { [id] = {...} } }
 -- Options left unset are omitted, so they never override the server's own defaults or the flags
 -- on its command line. The server validates the values.
 
@@ -18,6 +19,7 @@ M.defaults = {
   decoding = {},
   context = {},
   cache = {},
+  edits = {},
   languages = {},
   -- Filetypes to attach to; nil attaches to every buffer that is a file.
   filetypes = nil,
@@ -59,6 +61,9 @@ M.defaults = {
   },
 }
 
+--- setup() options whose default is nil (so not in M.defaults): known all the same.
+M.OPTIONAL = { cmd = true, filetypes = true }
+
 --- The longest `debounce_ms` accepted (more would feel like no completion at all).
 M.MAX_DEBOUNCE_MS = 2000
 
@@ -96,6 +101,16 @@ end
 function M.normalize(opts)
   opts = opts or {}
   vim.validate('opts', opts, 'table')
+  local unknown = {}
+  for key in pairs(opts) do
+    if M.defaults[key] == nil and not M.OPTIONAL[key] then
+      table.insert(unknown, tostring(key))
+    end
+  end
+  if #unknown > 0 then
+    table.sort(unknown)
+    error(('quickdraft: unknown setup option%s: %s'):format(#unknown > 1 and 's' or '', table.concat(unknown, ', ')))
+  end
   local merged = vim.tbl_deep_extend('force', vim.deepcopy(M.defaults), opts)
   -- Lists replace, never merge element-wise.
   for _, key in ipairs({ 'server_args', 'cmd', 'filetypes', 'root_markers' }) do
@@ -110,6 +125,7 @@ function M.normalize(opts)
   vim.validate('decoding', merged.decoding, 'table')
   vim.validate('context', merged.context, 'table')
   vim.validate('cache', merged.cache, 'table')
+  vim.validate('edits', merged.edits, 'table')
   vim.validate('languages', merged.languages, 'table')
   vim.validate('filetypes', merged.filetypes, 'table', true)
   vim.validate('debounce_ms', merged.debounce_ms, function(value)
@@ -141,7 +157,7 @@ end
 ---@return table
 function M.tree(opts)
   local tree = {}
-  for _, section in ipairs({ 'model', 'decoding', 'context', 'cache' }) do
+  for _, section in ipairs({ 'model', 'decoding', 'context', 'cache', 'edits' }) do
     local values = snake_table(opts[section])
     if section == 'model' and type(values.draft) == 'string' and values.draft:lower() == 'none' then
       values.draft = vim.NIL -- n-gram drafting only
