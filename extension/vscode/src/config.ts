@@ -3,8 +3,8 @@
 // Pure logic, no `vscode` import, so that `npm test` runs it under node's test runner.
 //
 // The tree is the shape of server/quickdraft/config.py:
-//   {model: {...}, decoding: {...}, context: {...}, languages: {<id>: {enabled, draft_length,
-//    max_new_tokens, multiline}}}
+//   {model: {...}, decoding: {...}, context: {...}, edits: {...}, languages: {<id>: {enabled,
+//    draft_length, max_new_tokens, multiline}}}
 // with snake_case keys. Settings left unset (null / undefined) are omitted, so that they never
 // override what the server got on its command line; the server validates everything else.
 
@@ -15,6 +15,7 @@ export type ConfigTree = {
   model?: Record<string, unknown>;
   decoding?: Record<string, unknown>;
   context?: Record<string, unknown>;
+  edits?: Record<string, unknown>;
   languages?: Record<string, Record<string, unknown>>;
 };
 
@@ -74,6 +75,21 @@ export function languagesTree(value: unknown): Record<string, Record<string, unk
   return out;
 }
 
+/** The server's next-edit settings (`quickdraft.edits`, an object: `{enabled, linesAbove, ...}`)
+ * with their keys in snake_case; unset values left out. */
+export function editsTree(value: unknown): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  if (!value || typeof value !== "object" || Array.isArray(value)) {
+    return out;
+  }
+  for (const [key, setting] of Object.entries(value as Record<string, unknown>)) {
+    if (isSet(setting)) {
+      out[toSnake(key)] = typeof setting === "string" ? setting.trim() : setting;
+    }
+  }
+  return out;
+}
+
 /** The configuration tree sent as `initializationOptions` and on `didChangeConfiguration`. */
 export function buildConfigTree(read: SettingsReader): ConfigTree {
   const tree: ConfigTree = {};
@@ -90,6 +106,10 @@ export function buildConfigTree(read: SettingsReader): ConfigTree {
     }
     const target = (tree[section] ??= {}) as Record<string, unknown>;
     target[field] = value;
+  }
+  const edits = editsTree(read("edits"));
+  if (Object.keys(edits).length > 0) {
+    tree.edits = edits;
   }
   const languages = languagesTree(read("languages"));
   if (Object.keys(languages).length > 0) {

@@ -49,6 +49,12 @@ test("unset, null and blank values are left out so the server's own values stay"
   });
 });
 
+test("quickdraft.edits reaches the server's edits.* settings, in snake_case", () => {
+  const read = objectReader({ edits: { enabled: false, linesAbove: 4, format: " zeta ", historyFiles: null } });
+  assert.deepEqual(buildConfigTree(read), { edits: { enabled: false, lines_above: 4, format: "zeta" } });
+  assert.deepEqual(buildConfigTree(objectReader({ edits: "not an object" })), {});
+});
+
 test("draft 'none' means n-gram drafting only (null in the tree, --draft none on the command line)", () => {
   const read = objectReader({ model: { target: "/m/target", draft: "None" } });
   assert.deepEqual(buildConfigTree(read).model, { target: "/m/target", draft: null });
