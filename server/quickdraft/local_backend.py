@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from quickdraft.completer import (
-    Completer,
     CompletionRequest,
     Generated,
     PreparedCompletion,
@@ -344,8 +343,3 @@ class LocalBackend:
             close = getattr(model, "close", None)  # LlamaCppModel; torch modules have none
             if callable(close):
                 close()
-
-
-def local_completer(models: LoadedModels, config: QuickdraftConfig | None = None) -> Completer:
-    """A Completer over models loaded on this machine."""
-    return Completer(LocalBackend(models, config), config)

@@ -214,3 +214,12 @@ def write_tiny_gguf(path: Path, *, seed: int = 0, layers: int = 2, hidden: int =
     writer.write_tensors_to_file()
     writer.close()
     return model, tok
+
+
+def local_completer(models: LoadedModels, config=None):
+    """A Completer over models already loaded (the tests build theirs; `backends.load_completer`
+    loads them from the settings)."""
+    from quickdraft.completer import Completer
+    from quickdraft.local_backend import LocalBackend
+
+    return Completer(LocalBackend(models, config), config)

@@ -61,8 +61,8 @@ def reference(tiny_models):
     from quickdraft.cli import build_parser
     from quickdraft.cli_args import config_dict_from_args
     from quickdraft.config import load_config
-    from quickdraft.local_backend import local_completer
     from quickdraft.models.loading import load_models
+    from quickdraft.testing import local_completer
 
     args = build_parser().parse_args(serve_command(tiny_models)[3:])
     config = load_config(config_dict_from_args(args))

@@ -11,9 +11,9 @@ import pytest
 
 from quickdraft.completer import CompletionRequest
 from quickdraft.config import load_config
-from quickdraft.local_backend import local_completer
 from quickdraft.models import fetch
 from quickdraft.models.presets import PRESETS
+from quickdraft.testing import local_completer
 
 pytestmark = pytest.mark.realmodel
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

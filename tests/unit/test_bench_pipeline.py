@@ -12,8 +12,7 @@ from quickdraft.bench.runner import Bench, BenchOptions, make_peers, parse_strat
 from quickdraft.bench.session import Session
 from quickdraft.completer import CompletionRequest
 from quickdraft.config import load_config
-from quickdraft.local_backend import local_completer
-from quickdraft.testing import build_tiny_loaded_models
+from quickdraft.testing import build_tiny_loaded_models, local_completer
 
 OURS = ("ar", "ngram", "draft", "hybrid")
 

@@ -8,8 +8,7 @@ from quickdraft.completer import CompletionRequest
 from quickdraft.config import load_config
 from quickdraft.context.workspace import WorkspaceHead, top_chunk
 from quickdraft.decoding.runner import common_prefix_length
-from quickdraft.local_backend import local_completer
-from quickdraft.testing import build_tiny_loaded_models
+from quickdraft.testing import build_tiny_loaded_models, local_completer
 
 BODY = "".join(f"def f_{i}(x):\n    return x + {i}\n\n" for i in range(60))
 

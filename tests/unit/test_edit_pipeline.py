@@ -269,8 +269,7 @@ EDITS = {"max_new_tokens": 24, "max_draft_length": 40, "model_rewrite": "on"}
 
 @pytest.fixture(scope="module")
 def completer():
-    from quickdraft.local_backend import local_completer
-    from quickdraft.testing import build_tiny_loaded_models
+    from quickdraft.testing import build_tiny_loaded_models, local_completer
 
     return local_completer(build_tiny_loaded_models(), load_config({"edits": EDITS}))
 

@@ -18,8 +18,7 @@ from quickdraft.context.prompt import (
 )
 from quickdraft.decoding import CostModel
 from quickdraft.errors import ConfigError
-from quickdraft.local_backend import local_completer
-from quickdraft.testing import build_tiny_loaded_models
+from quickdraft.testing import build_tiny_loaded_models, local_completer
 
 LOW, HIGH = AUTO_PROMPT_BOUNDS
 

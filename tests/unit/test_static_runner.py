@@ -79,8 +79,7 @@ def test_compiled_steps_trace_as_one_graph(tokenizer):
 def test_compile_setting_is_validated_and_turns_on_static_caches():
     from quickdraft.config import load_config
     from quickdraft.errors import ConfigError
-    from quickdraft.local_backend import local_completer
-    from quickdraft.testing import build_tiny_loaded_models
+    from quickdraft.testing import build_tiny_loaded_models, local_completer
 
     with pytest.raises(ConfigError, match="compile"):
         load_config({"model": {"compile": "sometimes"}})
