@@ -43,9 +43,14 @@ def loaded():
     if reason:
         pytest.skip(reason)
     from quickdraft.models.loading import load_models
+    from quickdraft.testing import int8_unusable_reason
 
     # int8 whatever the CPU measures fastest: its exact kernels make speculation identical.
-    return load_models(ModelConfig(preset="qwen2.5-coder-1.5b", runtime="torch", dtype="int8"))
+    loaded = load_models(ModelConfig(preset="qwen2.5-coder-1.5b", runtime="torch", dtype="int8"))
+    unusable = int8_unusable_reason(loaded)
+    if unusable:
+        pytest.skip(unusable)
+    return loaded
 
 
 def test_describe_real_pair(loaded):

