@@ -7,6 +7,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from quickdraft.machine import cpu_model
 from quickdraft.models import cpu_kernels
@@ -204,3 +205,40 @@ def test_auto_runtime_falls_back_to_torch_with_its_reason(tmp_path, monkeypatch)
     monkeypatch.setattr(llamacpp_probe, "probe", crashing)
     failed = choose_runtime("auto", device_type="cpu", gguf=tmp_path / "m.gguf", **args)
     assert failed.runtime == "torch" and "signal 11" in failed.reason
+
+
+def test_once_the_budget_is_spent_int8_backends_still_get_their_one_row_time(monkeypatch):
+    """On one AVX-512 EPYC oneDNN's int8 took seconds per layer: it spent the budget, and
+    `torch._int_mm` after it was never timed, so a forced `dtype: int8` took the hopeless
+    oneDNN. Past the budget each int8 backend is still timed at one row, and the forced choice
+    takes the fastest of those."""
+    from quickdraft.models.torch_loading import best_int8_backend
+
+    asked = {}
+
+    def fake_candidate(name, shape, generator, timings, rows=cpu_kernels.ROWS):
+        asked[name] = rows
+        return {"float32": FP32, "int8/onednn": {"1": 4300.0}}.get(name, {"1": 12.0})
+
+    monkeypatch.setattr(cpu_kernels, "_measure_candidate", fake_candidate)
+    shape = LayerShape(64, 128, 32)
+    names = ["float32", "bfloat16", "int8/onednn", "int8/int_mm"]
+    timings, _ = cpu_kernels.measure(shape, 1, names=names, budget_s=-1.0)  # spent at once
+    assert asked["float32"] == cpu_kernels.ROWS and "bfloat16" not in asked
+    assert asked["int8/onednn"] == asked["int8/int_mm"] == (1,)
+    kernel = cpu_kernels.KernelChoice("float32", None, "", timings_ms=timings)
+    assert best_int8_backend(kernel) == "int_mm"
+
+
+def test_a_hopeless_candidate_is_not_timed_three_times():
+    calls = []
+
+    class Slow(torch.nn.Module):
+        in_features = 8
+
+        def forward(self, x):
+            calls.append(x.shape[0])
+            return x
+
+    ms = cpu_kernels._time_layer([Slow()], 1, 8, torch.float32, 3, give_up_ms=0.0)
+    assert len(calls) == 2 and ms >= 0  # the warm-up and one timed pass

@@ -354,3 +354,29 @@ def test_int8_from_a_bfloat16_model_equals_int8_from_its_float32_upcast():
     with torch.inference_mode():
         assert torch.equal(model(input_ids=ids).logits, upcast(input_ids=ids).logits)
     assert model.model.embed_tokens.weight.dtype == torch.float32
+
+
+def test_default_backend_passes_over_an_exact_one_far_slower_than_int_mm(monkeypatch):
+    """The backend used when nothing was measured (the tiny test models, `quantize_model`
+    without one): oneDNN where it is exact and not hopeless; `torch._int_mm` where one call
+    of the probe shape takes over 4x int_mm's (oneDNN's int8 on one AVX-512 EPYC)."""
+    from quickdraft.models import quantize
+
+    monkeypatch.setattr(quantize, "exact_int8_backends", lambda: ("onednn", "int_mm", "float64"))
+    for onednn_ms, expected in ((0.3, "onednn"), (5.0, "int_mm")):
+        monkeypatch.setattr(quantize, "_DEFAULT", None)
+        speeds = {"onednn": onednn_ms, "int_mm": 1.0}
+        monkeypatch.setattr(quantize, "_probe_ms", speeds.__getitem__)
+        assert quantize.default_int8_backend() == expected
+    monkeypatch.setattr(quantize, "_DEFAULT", None)
+    monkeypatch.setattr(quantize, "exact_int8_backends", lambda: ("int_mm", "float64"))
+    monkeypatch.setattr(quantize, "_probe_ms", lambda _: pytest.fail("nothing to compare"))
+    assert quantize.default_int8_backend() == "int_mm"
+
+
+def test_the_probe_times_a_real_call_of_each_exact_backend():
+    from quickdraft.models import quantize
+
+    for backend in quantize.exact_int8_backends():
+        if backend != "float64":
+            assert 0 < quantize._probe_ms(backend) < 5000, backend

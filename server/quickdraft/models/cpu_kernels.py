@@ -165,8 +165,16 @@ def _layer(candidate: str, shape: LayerShape, generator: torch.Generator) -> tup
 
 
 @torch.inference_mode()
-def _time_layer(modules: list, rows: int, hidden: int, dtype: torch.dtype, repeats: int) -> float:
-    """Best-of-`repeats` ms for one pass of `rows` rows through every module."""
+def _time_layer(
+    modules: list,
+    rows: int,
+    hidden: int,
+    dtype: torch.dtype,
+    repeats: int,
+    give_up_ms: float = float("inf"),
+) -> float:
+    """Best-of-`repeats` ms for one pass of `rows` rows through every module; the repeats stop
+    once a pass is slower than `give_up_ms` (a hopeless candidate is not timed three times)."""
     inputs = []
     for module in modules:
         k = module.in_features
@@ -182,6 +190,8 @@ def _time_layer(modules: list, rows: int, hidden: int, dtype: torch.dtype, repea
         started = time.perf_counter()
         one_pass()
         best = min(best, time.perf_counter() - started)
+        if best * 1000 > give_up_ms:
+            break
     return best * 1000
 
 
@@ -200,7 +210,9 @@ def measure(
 
     Slow candidates are cut short: once a candidate's 1-row time is over 4x float32's, its
     larger sizes are not measured (it cannot win) and it scores as infinitely slow. The
-    exact-but-slow float64 backend is only timed when nothing faster is exact.
+    exact-but-slow float64 backend is only timed when nothing faster is exact. Once `budget_s`
+    is spent, an int8 backend still gets its 1-row time (`dtype: int8` asked for explicitly
+    then takes the fastest, never one left untimed).
     """
     names = names or candidates()
     if (
@@ -216,10 +228,14 @@ def measure(
     # share taken over one few-millisecond timing would read a single tick as a busy machine.
     with OtherLoad() as load:
         for name in names:
+            rows = ROWS
             if time.monotonic() - started > budget_s and timings:
-                log.info("kernel measurement: budget spent, %s not measured", name)
-                continue
-            timings[name] = _measure_candidate(name, shape, generator, timings)
+                if not name.startswith("int8/"):
+                    log.info("kernel measurement: budget spent, %s not measured", name)
+                    continue
+                log.info("kernel measurement: budget spent, %s timed at 1 row only", name)
+                rows = ROWS[:1]
+            timings[name] = _measure_candidate(name, shape, generator, timings, rows)
     busy = load.share is not None and load.share > BUSY_OTHER_SHARE
     return timings, busy
 
@@ -229,17 +245,19 @@ def _measure_candidate(
     shape: LayerShape,
     generator: torch.Generator,
     timings: dict[str, dict[str, float]],
+    row_counts: tuple[int, ...] = ROWS,
 ) -> dict[str, float]:
     """One candidate's ms per row count, cut short once it is over 4x float32's (it cannot win,
     and its larger sizes may take long)."""
     modules, scale = _layer(name, shape, generator)
     dtype = torch.bfloat16 if name == "bfloat16" else torch.float32
     row_times: dict[str, float] = {}
-    for rows in ROWS:
+    for rows in row_counts:
         repeats = 3 if rows < 128 else 2
-        ms = _time_layer(modules, rows, shape.hidden, dtype, repeats) * scale
-        row_times[str(rows)] = round(ms, 3)
         reference = timings.get("float32", {}).get(str(rows))
+        give_up = float("inf") if reference is None else 4 * reference / scale
+        ms = _time_layer(modules, rows, shape.hidden, dtype, repeats, give_up) * scale
+        row_times[str(rows)] = round(ms, 3)
         if reference is not None and ms > 4 * reference:
             break
     return row_times

@@ -29,6 +29,8 @@ lookup, RMSNorm, rotary, SiLU, residual adds) works row by row already.
 
 from __future__ import annotations
 
+import time
+
 import torch
 from torch import nn
 from transformers import AttentionInterface
@@ -109,9 +111,50 @@ def exact_int8_backends() -> tuple[str, ...]:
     return _EXACT
 
 
+SLOW_FACTOR = 4.0
+"""An exact backend more than this many times slower than `torch._int_mm` on the probe shape is
+passed over by `default_int8_backend` (the kernel measurement cuts such a one short too)."""
+PROBE_SHAPE = (8, 512, 1024)
+"""Rows, in_features, out_features of the probe: one verify-sized call, large enough that the
+arithmetic, not the call overhead, decides (4M multiply-adds)."""
+
+_DEFAULT: str | None = None
+
+
 def default_int8_backend() -> str:
-    """The first exact backend in INT8_BACKENDS order (used when nothing was measured)."""
-    return exact_int8_backends()[0]
+    """The exact backend used when nothing was measured: the first exact one in INT8_BACKENDS
+    order, unless one call of the probe shape finds it over SLOW_FACTOR times slower than
+    `torch._int_mm`. On one AMD EPYC with AVX-512 oneDNN's int8 was exact but took seconds where
+    int_mm took milliseconds; a tiny test model on it ran past every timeout."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        exact = exact_int8_backends()
+        _DEFAULT = exact[0]
+        if exact[0].startswith("onednn") and "int_mm" in exact:
+            onednn_ms, int_mm_ms = _probe_ms(exact[0]), _probe_ms("int_mm")
+            if onednn_ms > SLOW_FACTOR * int_mm_ms:
+                _DEFAULT = "int_mm"
+    return _DEFAULT
+
+
+def _probe_ms(backend: str) -> float:
+    """Best of a few timed calls of one Int8Linear of PROBE_SHAPE (after a warm-up call, in which
+    oneDNN builds its kernel); a call already slower than a second ends the timing."""
+    rows, k, n = PROBE_SHAPE
+    generator = torch.Generator().manual_seed(7)
+    weight = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=generator)
+    layer = Int8Linear(weight, torch.ones(n), None, backend)
+    xq = torch.randint(-127, 128, (rows, k), dtype=torch.int8, generator=generator)
+    best = float("inf")
+    with torch.inference_mode():
+        layer.scaled_int_matmul(xq)
+        for _ in range(3):
+            started = time.perf_counter()
+            layer.scaled_int_matmul(xq)
+            best = min(best, time.perf_counter() - started)
+            if best > 1.0:
+                break
+    return best * 1000
 
 
 def _onednn_linear(xq, packed, channel_scale, zeros):

@@ -72,13 +72,13 @@ def best_int8_backend(kernel: KernelChoice) -> str:
     """`dtype: int8` asked for explicitly: the fastest exact int8 backend measured here, even
     where float32 would be faster (the log says so)."""
     timed = sorted(
-        (score(t), name.split("/", 1)[1])
+        (score(t), t.get("1", float("inf")), name.split("/", 1)[1])
         for name, t in kernel.timings_ms.items()
         if name.startswith("int8/")
     )
     if not timed:
         return default_int8_backend()
-    backend = timed[0][1]
+    backend = timed[0][2]
     log.warning(
         "dtype int8 asked for: using %s, although %s is measured faster on this CPU (%s)",
         backend,
