@@ -189,7 +189,10 @@ def test_checkpoint_config_round_trips_for_the_skeleton(tmp_path):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self")
 def test_peak_rss_bytes_is_this_process_peak_and_the_largest_child():
-    assert peak_rss_bytes() >= _status_kb("VmHWM") * 1024 > 0
+    # The two counters agree up to the kernel's batched RSS accounting (a 64 kB difference was
+    # seen with torch's threads running): equal within 1 %, never off by the kB/bytes factor.
+    peak, high_water = peak_rss_bytes(), _status_kb("VmHWM") * 1024
+    assert high_water > 0 and abs(peak - high_water) <= max(16 << 20, high_water // 100)
     before = peak_rss_bytes(children=True) or 0
     subprocess.run([sys.executable, "-c", "b = b'x' * (300 << 20)"], check=True)
     after = peak_rss_bytes(children=True)
