@@ -36,6 +36,7 @@ from torch import nn
 from transformers import AttentionInterface
 
 from quickdraft.decoding.runner import PREFILL_KWARG, ROWWISE_ATTENTION
+from quickdraft.models.fused_linears import fuse_projections
 from quickdraft.models.precision import cast_floating
 
 _QMAX = 127.0
@@ -436,6 +437,7 @@ def quantize_model(
     lm_head: bool | None = None,
     rowwise: bool = True,
     backend: str | None = None,
+    fuse: bool = True,
 ) -> nn.Module:
     """Replace every `nn.Linear` (and the lm_head unless told not to) by `Int8Linear`, in place,
     and switch attention to `rowwise_attention` (unless `rowwise=False`); the rest of the model
@@ -443,7 +445,9 @@ def quantize_model(
 
     The model must be on CPU, in float32 or in the bfloat16/float16 its checkpoint holds (the
     upcast is exact, so the result is the same bit for bit, with half the peak memory). Tied
-    input embeddings stay float (the lookup does not touch the head's int8 copy).
+    input embeddings stay float (the lookup does not touch the head's int8 copy). Projections
+    of one input (q, k, v; gate, up) become one integer matmul each unless `fuse=False`
+    (fused_linears: bitwise the same outputs, fewer calls a step).
     """
     lm_head = QUANTIZE_LM_HEAD if lm_head is None else lm_head
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -457,11 +461,13 @@ def quantize_model(
             setattr(parent, name, Int8Linear.from_linear(child, backend))
             replaced += 1
     cast_floating(model, torch.float32)  # a StoredEmbedding keeps its half-precision table
+    fused = fuse_projections(model, Int8Linear) if fuse else 0
     if rowwise:
         use_rowwise_attention(model)
     model._quickdraft_int8 = {
         "backend": backend or default_int8_backend(),
         "linears": replaced,
+        "fused_groups": fused,
         "lm_head": bool(lm_head and head is not None),
         "attention": ROWWISE_ATTENTION if rowwise else model.config._attn_implementation,
     }
