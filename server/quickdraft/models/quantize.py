@@ -246,6 +246,11 @@ class Int8Linear(nn.Module):
         `int8_weight()` or `dequantized_weight()` for values."""
         return torch.zeros((), dtype=torch.int8).expand(self.out_features, self.in_features)
 
+    @property
+    def packed_bytes(self) -> int:
+        """Bytes of weights held prepacked by oneDNN (not a buffer: counted apart)."""
+        return self.out_features * self.in_features if self._packed is not None else 0
+
     def int8_weight(self) -> torch.Tensor:
         if self._packed is not None:
             return self._packed.to_dense().t().contiguous()

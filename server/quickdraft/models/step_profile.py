@@ -57,7 +57,8 @@ def read_bandwidth_gbs(repeats: int = 3) -> float:
 
 def torch_weight_bytes(model: torch.nn.Module) -> int:
     """Bytes of weights one decode step reads: every parameter and buffer once, the input
-    embedding's table not (one row), unless the lm_head shares it (then it is read whole)."""
+    embedding's table not (one row), unless the lm_head shares it (then it is read whole), and
+    the int8 weights oneDNN holds prepacked."""
     embedding = model.get_input_embeddings()
     head = model.get_output_embeddings()
     skip = set()
@@ -72,7 +73,8 @@ def torch_weight_bytes(model: torch.nn.Module) -> int:
             continue
         seen.add(id(tensor))
         total += tensor.numel() * tensor.element_size()
-    return total
+    # oneDNN's prepacked int8 weights are opaque tensors, neither parameters nor buffers.
+    return total + sum(getattr(module, "packed_bytes", 0) for module in model.modules())
 
 
 def gguf_weight_bytes(path: Path) -> int:
