@@ -28,7 +28,7 @@ from quickdraft.config import QuickdraftConfig
 from quickdraft.context import OpenDocument, get_fim_template
 from quickdraft.context.prompt import fit_prompt_budget
 from quickdraft.decoding import CostModel, Engine, GenerationRequest, GenerationResult, NgramIndex
-from quickdraft.decoding.costmodel import MEASURED_SIZES
+from quickdraft.decoding.costmodel import CALIBRATION_FORMAT, MEASURED_SIZES
 from quickdraft.decoding.healing import TokenBytes
 from quickdraft.decoding.runner import StaticModelRunner
 from quickdraft.document_index import DocumentIndex
@@ -143,6 +143,7 @@ class LocalBackend:
             model_fingerprint(self.models.draft),
             str(context_tokens),
             ",".join(map(str, MEASURED_SIZES)),  # sizes added since: measure again
+            str(CALIBRATION_FORMAT),
             str(torch.get_num_threads()),
             torch.__version__,
             platform.machine(),

@@ -28,6 +28,10 @@ from quickdraft.machine import OtherLoad
 MEASURED_SIZES = (1, 2, 4, 8, 16, 32)
 """The forward sizes (new tokens) whose cost is measured: by the calibration, by llama.cpp's
 probe (models/llamacpp_probe.py), and estimated for torch (models/runtime.py)."""
+CALIBRATION_FORMAT = 2
+"""Part of the calibration cache's key: raised when the figures a calibration keeps change
+meaning (2: sizes made monotone from the largest down, `fill_sizes`), so older files are
+measured again."""
 MEASUREMENT_ORDER = (1, 8, *(n for n in MEASURED_SIZES if n not in (1, 8)))
 """The order the calibration measures them in, most needed first (a decode step, a typical
 verify), so a budget that runs out leaves the least needed to be filled in."""
@@ -53,14 +57,19 @@ def interpolate(points: Mapping[int, float], n: int, per_extra: float | None = N
 
 
 def fill_sizes(measured: Mapping[int, float], per_extra: float | None = None) -> dict[int, float]:
-    """Every MEASURED_SIZES entry from the measured ones (`interpolate`); more new tokens never
-    cost less."""
+    """Every MEASURED_SIZES entry from the measured ones (`interpolate`); fewer new tokens never
+    cost more. Timing noise only ever adds time (another process, a page fault), so where a
+    smaller forward measured slower than a larger one, the larger one's time is the better
+    figure for both: on 2 AMX cores one calibration read 1, 2, 4, 8, 16, 32 tokens as 90.8,
+    93.1, 145.9, 101.0, 195.2, 154.0 ms, and the next 92.5, 95.0, 95.9, 102.4, 117.5, 155.8.
+    (Raising each size to the one below it instead once made a 202 ms one-token outlier every
+    size's cost, and wide forwards look free.)"""
     out = {
         n: measured[n] if n in measured else interpolate(measured, n, per_extra)
         for n in MEASURED_SIZES
     }
-    for smaller, larger in zip(MEASURED_SIZES, MEASURED_SIZES[1:], strict=False):
-        out[larger] = max(out[larger], out[smaller])
+    for smaller, larger in reversed(list(zip(MEASURED_SIZES, MEASURED_SIZES[1:], strict=False))):
+        out[smaller] = min(out[smaller], out[larger])
     return out
 
 

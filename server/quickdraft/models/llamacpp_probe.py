@@ -22,7 +22,12 @@ from typing import Any
 
 import torch
 
-from quickdraft.decoding.costmodel import BUSY_SHARE, MEASURED_SIZES, fill_sizes
+from quickdraft.decoding.costmodel import (
+    BUSY_SHARE,
+    CALIBRATION_FORMAT,
+    MEASURED_SIZES,
+    fill_sizes,
+)
 from quickdraft.decoding.llamacpp import LlamaCppRunner, version
 from quickdraft.errors import ModelError
 from quickdraft.machine import OtherLoad, cpu_flags, cpu_model
@@ -90,7 +95,7 @@ def _measure(path: Path, threads: int, extra_bufts: bool, context: int) -> dict[
                 if not torch.isfinite(logits).all():
                     raise ModelError("llama.cpp returned non-finite logits")
             target_ms[n] = round(best * 1000, 2)
-    target_ms = fill_sizes(target_ms)  # more new tokens never cost less
+    target_ms = fill_sizes(target_ms)  # fewer new tokens never cost more
     busy = load.share is not None and load.share > BUSY_SHARE
     return ProbeResult(
         extra_bufts=extra_bufts,
@@ -107,6 +112,7 @@ def _probe_key(path: Path, threads: int, context: int) -> str:
     stat = path.stat()
     parts = [
         ",".join(map(str, MEASURED_SIZES)),  # sizes added since: measure again
+        str(CALIBRATION_FORMAT),
         cpu_model(),
         ",".join(sorted(cpu_flags())),
         version() or "",
