@@ -101,6 +101,12 @@ class DecodingConfig:
     """In `hybrid`, an n-gram match at least this long wins over the draft model."""
     draft_min_confidence: float = 0.0
     """The draft model stops proposing once its top probability falls below this (0: never)."""
+    tree: int | Literal["auto", "off"] = "auto"
+    """Verify a tree of proposals (the chain, plus the target's own runner-up tokens) in one
+    forward instead of one chain (decoding/tree.py), greedy only, where the runner verifies
+    trees exactly (torch's row-wise int8 attention). `auto`: the size the measured step costs
+    pay for (a wide forward nearly free: AMX CPUs, GPUs), none elsewhere; a number: trees of
+    that many tokens wherever the runner can."""
     deadline_ms: int | None = None
     """Stop generating after this many milliseconds and return what is done."""
 
@@ -242,6 +248,7 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
     "ngram_max": (1, 64),
     "hybrid_min_match": (1, 64),
     "draft_min_confidence": (0.0, 1.0),
+    "tree": (2, 64),
     "deadline_ms": (1, None),
     "threads": (1, 1024),
     "static_cache_tokens": (64, 1 << 20),

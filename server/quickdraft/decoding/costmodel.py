@@ -35,6 +35,14 @@ measured again."""
 MEASUREMENT_ORDER = (1, 8, *(n for n in MEASURED_SIZES if n not in (1, 8)))
 """The order the calibration measures them in, most needed first (a decode step, a typical
 verify), so a budget that runs out leaves the least needed to be filled in."""
+TREE_SIZES = (32, 16, 8)
+"""Tree verify forwards tried, largest first (`CostModel.tree_tokens`); each is measured."""
+TREE_MAX_STEPS = 1.2
+"""A tree forward may cost at most this many one-token steps. On 2 AMX cores (steps of 1, 8, 16,
+32 tokens: 94, 107, 121, 164 ms) trees of 8, 16 and 32 tokens took hybrid's decode on six
+held-out holes from 7.3 s to 6.7, 7.2 and 9.3 s: the recycled branches add tokens per forward
+(1.81 to 2.14-2.33), but past about 1.2 steps a forward costs more than they bring
+(docs/performance.md)."""
 BUSY_SHARE = 0.2
 """Measurements during which other processes used more than this share of the CPUs are not
 taken as this machine's truth (not cached)."""
@@ -174,6 +182,19 @@ class CostModel:
         prefill_ms = 1000.0 * prompt_tokens / max(self.prefill_tokens_per_s, 1e-9)
         _, rate = self.best_k("ngram", acceptance, max_k)
         return prefill_ms + new_tokens / rate
+
+    def tree_tokens(self) -> int:
+        """How many tokens a tree verify forward holds (decoding/tree.py), 0 for chains only:
+        the largest of TREE_SIZES whose measured forward costs at most TREE_MAX_STEPS one-token
+        steps (8 on 2 AMX cores, 32 where wide forwards are nearly free, as on a GPU). Where wide forwards cost several steps (llama.cpp and torch float32 on AVX2: 16
+        tokens cost 8.6 steps) or nothing was measured, 0."""
+        if not self.measured:
+            return 0
+        step = self.target_step_ms(1)
+        for size in TREE_SIZES:
+            if size in self.target_ms and self.target_ms[size] <= TREE_MAX_STEPS * step:
+                return size
+        return 0
 
     def expected_speedup(self, acceptance: float, k: int, source: str) -> float:
         """Predicted speedup over plain decoding for drafts of length k at that acceptance."""

@@ -7,6 +7,8 @@
       verify    target([pending, d1..dk]) -> logits (k+1, V)        one forward, k+1 positions
       accept    j drafts + 1 target token                          (verify.accept_greedy/sampling)
       crop      target KV to prompt + accepted drafts; the new token becomes `pending`
+      (tree)    where a wide forward is nearly free, verify a tree instead: the chain plus the
+                target's own runner-up tokens, one path accepted (decoding/tree.py)
       emit      token by token: stop tokens, max_new_tokens and the stop callback end it exactly
                 where plain decoding would have ended
 
@@ -45,11 +47,13 @@ from quickdraft.decoding.runner import (
     stopped,
     synchronize,
 )
+from quickdraft.decoding.tree import TokenRecycler, accept_tree, build_tree
 from quickdraft.decoding.verify import accept_greedy, accept_sampling, warp
 from quickdraft.errors import ConfigError, InputError
 
-SOURCES = ("ngram", "draft", "copy")
-"""Where drafts come from: prompt lookup, the draft model, a copy source (a next edit's region)."""
+SOURCES = ("ngram", "draft", "copy", "recycled")
+"""Where drafts come from: prompt lookup, the draft model, a copy source (a next edit's region),
+the target's own runner-up tokens (a tree's other branches)."""
 
 
 @dataclass
@@ -232,6 +236,8 @@ class Engine:
         self.cost_model = cost_model or CostModel.estimate(has_draft=draft is not None)
         self.acceptance = AcceptanceTracker()
         self.lengths = LengthTracker()
+        self.recycled = TokenRecycler()
+        """The target's top tokens after each token it saw: a tree's branches."""
         self.token_bytes = token_bytes
         """What each token spells, for requests with a `required_prefix` (token healing)."""
         self._credits: dict[str | None, list[tuple[str, int, int]]] = {}
@@ -410,12 +416,32 @@ class Engine:
 
             # 2. Verify: one target forward over [pending, d1..dk] -> logits (k+1, V); while
             #    healing, row i allows only tokens consistent with the bytes still owed after
-            #    the first i drafts.
-            logits = self.target.forward([sequence[-1], *drafts])
+            #    the first i drafts. Or over a tree holding that chain, where one pays.
+            tree_size = self._tree_size(request, sampling, owed, budget, proposal)
+            tree = tree_path = None
+            before = sequence[-2] if len(sequence) > 1 else None
+            if tree_size:
+                tree = build_tree(before, sequence[-1], drafts, self.recycled, tree_size, budget)
+                logits = self.target.forward_tree(tree.tokens, tree.parents)
+                self.recycled.update(tree.tokens, tree.previous(before), logits)
+            else:
+                chain = [sequence[-1], *drafts]
+                logits = self.target.forward(chain)
+                if self._recycling(request, sampling):
+                    self.recycled.update(chain, [before, *chain[:-1]], logits)
             if owed:
                 logits = constrain(logits, self.token_bytes, owed, drafts)
             stats.target_forwards += 1
-            if sampling:
+            if tree is not None:
+                emitted, tree_path = accept_tree(tree, logits)
+                # The chain's nodes are 1..k in order: its drafts accepted are the path's lead.
+                accepted = 0
+                while accepted < len(tree_path) and tree_path[accepted] == accepted + 1:
+                    accepted += 1
+                accepted = min(accepted, len(drafts))
+                stats.drafted_by_source["recycled"] += len(tree) - 1 - len(drafts)
+                stats.accepted_by_source["recycled"] += len(tree_path) - accepted
+            elif sampling:
                 target_probs = warp(logits, request.temperature, request.top_p).cpu()
                 draft_probs = proposal.probs if proposal is not None else None
                 emitted, accepted = accept_sampling(drafts, draft_probs, target_probs, generator)
@@ -424,7 +450,10 @@ class Engine:
 
             # 3. Keep the keys/values of the accepted drafts, drop the rejected ones. The last
             #    emitted token is not in the cache yet: it is the next step's `pending`.
-            self.target.keep(len(sequence) + accepted)
+            if tree_path is not None:
+                self.target.keep_tree_path(tree_path)
+            else:
+                self.target.keep(len(sequence) + accepted)
             if proposal is not None and drafts:
                 stats.drafted_by_source[proposal.source] += len(drafts)
                 stats.accepted_by_source[proposal.source] += accepted
@@ -469,7 +498,38 @@ class Engine:
         stats.total_ms = (finished - started) * 1000
         return GenerationResult(new, reason, stats)
 
-    # --- choosing the drafter and k ----------------------------------------------------------
+    # --- choosing the drafter, k and the tree ------------------------------------------------
+
+    def _recycling(self, request: GenerationRequest, sampling: bool) -> bool:
+        """Whether this request may grow trees, so its forwards' runner-up tokens are worth
+        keeping: greedy n-gram or hybrid decoding on a runner that verifies trees exactly."""
+        return (
+            request.strategy in ("ngram", "hybrid")
+            and not sampling
+            and self.config.tree != "off"
+            and self.target.supports_tree
+        )
+
+    def _tree_size(
+        self,
+        request: GenerationRequest,
+        sampling: bool,
+        owed: bytes,
+        budget: int,
+        proposal: Proposal | None,
+    ) -> int:
+        """Nodes of this step's tree (the pending token included), 0 for a chain: trees are
+        greedy n-gram/hybrid steps on a runner that verifies them exactly, sized by the cost
+        model (`CostModel.tree_tokens`: a forward at most 1.2 steps); a long chain (a copy
+        source) stays one."""
+        if owed or budget < 1 or not self._recycling(request, sampling):
+            return 0
+        tree = self.config.tree
+        size = tree if isinstance(tree, int) else self.cost_model.tree_tokens()
+        drafted = len(proposal.tokens) if proposal is not None else 0
+        if proposal is not None and (proposal.source == "copy" or drafted >= size - 1):
+            return 0
+        return size
 
     def _propose(
         self,

@@ -154,6 +154,10 @@ class LlamaCppRunner:
     """One llama.cpp context over a loaded GGUF model: a sequence (a KV cache) per slot, with the
     exact tokens each holds; the engine's `Runner` contract (see the module docstring)."""
 
+    supports_tree = False
+    """llama.cpp's verify forwards are not batch-invariant, and wide ones cost several steps on
+    the CPUs it wins on: proposals stay a chain."""
+
     def __init__(
         self,
         model: LlamaCppWeights,

@@ -25,6 +25,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -67,6 +68,9 @@ class Runner(Protocol):
     def keep(self, n: int) -> None: ...
 
     def forward(self, new_tokens: Sequence[int], *, last_only: bool = False) -> torch.Tensor: ...
+
+    supports_tree: bool
+    """Whether `forward_tree` and `keep_tree_path` (ModelRunner's) are there and exact."""
 
     def extend(
         self,
@@ -231,6 +235,22 @@ PREFILL_KWARG = "quickdraft_prefill"
 down to the attention function) is a prefill forward; False, a decode/verify step. The runners
 say it for every forward of a model with `ROWWISE_ATTENTION`."""
 
+TREE_KWARG = "quickdraft_tree"
+"""A decode forward over a tree of proposals (`ModelRunner.forward_tree`) hands the attention
+function, under this keyword, a `TreeKeys`: which cache positions each query row attends to."""
+
+
+@dataclass(frozen=True)
+class TreeKeys:
+    """The keys of a tree forward's rows: row i attends to the `base` cached positions, then to
+    the tree's nodes on its path (its ancestors, then itself) in order. `tails[i]` holds those
+    nodes' cache positions, or None where they are already consecutive (`base .. base+depth`,
+    the first branch), so that row reads a slice of the cache as a chain's step would."""
+
+    base: int
+    depths: list[int]
+    tails: list[torch.Tensor | None]
+
 
 def _prefill_kwargs(model: torch.nn.Module) -> dict[str, bool]:
     """What tells `model` a forward is a prefill: {} unless its attention is row-wise."""
@@ -334,6 +354,75 @@ class ModelRunner:
             self.cache.crop(-remove)
             del self.tokens[n:]
         self.prefilled = min(self.prefilled, n)
+
+    @property
+    def supports_tree(self) -> bool:
+        """Whether `forward_tree` is exact here: with row-wise attention on a growing cache."""
+        return bool(self._prefill_kwargs) and hasattr(self.cache, "layers")
+
+    @torch.inference_mode()
+    def forward_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
+        """One forward over a tree of tokens on top of the cache: node 0 (`parents[0] == -1`) is
+        the pending token, node i > 0 follows node `parents[i] < i`. Returns (n, V) float32
+        logits; row i is what one-token steps along the path from node 0 to node i give for its
+        last token, bitwise (row-wise attention gathers each row's keys in the order such a
+        step sees them). The cache then holds every node; `keep_tree_path` keeps one path."""
+        if not self.supports_tree:
+            raise RuntimeError("forward_tree needs a model with row-wise attention")
+        if len(tokens) != len(parents) or not tokens:
+            raise ValueError(f"a tree of {len(tokens)} tokens with {len(parents)} parents")
+        base = len(self.tokens)
+        depths: list[int] = []
+        tails: list[torch.Tensor | None] = []
+        for i, parent in enumerate(parents):
+            if parent != -1 if i == 0 else not 0 <= parent < i:
+                raise ValueError(
+                    f"tree node {i} has parent {parent}: node 0 is the root, parents come first"
+                )
+            path, node = [], i
+            while node != -1:
+                path.append(node)
+                node = parents[node]
+            depths.append(len(path) - 1)
+            if path[0] == len(path) - 1:  # nodes 0..depth: consecutive
+                tails.append(None)
+            else:
+                tails.append(torch.tensor([base + n for n in path[::-1]], device=self.device))
+        tree = TreeKeys(base, depths, tails)
+        input_ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
+        positions = torch.tensor([[base + d for d in depths]], dtype=torch.long, device=self.device)
+        out = self.model(
+            input_ids=input_ids,
+            position_ids=positions,
+            **{self._cache_arg: self.cache, "use_cache": True, TREE_KWARG: tree},
+            **self._step_kwargs(False),
+        )
+        self.tokens.extend(int(t) for t in tokens)
+        self._tree_base = base
+        return out.logits[0].float()
+
+    @torch.inference_mode()
+    def keep_tree_path(self, path: Sequence[int]) -> None:
+        """After `forward_tree`: keep node 0 and the nodes of `path` (each the child of the one
+        before), moved to consecutive positions, and drop the rest of the tree."""
+        base = self._tree_base
+        rows = [0, *path]
+        layers = _plain_layers(self.cache, "DynamicLayer")
+        if layers is None:
+            raise RuntimeError("keep_tree_path needs a growing (dynamic) cache")
+        if rows != list(range(len(rows))):
+            source = torch.tensor([base + r for r in rows], device=self.device)
+            end = base + len(rows)
+            for layer in layers:
+                layer.keys[:, :, base:end] = layer.keys.index_select(2, source)
+                layer.values[:, :, base:end] = layer.values.index_select(2, source)
+        kept = [self.tokens[base + r] for r in rows]
+        remove = len(self.tokens) - (base + len(rows))
+        if remove > 0:
+            self.cache.crop(-remove)
+        del self.tokens[base:]
+        self.tokens.extend(kept)
+        self.prefilled = min(self.prefilled, base)
 
     def _appended(self, start: int, prefill: bool) -> None:
         if prefill and self.prefilled == start:
@@ -467,6 +556,10 @@ class StaticModelRunner(ModelRunner):
     Prefill chunks run eagerly. A sequence longer than `capacity` reallocates a cache twice
     as large (and recompiles).
     """
+
+    supports_tree = False
+    """Tree forwards need the growing cache's reordering (`keep_tree_path`); this one stays a
+    chain."""
 
     def __init__(
         self,

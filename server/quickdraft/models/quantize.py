@@ -35,7 +35,7 @@ import torch
 from torch import nn
 from transformers import AttentionInterface
 
-from quickdraft.decoding.runner import PREFILL_KWARG, ROWWISE_ATTENTION
+from quickdraft.decoding.runner import PREFILL_KWARG, ROWWISE_ATTENTION, TREE_KWARG
 from quickdraft.models.fused_linears import fuse_projections
 from quickdraft.models.precision import cast_floating
 
@@ -344,6 +344,9 @@ def rowwise_attention(
     if prefill is None:
         prefill = q_len > ROWWISE_MAX_ROWS
     cache_position = kwargs.get("cache_position")
+    tree = kwargs.get(TREE_KWARG)
+    if tree is not None:
+        return _tree_rows(query, key, value, tree, scaling, window), None
     if torch.compiler.is_compiling():
         if cache_position is None:
             cache_position = torch.arange(kv_len - q_len, kv_len, device=query.device)
@@ -367,6 +370,40 @@ def _step_rows(query, key, value, positions, scaling, window):
         q_i = query[:, :, i, :].reshape(batch, kv_heads, heads // kv_heads, dim)
         out = torch.nn.functional.scaled_dot_product_attention(
             q_i, key[:, :, start:end], value[:, :, start:end], scale=scaling
+        )
+        rows.append(out.reshape(batch, heads, value.shape[-1]))
+    return torch.stack(rows, dim=1)
+
+
+def _tree_rows(query, key, value, tree, scaling, window):
+    """A tree forward's rows (decoding.runner.TreeKeys): row i attends to the cached prefix and
+    then its path's nodes, in keys laid out exactly as a one-token step at the end of that path
+    sees them, so each row is bitwise that step's. A row on the first branch reads a slice of
+    the cache; the others share one scratch copy of the prefix per layer, with their path
+    written after it (a copy of the prefix per row cost as much as the forward)."""
+    batch, heads, _, dim = query.shape
+    kv_heads = key.shape[1]
+    base = tree.base
+    scratch_keys = scratch_values = None
+    rows = []
+    for i, tail in enumerate(tree.tails):
+        end = base + tree.depths[i] + 1
+        if tail is None:
+            keys, values = key[:, :, :end], value[:, :, :end]
+        else:
+            if scratch_keys is None:
+                longest = base + max(tree.depths) + 1
+                scratch_keys = key.new_empty((*key.shape[:2], longest, key.shape[3]))
+                scratch_values = value.new_empty((*value.shape[:2], longest, value.shape[3]))
+                scratch_keys[:, :, :base] = key[:, :, :base]
+                scratch_values[:, :, :base] = value[:, :, :base]
+            scratch_keys[:, :, base:end] = key.index_select(2, tail)
+            scratch_values[:, :, base:end] = value.index_select(2, tail)
+            keys, values = scratch_keys[:, :, :end], scratch_values[:, :, :end]
+        start = max(0, end - window) if window else 0
+        q_i = query[:, :, i, :].reshape(batch, kv_heads, heads // kv_heads, dim)
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q_i, keys[:, :, start:], values[:, :, start:], scale=scaling
         )
         rows.append(out.reshape(batch, heads, value.shape[-1]))
     return torch.stack(rows, dim=1)
