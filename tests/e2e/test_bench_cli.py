@@ -169,6 +169,10 @@ def test_bad_arguments_are_one_line_errors(tiny_models, repo, tmp_path, capsys):
     assert "beam" in capsys.readouterr().err
     assert main(bench_args(tiny_models, repo, tmp_path / "o", "--languages", "cobol")) == 2
     assert "cobol" in capsys.readouterr().err
+    assert main(bench_args(tiny_models, repo, tmp_path / "o", "--trees", "off,sometimes")) == 2
+    assert "--trees" in capsys.readouterr().err
+    assert main(bench_args(tiny_models, repo, tmp_path / "o", "--trees", "off,65")) == 2
+    assert "65" in capsys.readouterr().err
 
 
 def test_bench_times_two_runtimes_side_by_side(repo, tmp_path, monkeypatch):
@@ -241,3 +245,24 @@ def test_bench_compares_prompt_layouts_on_the_same_holes(tiny_models, repo, tmp_
             runs["ar@append"]["completion"] == runs["ar"]["completion"]
         )
     assert results["summary"]["ar@append"]["same_text_as_ar"] is not None
+
+
+def test_bench_compares_tree_settings_on_the_same_holes(tiny_models, repo, tmp_path):
+    """`--trees off,8`: the first setting is the baseline, `ngram@tree-8` verifies trees of 8
+    tokens on the same models and holes, and greedy output stays token-identical to `ar`. (The
+    tiny models stop within a forward or two, before any runner-up was recycled: the trees
+    themselves are tested in unit/test_tree.py.)"""
+    out = tmp_path / "out"
+    args = bench_args(
+        tiny_models, repo, out, "--trees", "off,8,8", "--dtype", "int8", "--no-replay"
+    )
+    args += ["--strategies", "ar,ngram"]
+    assert main(args) == 0
+    results = json.loads((out / "results.json").read_text())
+    names = ["ar", "ngram", "ar@tree-8", "ngram@tree-8"]
+    assert results["env"]["strategies"] == names
+    assert results["env"]["variants"]["tree-8"]["tree"] == 8
+    for hole in results["holes"]:
+        runs = hole["runs"]
+        assert runs["ngram@tree-8"]["tokens"] == runs["ar"]["tokens"]
+        assert runs["ngram"]["drafted_by_source"].get("recycled", 0) == 0  # tree off

@@ -121,6 +121,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="prompt budgets (context.max_prompt_tokens) to compare on the same holes; the "
         "first is the baseline",
     )
+    group.add_argument(
+        "--trees",
+        metavar="MODE[,MODE]",
+        help="tree verification settings (decoding.tree: auto, off or a token count) to compare "
+        "on the same holes, e.g. off,auto; the first is the baseline",
+    )
     group.add_argument("--no-replay", action="store_true", help="skip the keystroke replay")
     group.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up runs")
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -148,14 +154,18 @@ def run(args: argparse.Namespace) -> int:
     layouts = parse_layouts(args.layouts)
     heads = parse_names(args.heads, "", HEADS, "--heads") if args.heads else []
     budgets = parse_budgets(args.budgets)
-    context_variants = [
-        *[(name, {"layout": name}) for name in layouts],
-        *[(name, {"head": name}) for name in heads],
-        *[(f"{tokens}t", {"max_prompt_tokens": tokens}) for tokens in budgets],
+    trees = parse_trees(args.trees)
+    settings_variants = [
+        *[(name, {"context": {"layout": name}}) for name in layouts],
+        *[(name, {"context": {"head": name}}) for name in heads],
+        *[(f"{tokens}t", {"context": {"max_prompt_tokens": tokens}}) for tokens in budgets],
+        *[(tree_variant(mode), {"decoding": {"tree": mode}}) for mode in trees],
     ]
-    # The first runtime and layout are the default ones; each further one is a variant.
-    baselines = [v for group in (layouts, heads, budgets) if group for v in [group[0]]]
-    further = [name for name, _ in context_variants if name not in _names(baselines)]
+    # The first runtime, layout, head, budget and tree are the default ones; each further one is
+    # a variant.
+    groups = (layouts, heads, [f"{b}t" for b in budgets], [tree_variant(m) for m in trees])
+    baselines = {group[0] for group in groups if group}
+    further = [name for name, _ in settings_variants if name not in baselines]
     strategies = with_variants(strategies, [*runtimes[1:], *further])
     remote_url = args.remote_url or args.url
     if (args.backend == "openai" or args.remote_url) and REMOTE not in strategies:
@@ -174,6 +184,8 @@ def run(args: argparse.Namespace) -> int:
         data.setdefault("context", {})["max_prompt_tokens"] = budgets[0]
     remote_settings = remote_model_settings(data, remote_url)  # the rest is for local models
     data.setdefault("decoding", {})
+    if trees:
+        data["decoding"]["tree"] = trees[0]
     data["decoding"].update(max_new_tokens=max_new, temperature=0.0)
     data["decoding"].pop("seed", None)
     if args.quick:
@@ -215,11 +227,11 @@ def run(args: argparse.Namespace) -> int:
         if calibrate_after_load:
             other.backend.calibrate(progress=progress)
         others[runtime] = other
-    for name, settings in context_variants:
-        if name in _names(baselines):
+    for name, settings in settings_variants:
+        if name in baselines:
             continue
-        # The same models, another prompt (its own engine and caches).
-        variant_config = load_config({"context": settings}, config)
+        # The same models, another prompt or decoding setting (its own engine and caches).
+        variant_config = load_config(settings, config)
         backend = LocalBackend(loaded, variant_config)
         backend.engine.cost_model = completer.backend.engine.cost_model
         others[name] = Completer(backend, variant_config)
@@ -275,9 +287,25 @@ def remote_model_settings(data: dict, url: str | None) -> dict | None:
 HEADS = ("workspace", "cursor")
 
 
-def _names(baselines: list) -> set[str]:
-    """The variant names of the baselines (a budget's is `<tokens>t`)."""
-    return {f"{b}t" if isinstance(b, int) else b for b in baselines}
+def tree_variant(mode: int | str) -> str:
+    """The variant name of a `--trees` mode: `tree-off`, `tree-16`."""
+    return f"tree-{mode}"
+
+
+def parse_trees(value: str | None) -> list[int | str]:
+    """`--trees off,auto,16`: decoding.tree settings (auto, off or 2-64 tokens), each once."""
+    if not value:
+        return []
+    modes: list[int | str] = []
+    for item in (part.strip() for part in value.split(",")):
+        mode = int(item) if item.isdigit() else item
+        try:
+            load_config({"decoding": {"tree": mode}})
+        except ConfigError as exc:
+            raise ConfigError(f"--trees: {exc}") from None
+        if mode not in modes:
+            modes.append(mode)
+    return modes
 
 
 def parse_budgets(value: str | None) -> list[int]:

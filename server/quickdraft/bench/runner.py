@@ -204,6 +204,7 @@ class Bench:
                 name: {
                     "models": session.completer.models.describe(),
                     "layout": session.completer.config.context.layout,
+                    "tree": session.completer.config.decoding.tree,
                 }
                 for name, session in self.variants.items()
             }
