@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from quickdraft.admission import refusal
 from quickdraft.config import QuickdraftConfig
 from quickdraft.context import OpenDocument, Prompt, build_prompt
 from quickdraft.context.continuation import find_continuation
@@ -324,10 +325,10 @@ class Completer:
     # --- the pipeline ----------------------------------------------------------------------
 
     def should_complete(self, request: CompletionRequest) -> str | None:
-        """None if the request should be answered by the model, else the reason not to."""
-        if not self.config.language(request.language_id).enabled:
-            return f"completion disabled for {request.language_id}"
-        return unusable_reason(request.text, self.config.context.max_document_bytes)
+        """None if the request should be answered by the model, else the reason not to (the
+        one gate, `admission.refusal`)."""
+        refused = refusal(self.config, "completion", request.language_id, request.text)
+        return None if refused is None else refused.reason
 
     def _other_documents(self, uri: str) -> list[tuple[str, OpenDocument]]:
         max_bytes = self.config.context.max_document_bytes

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from quickdraft.admission import refusal
 from quickdraft.completer import Completer, Generated, StageClock
 from quickdraft.context import Prompt
 from quickdraft.context.edit_history import Hunk, lines_with_breaks
@@ -48,7 +49,7 @@ from quickdraft.context.edit_rules import FLOOR, latest_edit, propose
 from quickdraft.context.edit_vetoes import Decision, vet
 from quickdraft.context.prompt import offset_of, prompt_tokens
 from quickdraft.decoding import GenerationStats
-from quickdraft.text import unusable_reason, without_lone_surrogates
+from quickdraft.text import without_lone_surrogates
 
 EDIT_SLOT = "#edit"
 """Suffix of the KV cache slot next edits compute in: their prompt shares nothing with the
@@ -299,13 +300,10 @@ def reject_reason(region: str, rewritten: str | None, edits: Sequence[Edit]) -> 
 
 
 def skip_reason(completer: Completer, request: NextEditRequest) -> str | None:
-    """None if the request should go to the model, else the reason not to."""
-    config = completer.config
-    if not config.edits.enabled:
-        return "next edits are disabled (edits.enabled)"
-    if not config.language(request.language_id).enabled:
-        return f"completion disabled for {request.language_id}"
-    return unusable_reason(request.text, config.context.max_document_bytes)
+    """None if the request should go to the model, else the reason not to (the one gate,
+    `admission.refusal`)."""
+    refused = refusal(completer.config, "edit", request.language_id, request.text)
+    return None if refused is None else refused.reason
 
 
 def edit_format(completer: Completer) -> str:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
+from quickdraft.admission import refusal
 from quickdraft.errors import PositionError, QuickdraftError
 from quickdraft.lsp.documents import Document
 from quickdraft.postprocess import TypedAheadCache
@@ -90,13 +91,9 @@ class CompletionService:
             server.log(f"[{request_id}] {feature}: {uri} is not open; no completion", "warning")
             return None
         config = server.config.current
-        language = config.language(document.language_id)
-        if not language.enabled:
-            server.log(f"[{request_id}] {feature}: disabled for {document.language_id!r}")
-            return None
-        reason = document.unusable_reason(config.context.max_document_bytes)
-        if reason is not None:
-            server.log(f"[{request_id}] {feature}: {uri}: {reason}; no completion", "warning")
+        refused = refusal(config, "completion", document.language_id, document.text)
+        if refused is not None:
+            server.log(f"[{request_id}] {feature}: {uri}: {refused}; no completion", refused.level)
             return None
         try:
             column = document.to_codepoint(position.line, position.character, strict=True)
@@ -449,8 +446,9 @@ class NextEditService:
             )
             return []
         config = server.config.current
-        if not config.edits.enabled:
-            server.log(f"[{request_id}] {feature}: next edits are disabled (edits.enabled)")
+        refused = refusal(config, "edit", document.language_id, document.text)
+        if refused is not None:
+            server.log(f"[{request_id}] {feature}: {uri}: {refused}; no edit", refused.level)
             return []
         line, character = position
         try:
