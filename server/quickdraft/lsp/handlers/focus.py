@@ -6,29 +6,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from quickdraft.lsp.params import param
+
 if TYPE_CHECKING:
     from quickdraft.lsp.server import QuickdraftServer
 
 DID_FOCUS = "textDocument/didFocus"
 
 
-def _field(value: Any, name: str) -> Any:
-    """`value.name` or `value[name]`: unknown methods' params arrive as plain objects."""
-    if isinstance(value, dict):
-        return value.get(name)
-    return getattr(value, name, None)
-
-
 def read_focus(params: Any) -> tuple[str, tuple[int, int] | None]:
     """(uri, (line, character) or None) of a didFocus notification; ValueError when the uri is
     missing or the position is not two non-negative integers."""
-    uri = _field(_field(params, "textDocument"), "uri") or _field(params, "uri")
+    uri = param(param(params, "textDocument"), "uri") or param(params, "uri")
     if not isinstance(uri, str) or not uri:
         raise ValueError("didFocus needs textDocument.uri")
-    position = _field(params, "position")
+    position = param(params, "position")
     if position is None:
         return uri, None
-    line, character = _field(position, "line"), _field(position, "character")
+    line, character = param(position, "line"), param(position, "character")
     if not all(
         isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (line, character)
     ):

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
+from quickdraft.lsp.params import param
+
 if TYPE_CHECKING:
     from quickdraft.lsp.server import QuickdraftServer
 
@@ -48,12 +50,6 @@ async def inline_completion(
     return types.InlineCompletionList(items=[item])
 
 
-def _field(value: Any, name: str) -> Any:
-    if isinstance(value, dict):
-        return value.get(name)
-    return getattr(value, name, None)
-
-
 def accepted_completion(ls: QuickdraftServer, arguments: Any) -> str:
     """`workspace/executeCommand` of an item's command: arguments `[{uri, line, character,
     text}]` as the item carried them."""
@@ -61,8 +57,8 @@ def accepted_completion(ls: QuickdraftServer, arguments: Any) -> str:
     if len(arguments) == 1 and isinstance(arguments[0], (list, tuple)):
         arguments = arguments[0]
     accepted = arguments[0] if arguments else None
-    uri, text = _field(accepted, "uri"), _field(accepted, "text")
-    line, character = _field(accepted, "line"), _field(accepted, "character")
+    uri, text = param(accepted, "uri"), param(accepted, "text")
+    line, character = param(accepted, "line"), param(accepted, "character")
     whole = all(
         isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (line, character)
     )

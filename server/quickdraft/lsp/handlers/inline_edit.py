@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from pygls.exceptions import JsonRpcInvalidParams
 
+from quickdraft.lsp.params import param
+
 if TYPE_CHECKING:
     from quickdraft.lsp.server import QuickdraftServer
 
@@ -26,13 +28,6 @@ CAPABILITY = {"inlineEdit": True}
 """What `initialize` adds under `capabilities.experimental`."""
 
 
-def _field(value: Any, name: str) -> Any:
-    """`value.name` or `value[name]`: unknown methods' params arrive as plain objects."""
-    if isinstance(value, dict):
-        return value.get(name)
-    return getattr(value, name, None)
-
-
 def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
@@ -40,17 +35,17 @@ def _whole(value: Any) -> bool:
 def read_params(params: Any) -> tuple[str, int, tuple[int, int]]:
     """(uri, version, (line, character)) of a copilotInlineEdit request; JsonRpcInvalidParams
     naming what is missing or wrong otherwise."""
-    document = _field(params, "textDocument")
-    uri = _field(document, "uri")
+    document = param(params, "textDocument")
+    uri = param(document, "uri")
     if not isinstance(uri, str) or not uri:
         raise JsonRpcInvalidParams(f"{INLINE_EDIT} needs textDocument.uri")
-    version = _field(document, "version")
+    version = param(document, "version")
     if isinstance(version, bool) or not isinstance(version, int):
         raise JsonRpcInvalidParams(
             f"{INLINE_EDIT} needs textDocument.version (an integer), got {version!r}"
         )
-    position = _field(params, "position")
-    line, character = _field(position, "line"), _field(position, "character")
+    position = param(params, "position")
+    line, character = param(position, "line"), param(position, "character")
     if not (_whole(line) and _whole(character)):
         raise JsonRpcInvalidParams(
             f"{INLINE_EDIT} needs position {{line, character}}: two non-negative integers, "
@@ -68,9 +63,9 @@ async def inline_edit(ls: QuickdraftServer, params: Any) -> dict[str, Any]:
 
 
 def did_show_inline_edit(ls: QuickdraftServer, params: Any) -> None:
-    item = _field(params, "item")
-    document = _field(item, "textDocument")
-    ls.log(f"{DID_SHOW_INLINE_EDIT}: shown in {_field(document, 'uri') or 'a document'}", "log")
+    item = param(params, "item")
+    document = param(item, "textDocument")
+    ls.log(f"{DID_SHOW_INLINE_EDIT}: shown in {param(document, 'uri') or 'a document'}", "log")
 
 
 def register(server: QuickdraftServer) -> None:
