@@ -4,8 +4,9 @@ Where a forward of 16 new tokens costs little more than one (the target's weight
 either way: AMX CPUs, GPUs), one chain of drafts wastes most of it. A tree spends it: the
 engine's chain proposal (n-gram or draft model) is its first branch, and the rest is filled
 from the target's own runner-up tokens (token recycling, Luo et al. 2024): every forward's top
-candidates after each token it saw are kept per token, and a tree is grown from the pending
-token through them, widest near the root where guesses are likeliest to be needed.
+candidates after each token it saw are kept per pair of tokens (the one before, the one seen)
+and per token, and a tree is grown from the pending token through them, widest near the root
+where guesses are likeliest to be needed.
 
 One forward checks every node (`Runner.forward_tree`: each row attends to its own path only),
 and greedy acceptance walks from the root, taking at each node the child whose token is the
