@@ -387,18 +387,6 @@ class CompletionService:
 # --- next edits ------------------------------------------------------------------------------
 
 
-def suggest_next_edit(host: Any, request: Any, cancel: threading.Event) -> Any:
-    """On the worker: the next edit for `request` (a next_edit.NextEditRequest), or None when
-    it was superseded while queued."""
-    completer = host.require_completer()
-    if cancel.is_set():
-        return None
-    # next_edit imports torch (seconds): the server answers `initialize` before that.
-    from quickdraft.next_edit import suggest
-
-    return suggest(completer, request, cancel=cancel)
-
-
 def edit_item(snapshot: Document, edit: Any, version: int) -> dict[str, Any]:
     """One edit of a `copilotInlineEdit` answer: its text, its range in LSP units of the
     document as it was asked about (`snapshot`), and that document's version."""
@@ -472,7 +460,7 @@ class NextEditService:
         cancel = threading.Event()
         self._inflight[uri] = cancel
         started = time.monotonic()
-        future = server.worker.submit(suggest_next_edit, server.host, request, cancel, preempt=True)
+        future = server.worker.submit(server.host.suggest_edit, request, cancel, preempt=True)
         try:
             result = await asyncio.wrap_future(future)
         except asyncio.CancelledError:

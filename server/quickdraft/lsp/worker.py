@@ -261,3 +261,14 @@ class ModelHost:
         if cancel.is_set():  # superseded while queued: not even the prompt is built
             return None
         return completer.complete(request, cancel=cancel, strategy=strategy)
+
+    def suggest_edit(self, request: Any, cancel: threading.Event) -> Any:
+        """Run one next-edit request (a next_edit.NextEditRequest); None when it was superseded
+        while queued."""
+        completer = self.require_completer()
+        if cancel.is_set():
+            return None
+        # next_edit imports torch (seconds): the server answers `initialize` before that.
+        from quickdraft.next_edit import suggest
+
+        return suggest(completer, request, cancel=cancel)
