@@ -360,18 +360,24 @@ def rowwise_attention(
     return out, None  # [b, q, h, d]
 
 
-def _step_rows(query, key, value, positions, scaling, window):
+def _attend_row(query, i, key, value, end, scaling, window):
+    """Query row i over keys/values [:end] (the last `window` of them where a window is set),
+    as a one-token step computes it: grouped heads, one SDPA call. -> (batch, heads, dim)."""
     batch, heads, _, dim = query.shape
     kv_heads = key.shape[1]
-    rows = []
-    for i, position in enumerate(positions):
-        end = position + 1
-        start = max(0, end - window) if window else 0
-        q_i = query[:, :, i, :].reshape(batch, kv_heads, heads // kv_heads, dim)
-        out = torch.nn.functional.scaled_dot_product_attention(
-            q_i, key[:, :, start:end], value[:, :, start:end], scale=scaling
-        )
-        rows.append(out.reshape(batch, heads, value.shape[-1]))
+    start = max(0, end - window) if window else 0
+    q_i = query[:, :, i, :].reshape(batch, kv_heads, heads // kv_heads, dim)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q_i, key[:, :, start:end], value[:, :, start:end], scale=scaling
+    )
+    return out.reshape(batch, heads, value.shape[-1])
+
+
+def _step_rows(query, key, value, positions, scaling, window):
+    rows = [
+        _attend_row(query, i, key, value, position + 1, scaling, window)
+        for i, position in enumerate(positions)
+    ]
     return torch.stack(rows, dim=1)
 
 
@@ -381,16 +387,13 @@ def _tree_rows(query, key, value, tree, scaling, window):
     sees them, so each row is bitwise that step's. A row on the first branch reads a slice of
     the cache; the others share one scratch copy of the prefix per layer, with their path
     written after it (a copy of the prefix per row cost as much as the forward)."""
-    batch, heads, _, dim = query.shape
-    kv_heads = key.shape[1]
     base = tree.base
     scratch_keys = scratch_values = None
     rows = []
     for i, tail in enumerate(tree.tails):
         end = base + tree.depths[i] + 1
-        if tail is None:
-            keys, values = key[:, :, :end], value[:, :, :end]
-        else:
+        keys, values = key, value
+        if tail is not None:
             if scratch_keys is None:
                 longest = base + max(tree.depths) + 1
                 scratch_keys = key.new_empty((*key.shape[:2], longest, key.shape[3]))
@@ -399,13 +402,8 @@ def _tree_rows(query, key, value, tree, scaling, window):
                 scratch_values[:, :, :base] = value[:, :, :base]
             scratch_keys[:, :, base:end] = key.index_select(2, tail)
             scratch_values[:, :, base:end] = value.index_select(2, tail)
-            keys, values = scratch_keys[:, :, :end], scratch_values[:, :, :end]
-        start = max(0, end - window) if window else 0
-        q_i = query[:, :, i, :].reshape(batch, kv_heads, heads // kv_heads, dim)
-        out = torch.nn.functional.scaled_dot_product_attention(
-            q_i, keys[:, :, start:], values[:, :, start:], scale=scaling
-        )
-        rows.append(out.reshape(batch, heads, value.shape[-1]))
+            keys, values = scratch_keys, scratch_values
+        rows.append(_attend_row(query, i, keys, values, end, scaling, window))
     return torch.stack(rows, dim=1)
 
 
