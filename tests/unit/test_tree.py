@@ -213,10 +213,12 @@ def test_cost_model_sizes_the_tree_from_measured_costs():
     # `auto` on an unmeasured machine: chains, like before.
     tokenizer = build_tiny_tokenizer()
     target = quantize_model(build_tiny_model(len(tokenizer), seed=0, dtype=torch.float32))
-    result = engine(target, "auto").generate(
-        GenerationRequest(tokenizer.encode(CODE)[:60], 10, strategy="ngram")
-    )
+    chains = engine(target, "auto")
+    prompt = tokenizer.encode(CODE)[:60]
+    result = chains.generate(GenerationRequest(prompt, 10, strategy="ngram"))
     assert result.stats.drafted_by_source["recycled"] == 0
+    # No tree can grow, so no forward's runner-up tokens are kept for one (no top-k per step).
+    assert all(chains.recycled.after(None, token) == [] for token in [*prompt, *result.tokens])
 
 
 def test_tree_setting_is_validated():

@@ -367,6 +367,7 @@ class Engine:
                 request.seed if request.seed is not None else random.getrandbits(63)
             )
         uses_ngram = request.strategy in ("ngram", "hybrid")
+        tree_tokens = self._tree_tokens(request, sampling)
 
         # 1. Prefill. The target's cache must hold prompt[:-1]; the last prompt token is
         #    "pending" and goes into the first decode forward. Only the part after the longest
@@ -417,7 +418,7 @@ class Engine:
             # 2. Verify: one target forward over [pending, d1..dk] -> logits (k+1, V); while
             #    healing, row i allows only tokens consistent with the bytes still owed after
             #    the first i drafts. Or over a tree holding that chain, where one pays.
-            tree_size = self._tree_size(request, sampling, owed, budget, proposal)
+            tree_size = self._tree_size(tree_tokens, owed, budget, proposal)
             tree = tree_path = None
             before = sequence[-2] if len(sequence) > 1 else None
             if tree_size:
@@ -427,7 +428,7 @@ class Engine:
             else:
                 chain = [sequence[-1], *drafts]
                 logits = self.target.forward(chain)
-                if self._recycling(request, sampling):
+                if tree_tokens:  # later steps of this request may grow trees from them
                     self.recycled.update(chain, [before, *chain[:-1]], logits)
             if owed:
                 logits = constrain(logits, self.token_bytes, owed, drafts)
@@ -500,36 +501,33 @@ class Engine:
 
     # --- choosing the drafter, k and the tree ------------------------------------------------
 
-    def _recycling(self, request: GenerationRequest, sampling: bool) -> bool:
-        """Whether this request may grow trees, so its forwards' runner-up tokens are worth
-        keeping: greedy n-gram or hybrid decoding on a runner that verifies trees exactly."""
-        return (
-            request.strategy in ("ngram", "hybrid")
-            and not sampling
-            and self.config.tree != "off"
-            and self.target.supports_tree
-        )
+    def _tree_tokens(self, request: GenerationRequest, sampling: bool) -> int:
+        """Nodes this request's trees may hold, 0 where it stays chains: trees are greedy
+        n-gram/hybrid steps on a runner that verifies them exactly, sized by `decoding.tree`
+        or, for `auto`, by the cost model (`CostModel.tree_tokens`: a forward at most 1.2
+        steps). Where it is 0 no forward's runner-up tokens are kept either."""
+        tree = self.config.tree
+        if (
+            request.strategy not in ("ngram", "hybrid")
+            or sampling
+            or tree == "off"
+            or not self.target.supports_tree
+        ):
+            return 0
+        return tree if isinstance(tree, int) else self.cost_model.tree_tokens()
 
     def _tree_size(
-        self,
-        request: GenerationRequest,
-        sampling: bool,
-        owed: bytes,
-        budget: int,
-        proposal: Proposal | None,
+        self, tree_tokens: int, owed: bytes, budget: int, proposal: Proposal | None
     ) -> int:
-        """Nodes of this step's tree (the pending token included), 0 for a chain: trees are
-        greedy n-gram/hybrid steps on a runner that verifies them exactly, sized by the cost
-        model (`CostModel.tree_tokens`: a forward at most 1.2 steps); a long chain (a copy
-        source) stays one."""
-        if owed or budget < 1 or not self._recycling(request, sampling):
+        """Nodes of this step's tree (the pending token included), 0 for a chain: none while
+        healing or at the last token, and a chain as long as the tree (a copy source's, or a
+        long n-gram match) stays one."""
+        if not tree_tokens or owed or budget < 1:
             return 0
-        tree = self.config.tree
-        size = tree if isinstance(tree, int) else self.cost_model.tree_tokens()
         drafted = len(proposal.tokens) if proposal is not None else 0
-        if proposal is not None and (proposal.source == "copy" or drafted >= size - 1):
+        if proposal is not None and (proposal.source == "copy" or drafted >= tree_tokens - 1):
             return 0
-        return size
+        return tree_tokens
 
     def _propose(
         self,
