@@ -17,6 +17,7 @@ Greedy output is the target's own greedy output token for token, whatever was dr
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 import time
@@ -27,6 +28,7 @@ from typing import Any
 import torch
 
 from quickdraft.config import STRATEGIES, DecodingConfig
+from quickdraft.decoding.confidence import TokenChoice, branch_points, token_choices
 from quickdraft.decoding.copy import CopyAligner
 from quickdraft.decoding.costmodel import (
     AcceptanceTracker,
@@ -163,10 +165,20 @@ class GenerationResult:
     stop_reason: str
     """"eos", "max_tokens", "stop", "deadline" or "cancelled"."""
     stats: GenerationStats
+    choices: list[TokenChoice] = field(default_factory=list)
+    """Per token of `tokens`, the target's log-probability of it and its runner-up
+    (decoding.confidence): what scores the answer and where alternatives branch."""
 
 
 def _length_key(request: GenerationRequest) -> str:
     return f"{request.language or ''}|{request.kind or ''}"
+
+
+def _after(
+    head: list[int], stop: Callable[[list[int]], bool] | None
+) -> Callable[[list[int]], bool] | None:
+    """A fork's stop callback: `stop` reads the whole answer, the fork's head included."""
+    return None if stop is None else (lambda new: stop(head + new))
 
 
 def make_runner(
@@ -354,7 +366,81 @@ class Engine:
             return None
         return "cancelled" if request.cancel is not None and request.cancel.is_set() else "deadline"
 
-    def _generate(self, request: GenerationRequest) -> GenerationResult:
+    def alternatives(
+        self,
+        request: GenerationRequest,
+        answer: GenerationResult,
+        count: int,
+        *,
+        within: int | None = None,
+    ) -> list[GenerationResult]:
+        """Up to `count` other answers to greedy `request`, forked off `answer`, the answer
+        `generate` just gave it (the slot's cache still holding it): at the `count` positions
+        of its first `within` tokens where the target was least sure (`branch_points`), the
+        runner-up token, then greedy decoding on.
+
+        No prompt token is computed again: each fork crops the cache back to the branch point,
+        and the forks run from the last position to the first, so every fork finds its prefix
+        still cached. An answer's head (before its branch) is the greedy answer's; its tail is
+        what greedy decoding from there gives, up to the same budget and stop rule. Stops at
+        `request`'s cancel or deadline; sampling requests have none."""
+        self._check(request)
+        if request.temperature > 0 or count < 1:
+            return []
+        self.select_slot(request.slot)
+        prompt = [int(t) for t in request.prompt_ids]
+        tokens, choices = answer.tokens[:within], answer.choices[:within]
+        lookup = list(request.lookup_context if request.lookup_context is not None else prompt)
+        found: list[GenerationResult] = []
+        points = [
+            i
+            for i in branch_points(choices, len(choices))
+            if choices[i].runner_up not in self.stop_token_ids  # a shorter answer: no fork
+        ][:count]
+        for i in sorted(points, reverse=True):
+            if self._stopped(request) is not None:
+                break
+            start = len(prompt) + i  # the cache must hold prompt + tokens[:i]
+            if self.target.tokens[:start] != prompt + tokens[:i]:
+                break  # another request used the slot meanwhile
+            choice = choices[i]
+            head = [*tokens[:i], choice.runner_up]
+            branched = [
+                *choices[:i],
+                TokenChoice(choice.runner_up_logprob, tokens[i], choice.logprob),
+            ]
+            if request.stop is not None and request.stop(head):
+                found.append(GenerationResult(head, "stop", GenerationStats(), branched))
+                continue
+            if len(head) >= request.max_new_tokens:
+                found.append(GenerationResult(head, "max_tokens", GenerationStats(), branched))
+                continue
+            owed = request.required_prefix
+            for token in head:
+                if owed:
+                    owed = self.token_bytes.advance(owed, token)
+            fork = dataclasses.replace(
+                request,
+                prompt_ids=prompt + head,
+                max_new_tokens=request.max_new_tokens - len(head),
+                lookup_context=lookup + head,
+                required_prefix=owed,
+                anchored_draft=None,
+                stop=_after(head, request.stop),
+            )
+            self.target.keep(start)
+            tail = self._generate(fork, forked=True)
+            found.append(
+                GenerationResult(
+                    head + tail.tokens, tail.stop_reason, tail.stats, branched + tail.choices
+                )
+            )
+        return found
+
+    def _generate(self, request: GenerationRequest, *, forked: bool = False) -> GenerationResult:
+        """The loop. `forked`: an alternative (`alternatives`): the target's cache holds the
+        prompt but its last token already, computed by decode steps; it is used as it is (no
+        prefill), and the answer teaches nothing (n-gram memory, typical lengths)."""
         started = time.perf_counter()
         prompt = [int(t) for t in request.prompt_ids]
         stats = GenerationStats(
@@ -372,17 +458,21 @@ class Engine:
         # 1. Prefill. The target's cache must hold prompt[:-1]; the last prompt token is
         #    "pending" and goes into the first decode forward. Only the part after the longest
         #    prefix shared with the cache (the previous request) is computed.
-        reused, computed, _ = self.target.extend(
-            prompt[:-1], cancel=request.cancel, deadline=request.deadline
-        )
-        stats.reused_tokens, stats.prefill_tokens = reused, computed
-        self._note_extend(request.slot, reused, self.target.last_adopted)
-        credit = self._credit(request.slot, reused)
-        stats.reused_shared_tokens, stats.reused_warm_tokens = credit[SHARED], credit[WARM]
+        if forked:
+            stats.reused_tokens = len(self.target.tokens)
+        else:
+            reused, computed, _ = self.target.extend(
+                prompt[:-1], cancel=request.cancel, deadline=request.deadline
+            )
+            stats.reused_tokens, stats.prefill_tokens = reused, computed
+            self._note_extend(request.slot, reused, self.target.last_adopted)
+            credit = self._credit(request.slot, reused)
+            stats.reused_shared_tokens, stats.reused_warm_tokens = credit[SHARED], credit[WARM]
         synchronize(self.target.device)
         decode_started = time.perf_counter()
         stats.prefill_ms = (decode_started - started) * 1000
         new: list[int] = []
+        choices: list[TokenChoice] = []
         reason = self._stopped(request) if len(self.target.tokens) < len(prompt) - 1 else None
 
         # N-gram lookups continue the text before the cursor (the new tokens follow it), and
@@ -448,6 +538,8 @@ class Engine:
                 emitted, accepted = accept_sampling(drafts, draft_probs, target_probs, generator)
             else:
                 emitted, accepted = accept_greedy(drafts, logits)
+            rows = logits[[0, *tree_path]] if tree_path is not None else logits
+            emitted_choices = token_choices(rows, emitted)
 
             # 3. Keep the keys/values of the accepted drafts, drop the rejected ones. The last
             #    emitted token is not in the cache yet: it is the next step's `pending`.
@@ -467,13 +559,14 @@ class Engine:
             # 4. Emit one token at a time so every stop lands exactly where plain decoding's would.
             stats.produced_tokens += len(emitted)
             appended = 0
-            for token in emitted:
+            for token, choice in zip(emitted, emitted_choices, strict=True):
                 if token in self.stop_token_ids:
                     reason = "eos"
                     break
                 if owed:
                     owed = self.token_bytes.advance(owed, token)
                 new.append(token)
+                choices.append(choice)
                 sequence.append(token)
                 appended += 1
                 if len(new) >= request.max_new_tokens:
@@ -488,16 +581,16 @@ class Engine:
                 if aligner is not None:
                     aligner.advance(sequence[-appended:])
 
-        if new:
+        if new and not forked:
             self.ngram.add_completion(new)
-        if reason in ("eos", "stop", "max_tokens"):  # a finished completion: its length counts
+        if reason in ("eos", "stop", "max_tokens") and not forked:  # its length counts
             self.lengths.update(_length_key(request), len(new))
         synchronize(self.target.device)
         finished = time.perf_counter()
         stats.new_tokens = len(new)
         stats.decode_ms = (finished - decode_started) * 1000
         stats.total_ms = (finished - started) * 1000
-        return GenerationResult(new, reason, stats)
+        return GenerationResult(new, reason, stats, choices)
 
     # --- choosing the drafter, k and the tree ------------------------------------------------
 
