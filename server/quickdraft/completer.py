@@ -33,7 +33,8 @@ from quickdraft.context.prompt import TokenCounter, offset_of
 from quickdraft.context.snippets import uri_to_path
 from quickdraft.context.workspace import WorkspaceHead
 from quickdraft.decoding import GenerationStats
-from quickdraft.postprocess import StopRule, decide_mode, finalize, finish
+from quickdraft.decoding.confidence import TokenChoice, confidence
+from quickdraft.postprocess import Finished, StopRule, decide_mode, finalize, finish
 from quickdraft.text import split_lines, unusable_reason, without_lone_surrogates
 from quickdraft.tokens import PromptTokenizer
 
@@ -64,6 +65,9 @@ class Completion:
     mode: str = "line"
     stop_reason: str = ""
     stats: GenerationStats = field(default_factory=GenerationStats)
+    confidence: float | None = None
+    """The target's probability of the tokens shown (decoding.confidence); None where the
+    backend cannot say (a serving engine) or nothing is shown."""
     prompt_tokens: int = 0
     latency_ms: float = 0.0
     skipped: str | None = None
@@ -165,6 +169,9 @@ class Generated:
     stop_reason: str
     """"eos" | "max_tokens" | "stop" | "deadline" | "cancelled"."""
     stats: GenerationStats
+    choices: list[TokenChoice] = field(default_factory=list)
+    """Per token, the target's log-probability of it and its runner-up; empty where the
+    backend cannot say."""
 
 
 class Backend(Protocol):
@@ -212,6 +219,20 @@ class Backend(Protocol):
         left out)."""
         ...
 
+    def alternatives(
+        self,
+        prepared: PreparedCompletion,
+        generated: Generated,
+        count: int,
+        *,
+        within: int,
+        cancel: threading.Event | None,
+    ) -> list[Generated]:
+        """Up to `count` other answers to `prepared`, whose greedy answer `generated` the
+        backend just gave, branching within its first `within` tokens; [] where the backend
+        cannot fork its answer (a serving engine)."""
+        ...
+
     def warm(self, prepared: PreparedCompletion, cancel: threading.Event | None) -> int:
         """Compute ahead the caches this request will need; the tokens computed."""
         ...
@@ -232,6 +253,65 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@dataclass
+class _Answered:
+    """A document's last answer from the model, kept for its alternatives."""
+
+    request: CompletionRequest
+    prepared: PreparedCompletion
+    generated: Generated
+    shown: str
+    within: int
+
+    def serves(self, request: CompletionRequest) -> bool:
+        """Whether `request` asks at the same place of the same text."""
+        return (
+            request.text == self.request.text
+            and cursor_offset(request) == cursor_offset(self.request)
+            and request.language_id == self.request.language_id
+        )
+
+
+def _completion(
+    prepared: PreparedCompletion,
+    generated: Generated,
+    shown: Finished,
+    within: int,
+    started: float,
+    stages: dict[str, float] | None = None,
+) -> Completion:
+    """What a generation shows: `shown`, scored on its first `within` tokens."""
+    score = confidence(generated.choices[:within]) if generated.choices and shown.text else None
+    return Completion(
+        text=shown.text,
+        repeated=shown.repeated,
+        repeat_trimmed=shown.changed,
+        tokens=generated.tokens,
+        raw_text=generated.raw_text,
+        mode=prepared.mode,
+        stop_reason=generated.stop_reason,
+        stats=generated.stats,
+        confidence=score,
+        prompt_tokens=len(prepared.prompt_ids),
+        latency_ms=(time.perf_counter() - started) * 1000,
+        stages=stages or {},
+    )
+
+
+def shown_tokens(prepared: PreparedCompletion, tokens: list[int], shown: str) -> int:
+    """How many of `tokens` it takes to write `shown` (the post-processed text): the tokens
+    a suggestion's confidence is scored on and its alternatives branch within. Post-processing
+    only cuts a suggestion's end, so this is the shortest run whose text reaches it."""
+    want = len(shown.rstrip())
+    if want == 0:
+        return 0
+    for n in range(1, len(tokens) + 1):
+        text = prepared.inserted(prepared.tokenizer.decode(tokens[:n], skip_special_tokens=True))
+        if text is not None and len(text.rstrip()) >= want:
+            return n
+    return len(tokens)
 
 
 class StageClock:
@@ -263,6 +343,8 @@ class Completer:
         """The workspace folder prompts show paths relative to (the language server sets it)."""
         self.head = WorkspaceHead()
         """The chunks every document's prompt starts with (`context.head: workspace`)."""
+        self._answered: dict[str, _Answered] = {}
+        """Per document, its last answer from the model: what `alternatives` forks."""
 
     @property
     def compute(self) -> dict[str, Any]:
@@ -314,6 +396,8 @@ class Completer:
 
     def close_document(self, uri: str) -> None:
         self.documents.pop(uri, None)
+        for slot in [s for s, answered in self._answered.items() if answered.request.uri == uri]:
+            del self._answered[slot]
         self.head.remove(uri)
         self.backend.forget_document(uri)
 
@@ -500,6 +584,10 @@ class Completer:
         )
         clock.lap("generate_ms")
         shown = finish(generated.raw_text, prepared.context, prepared.mode)
+        within = shown_tokens(prepared, generated.tokens, shown.text)
+        self._answered[request.slot or request.uri] = _Answered(
+            request, prepared, generated, shown.text, within
+        )
         clock.lap("postprocess_ms")
         stats, lapped = generated.stats, clock.stages
         # The backend splits generation into prefill and decode; what it did not account
@@ -512,16 +600,43 @@ class Completer:
             "decode_ms": round(max(0.0, lapped["generate_ms"] - stats.prefill_ms), 2),
             "postprocess_ms": lapped["postprocess_ms"],
         }
-        return Completion(
-            text=shown.text,
-            repeated=shown.repeated,
-            repeat_trimmed=shown.changed,
-            tokens=generated.tokens,
-            raw_text=generated.raw_text,
-            mode=prepared.mode,
-            stop_reason=generated.stop_reason,
-            stats=stats,
-            prompt_tokens=len(prepared.prompt_ids),
-            latency_ms=(time.perf_counter() - started) * 1000,
-            stages=stages,
+        return _completion(prepared, generated, shown, within, started, stages)
+
+    def has_answered(self, request: CompletionRequest) -> bool:
+        """Whether the model's last answer on `request`'s cache slot was for its place."""
+        answered = self._answered.get(request.slot or request.uri)
+        return answered is not None and answered.serves(request)
+
+    def alternatives(
+        self,
+        request: CompletionRequest,
+        count: int,
+        *,
+        cancel: threading.Event | None = None,
+    ) -> list[Completion]:
+        """Up to `count` other suggestions for `request`, after `complete` answered it (the
+        last answer for its document, the same text and cursor): forks of that answer where
+        the model was least sure, post-processed like it. Suggestions that read like the answer
+        or one before them, or that only repeat what the document has, are dropped, so fewer
+        may come back (post-processing cuts a repeat of the text after the cursor off each, as
+        off the answer). [] when the document's last answer was for another place."""
+        if not self.has_answered(request) or count < 1:
+            return []
+        answered = self._answered[request.slot or request.uri]
+        started = time.perf_counter()
+        prepared = answered.prepared
+        forks = self.backend.alternatives(
+            prepared, answered.generated, count, within=answered.within, cancel=cancel
         )
+        seen = {answered.shown}
+        found: list[Completion] = []
+        for generated in forks:
+            shown = finish(generated.raw_text, prepared.context, prepared.mode)
+            if not shown.text.strip() or shown.text in seen:
+                continue
+            seen.add(shown.text)
+            within = shown_tokens(prepared, generated.tokens, shown.text)
+            # latency: since the alternatives were asked for
+            found.append(_completion(prepared, generated, shown, within, started))
+        found.sort(key=lambda c: -(c.confidence or 0.0))
+        return found

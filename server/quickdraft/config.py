@@ -109,6 +109,13 @@ class DecodingConfig:
     that many tokens wherever the runner can."""
     deadline_ms: int | None = None
     """Stop generating after this many milliseconds and return what is done."""
+    candidates: int = 3
+    """Suggestions per place, the greedy one first: the others fork it where the model was
+    least sure (decoding/confidence.py), computed after the first is shown, from its KV cache
+    (no prompt token again). 1: the greedy suggestion only."""
+    min_confidence: float = 0.0
+    """Suggestions the model gives a lower probability than this (over the tokens shown) are
+    not shown when the editor asks by itself; asked for (triggerKind Invoked), every one is."""
 
 
 FIXED_PROMPT_TOKENS = 1536
@@ -250,6 +257,8 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
     "draft_min_confidence": (0.0, 1.0),
     "tree": (2, 64),
     "deadline_ms": (1, None),
+    "candidates": (1, 8),
+    "min_confidence": (0.0, 1.0),
     "threads": (1, 1024),
     "static_cache_tokens": (64, 1 << 20),
     "max_prompt_tokens": (16, 131072),

@@ -194,13 +194,42 @@ class LocalBackend:
         cancel: threading.Event | None,
         deadline: float | None,
     ) -> Generated:
-        language = prepared.request.language_id
-        result = self._run(
+        result = self.engine.generate(
+            self._completion_request(prepared, strategy, cancel, deadline)
+        )
+        return self._generated(prepared, result)
+
+    def alternatives(
+        self,
+        prepared: PreparedCompletion,
+        generated: Generated,
+        count: int,
+        *,
+        within: int,
+        cancel: threading.Event | None,
+    ) -> list[Generated]:
+        """Forks of the engine's answer (`Engine.alternatives`): its cache still holds it
+        unless another request used the document's slot since, and then there are none."""
+        request = self._completion_request(prepared, None, cancel, None)
+        answer = GenerationResult(
+            generated.tokens, generated.stop_reason, generated.stats, generated.choices
+        )
+        forks = self.engine.alternatives(request, answer, count, within=within)
+        return [self._generated(prepared, fork) for fork in forks]
+
+    def _completion_request(
+        self,
+        prepared: PreparedCompletion,
+        strategy: str | None,
+        cancel: threading.Event | None,
+        deadline: float | None,
+    ) -> GenerationRequest:
+        return self._request(
             prepared,
             strategy,
             cancel,
             deadline,
-            draft_length=self.draft_length_for(language),
+            draft_length=self.draft_length_for(prepared.request.language_id),
             kind=prepared.mode,
             lookup_context=prepared.before_cursor,
             after_cursor=prepared.after_cursor,
@@ -208,10 +237,12 @@ class LocalBackend:
             anchored_draft=prepared.anchored_draft,
             slot=prepared.request.slot or prepared.request.uri,
         )
+
+    def _generated(self, prepared: PreparedCompletion, result: GenerationResult) -> Generated:
         raw = prepared.inserted(
             self.models.tokenizer.decode(result.tokens, skip_special_tokens=True)
         )
-        return Generated(raw or "", result.tokens, result.stop_reason, result.stats)
+        return Generated(raw or "", result.tokens, result.stop_reason, result.stats, result.choices)
 
     def generate_edit(
         self,
@@ -238,30 +269,33 @@ class LocalBackend:
         return Generated(text, result.tokens, result.stop_reason, result.stats)
 
     def _run(
+        self, prepared: PreparedCompletion | PreparedEdit, *args: Any, **fields: Any
+    ) -> GenerationResult:
+        return self.engine.generate(self._request(prepared, *args, **fields))
+
+    def _request(
         self,
         prepared: PreparedCompletion | PreparedEdit,
         strategy: str | None,
         cancel: threading.Event | None,
         deadline: float | None,
         **fields: Any,
-    ) -> GenerationResult:
-        """One generation with the decoding settings, `prepared`'s prompt, budget and stop
+    ) -> GenerationRequest:
+        """One generation's request with the decoding settings, `prepared`'s prompt, budget and stop
         rule, and what the kind of request adds (`fields`: GenerationRequest's own names)."""
         decoding = self.config.decoding
-        return self.engine.generate(
-            GenerationRequest(
-                prompt_ids=prepared.prompt_ids,
-                max_new_tokens=prepared.max_new_tokens,
-                strategy=strategy or decoding.strategy,
-                temperature=decoding.temperature,
-                top_p=decoding.top_p,
-                seed=decoding.seed,
-                language=prepared.request.language_id,
-                deadline=deadline,
-                cancel=cancel,
-                stop=prepared.stop_rule(),
-                **fields,
-            )
+        return GenerationRequest(
+            prompt_ids=prepared.prompt_ids,
+            max_new_tokens=prepared.max_new_tokens,
+            strategy=strategy or decoding.strategy,
+            temperature=decoding.temperature,
+            top_p=decoding.top_p,
+            seed=decoding.seed,
+            language=prepared.request.language_id,
+            deadline=deadline,
+            cancel=cancel,
+            stop=prepared.stop_rule(),
+            **fields,
         )
 
     def draft_length_for(self, language_id: str | None) -> int | None:

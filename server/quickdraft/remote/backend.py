@@ -150,6 +150,20 @@ class RemoteBackend:
         )
         return Generated(result.text, tokens, result.stop_reason, stats)
 
+    def alternatives(
+        self,
+        prepared: PreparedCompletion,
+        generated: Generated,
+        count: int,
+        *,
+        within: int,
+        cancel: threading.Event | None,
+    ) -> list[Generated]:
+        """None: a serving engine's answer cannot be forked from here (asking it for more
+        samples would be other requests on everyone's capacity, and not the greedy answer's
+        branches)."""
+        return []
+
     def warm(self, prepared: PreparedCompletion, cancel: threading.Event | None) -> int:
         """No work ahead: a shared engine's capacity is for real requests (it caches the
         prompt's head by itself)."""
