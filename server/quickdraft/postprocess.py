@@ -444,6 +444,7 @@ class _Suggestion:
     suffix: str | None
     text: str
     source: str
+    confidence: float | None = None
 
 
 @dataclass(frozen=True)
@@ -455,6 +456,8 @@ class TypedAhead:
 
     text: str
     source: str
+    confidence: float | None = None
+    """The model's confidence in the whole suggestion it is (part of)."""
 
 
 class TypedAheadCache:
@@ -481,10 +484,11 @@ class TypedAheadCache:
         text: str,
         suffix: str | None = None,
         source: str = "typed-ahead",
+        confidence: float | None = None,
     ) -> None:
         entries = [e for e in self._entries.get(uri, []) if e.prefix != prefix]
         if text or source == "prefetch":  # a prefetch may learn that nothing follows
-            entries.append(_Suggestion(prefix, suffix, text, source))
+            entries.append(_Suggestion(prefix, suffix, text, source, confidence))
         self._entries[uri] = entries[-self.per_document :]
         self._entries.move_to_end(uri)
         while len(self._entries) > self.max_documents:
@@ -517,7 +521,7 @@ class TypedAheadCache:
             kept.append(entry)
             if best is None or len(entry.prefix) > best[0]:
                 source = entry.source if not typed else "typed-ahead"
-                best = (len(entry.prefix), TypedAhead(remaining, source))
+                best = (len(entry.prefix), TypedAhead(remaining, source, entry.confidence))
         self._entries[uri] = kept
         return best[1] if best is not None else None
 

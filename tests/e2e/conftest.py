@@ -153,14 +153,18 @@ def edit(client, uri: str, version: int, start: tuple[int, int], end: tuple[int,
     )
 
 
-async def inline(client, uri: str, line: int, character: int):
+async def inline(
+    client,
+    uri: str,
+    line: int,
+    character: int,
+    trigger: types.InlineCompletionTriggerKind = types.InlineCompletionTriggerKind.Automatic,
+):
     return await client.text_document_inline_completion_async(
         types.InlineCompletionParams(
             text_document=types.TextDocumentIdentifier(uri=uri),
             position=types.Position(line=line, character=character),
-            context=types.InlineCompletionContext(
-                trigger_kind=types.InlineCompletionTriggerKind.Automatic
-            ),
+            context=types.InlineCompletionContext(trigger_kind=trigger),
         )
     )
 

@@ -578,7 +578,9 @@ def _odd_text_scenario(tiny_models, reference):
         ]
         assert stats and stats[0]["source"] == "model" and stats[0]["promptTokens"] > 0
         assert items_text(ask("file:///work/nul.py", 0, 4)) == []
-        assert items_text(ask(good, 0, 8)) == expected  # still serving
+        # Still serving; asked again at that place, the alternatives computed after the first
+        # answer follow it.
+        assert items_text(ask(good, 0, 8))[:1] == expected
     finally:
         client.close()
 

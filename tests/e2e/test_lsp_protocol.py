@@ -74,6 +74,7 @@ class FakeCompletion:
     mode: str = "line"
     skipped: str | None = None
     stop_reason: str = "stop"
+    confidence: float | None = None
 
     def __post_init__(self):
         self.tokens = list(range(len(self.text)))
@@ -114,6 +115,24 @@ class FakeCompleter:
 
     def update_config(self, config):
         self.config = config
+
+    def has_answered(self, request):
+        return True
+
+    def alternatives(self, request, count, *, cancel=None):
+        """CHOICES: one that reads like the first, then two more, less likely ones (and a
+        fourth past any count the server asks for)."""
+        self.alternative_calls = getattr(self, "alternative_calls", 0) + 1
+        line = request.text.split("\n")[request.line]
+        if "CHOICES" not in line[: request.character]:
+            return []
+        found = [
+            FakeCompletion("choice_one()", confidence=0.5),
+            FakeCompletion("choice_two()", confidence=0.3),
+            FakeCompletion("choice_three()", confidence=0.05),
+            FakeCompletion("choice_four()", confidence=0.01),
+        ]
+        return found[: count + 1]
 
     def complete(self, request, *, cancel=None, strategy=None):
         self.calls += 1
@@ -163,6 +182,10 @@ class FakeCompleter:
             return FakeCompletion("", skipped="the fake says no")
         if "GREET" in prefix:
             return FakeCompletion("hello_world()")
+        if "CHOICES" in prefix:
+            return FakeCompletion("choice_one()", confidence=0.6)
+        if "UNSURE" in prefix:
+            return FakeCompletion("maybe_this()", confidence=0.01)
         if "MULTI" in prefix:
             return FakeCompletion("first\nsecond")
         if "EMPTY" in prefix:
@@ -757,3 +780,49 @@ async def test_tcp_transport_reads_even_invalid_utf8():
             process.kill()
             await process.wait()
         client._stop_event.set()
+
+
+async def invoked(client, uri: str, line: int, character: int):
+    return await inline(client, uri, line, character, types.InlineCompletionTriggerKind.Invoked)
+
+
+async def test_alternatives_follow_the_first_answer_and_an_invoked_request_waits_for_them(
+    session,
+):
+    async with session(fake_command(), init_options=NO_WORK_AHEAD) as client:
+        open_doc(client, URI, "CHOICES \nCHOICES x\n")
+        # Asked by the editor: the first suggestion at once, the others computed after it.
+        [item] = items_of(await inline(client, URI, 0, 8))
+        assert item.insert_text == "choice_one()"
+        await wait_for(
+            lambda: any("alternatives: 3 ready" in m.message for m in client.log_messages)
+        )
+        # The same place again: all of them, the one that reads like the first dropped.
+        items = items_of(await inline(client, URI, 0, 8))
+        assert [i.insert_text for i in items] == ["choice_one()", "choice_two()", "choice_three()"]
+        assert [i.command.arguments[0]["index"] for i in items] == [0, 1, 2]
+        # Asked for by the person at a new place: the answer waits for the alternatives.
+        items = items_of(await invoked(client, URI, 1, 9))
+        assert [i.insert_text for i in items] == ["choice_one()", "choice_two()", "choice_three()"]
+        # Accepting the second is counted by its index.
+        accepted = items[1].command
+        await client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command=accepted.command, arguments=accepted.arguments)
+        )
+        edit(client, URI, 2, (2, 0), (2, 0), "GREET ")
+        await inline(client, URI, 2, 6)
+        await wait_for(lambda: bool(client.stats) and plain(client.stats[-1])["acceptedByIndex"])
+        assert list(plain(client.stats[-1])["acceptedByIndex"]) == [0, 1]
+
+
+async def test_a_suggestion_below_the_floor_is_shown_only_when_asked_for(session):
+    options = {**NO_WORK_AHEAD, "decoding": {"min_confidence": 0.1, "candidates": 1}}
+    async with session(fake_command(), init_options=options) as client:
+        open_doc(client, URI, "UNSURE \nGREET \n")
+        assert items_of(await inline(client, URI, 0, 7)) == []
+        await wait_for(lambda: any("below the floor" in m.message for m in client.log_messages))
+        [item] = items_of(await invoked(client, URI, 0, 7))
+        assert item.insert_text == "maybe_this()"
+        # A suggestion with no confidence (a serving engine's) is never held back.
+        assert await inline_text(client, URI, 1, 6) == "hello_world()"
+        assert plain(client.stats[-1])["confidence"] is None

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
@@ -36,19 +36,74 @@ PREFETCH_SLOT = "#prefetch"
 displace the caches of what they did type (the next keystroke would recompute it)."""
 
 
+def completion_request(
+    uri: str,
+    language_id: str | None,
+    text: str,
+    offset: int,
+    line: int,
+    column: int,
+    *,
+    slot: str | None = None,
+):
+    """The Completer's request for a place in a document (`column` in code points)."""
+    # completer imports torch (seconds): the server answers `initialize` before that.
+    from quickdraft.completer import CompletionRequest
+
+    return CompletionRequest(
+        uri=uri,
+        text=text,
+        line=line,
+        character=column,
+        language_id=language_id,
+        offset=offset,
+        slot=slot,
+    )
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """One item of an answer: the text, and the model's probability of it (None: not known)."""
+
+    text: str
+    confidence: float | None = None
+
+
 @dataclass
 class Answer:
-    """A suggestion placed in a document: `text` replaces `start`..`end` (LSP positions).
+    """Suggestions placed in a document: each text replaces `start`..`end` (LSP positions).
 
     Completer text is inserted at the cursor: it never repeats what is typed (a typed-ahead
     answer is the rest of the suggestion) and never overlaps the text after the cursor
     (postprocess.finalize), so the range is empty. Clients expect a range all the same.
+    The greedy suggestion is `text`; `others` are the alternatives, most likely first.
     """
 
     text: str
     start: types.Position
     end: types.Position
     cursor: types.Position
+    confidence: float | None = None
+    others: list[Suggestion] = field(default_factory=list)
+
+    @property
+    def items(self) -> list[Suggestion]:
+        return [Suggestion(self.text, self.confidence), *self.others]
+
+
+@dataclass
+class _Alternatives:
+    """The alternatives computed (or being computed) for one place in a document."""
+
+    prefix: str
+    suffix: str
+    future: asyncio.Future
+    """Resolves to the alternatives (`Completer.alternatives`' list, maybe empty)."""
+    cancel: threading.Event | None = None
+    """Stops the job when it runs as a request (`now`); a background job's is the worker's."""
+
+    def serves(self, prefix: str, suffix: str) -> bool:
+        return prefix == self.prefix and suffix == self.suffix and not self.future.cancelled()
 
 
 @dataclass
@@ -75,6 +130,10 @@ class CompletionService:
         self.typed_ahead = TypedAheadCache()
         """Answers on the event loop, so a typed-ahead hit never waits for the worker."""
         self._inflight: dict[str, _Job] = {}
+        self._alternatives: dict[str, _Alternatives] = {}
+        """Per document, the alternatives for the place of its last answer."""
+        self.accepted_by_index: dict[int, int] = {}
+        """How often each item's index was accepted (0: the first suggestion)."""
         self._prefetching: dict[str, dict[tuple[int, str], Future]] = {}
         """The prefetches queued or running per document: (offset, text) -> the worker's job."""
         """Per document, the (offset, text) of each prefetch submitted and not finished."""
@@ -82,9 +141,19 @@ class CompletionService:
     # --- the request ------------------------------------------------------------------
 
     async def complete(
-        self, uri: str, position: types.Position, *, feature: str, request_id: Any
+        self,
+        uri: str,
+        position: types.Position,
+        *,
+        feature: str,
+        request_id: Any,
+        invoked: bool = False,
     ) -> Answer | None:
-        """The suggestion at `position` in `uri`, or None when there is none to give."""
+        """The suggestions at `position` in `uri`, or None when there is none to give.
+        `invoked`: the person asked (triggerKind Invoked): no confidence floor, and the
+        alternatives are waited for (computed now if they are not yet); otherwise the first
+        suggestion is answered as soon as it is known and the alternatives come in the
+        background, for the next request at the same place."""
         server = self.server
         document = server.documents.get(uri)
         if document is None:
@@ -113,13 +182,28 @@ class CompletionService:
         # Typed ahead: the user typed the start of the current suggestion, or accepted one
         # whose continuation was computed ahead (prefetch).
         prefix, suffix = text[:offset], text[offset:]
+        place = self._alternatives.get(uri)
+        if place is not None and not place.serves(prefix, suffix):
+            self._cancel_alternatives(uri)  # the person moved on: not worth computing
         hit = self.typed_ahead.lookup(uri, prefix, suffix)
         if hit is not None:
             self._cancel_inflight(uri)
-            self._report(request_id, uri, feature, started, None, source=hit.source, text=hit.text)
-            if not hit.text:
+            self._report(
+                request_id,
+                uri,
+                feature,
+                started,
+                None,
+                source=hit.source,
+                text=hit.text,
+                confidence=hit.confidence,
+            )
+            if not hit.text or self._below_floor(hit.confidence, invoked, request_id, feature):
                 return None  # computed ahead: the model has nothing to add here
-            return Answer(hit.text, cursor, cursor, cursor)
+            others = await self._others(
+                uri, document, text, offset, position.line, column, hit.text, invoked
+            )
+            return Answer(hit.text, cursor, cursor, cursor, hit.confidence, others)
 
         # The same request already running (editors ask for inline completion and the completion
         # menu at once) is shared; any other running request for the document is superseded.
@@ -153,6 +237,7 @@ class CompletionService:
             server.log(f"[{request_id}] {feature}: {skipped}; no completion")
             return None
         suggestion = completion.text or ""
+        confidence = completion.confidence
         # A request that joined another did no model work of its own: reported as cached.
         # Waiting for the models to load is not part of a completion's latency.
         loaded_at = server.host.loaded_at
@@ -164,18 +249,131 @@ class CompletionService:
             None if joined else completion,
             source="shared" if joined else "model",
             text=suggestion,
+            confidence=confidence,
         )
         if not suggestion:
             return None
-        self.typed_ahead.remember(uri, prefix, suggestion, suffix)
+        self.typed_ahead.remember(uri, prefix, suggestion, suffix, confidence=confidence)
+        config = server.config.current
+        local = config.model.backend == "local"
+        if not joined and local and config.decoding.candidates > 1 and not invoked:
+            # Right after the answer (it is sent first): its forks, for the next request here.
+            self._start_alternatives(uri, document, text, offset, position.line, column)
         # Prefetch on local models only: a serving engine's capacity is for the requests of
         # everyone who shares it, and its failures must not show twice.
-        config = server.config.current
-        if not joined and config.cache.prefetch and config.model.backend == "local":
+        if not joined and config.cache.prefetch and local:
             self._prefetch(
                 uri, document.language_id, text, offset, position.line, column, suggestion
             )
-        return Answer(suggestion, cursor, cursor, cursor)
+        if self._below_floor(confidence, invoked, request_id, feature):
+            return None
+        others = await self._others(
+            uri, document, text, offset, position.line, column, suggestion, invoked
+        )
+        return Answer(suggestion, cursor, cursor, cursor, confidence, others)
+
+    # --- several suggestions, and silence when unsure -------------------------------------
+
+    def _below_floor(
+        self, confidence: float | None, invoked: bool, request_id: Any, feature: str
+    ) -> bool:
+        """Whether a suggestion the editor asked for by itself is too unsure to show."""
+        floor = self.server.config.current.decoding.min_confidence
+        if invoked or confidence is None or confidence >= floor:
+            return False
+        self.server.log(
+            f"[{request_id}] {feature}: confidence {confidence:.3f} is below the floor"
+            f" {floor:.3f} (decoding.min_confidence); no completion"
+        )
+        return True
+
+    async def _others(
+        self,
+        uri: str,
+        document,
+        text: str,
+        offset: int,
+        line: int,
+        column: int,
+        first: str,
+        invoked: bool,
+    ) -> list[Suggestion]:
+        """The alternatives to `first` at this place: those computed already (or, when the
+        person asked, computed now), less any that read like `first`, and (not asked) any
+        below the confidence floor."""
+        config = self.server.config.current
+        if config.decoding.candidates < 2 or config.model.backend != "local":
+            return []
+        entry = self._alternatives.get(uri)
+        if entry is None or not entry.serves(text[:offset], text[offset:]):
+            if not invoked:
+                return []
+            entry = self._start_alternatives(uri, document, text, offset, line, column, now=True)
+        if not entry.future.done():
+            if not invoked:
+                return []
+            try:
+                await asyncio.shield(entry.future)
+            except QuickdraftError as exc:
+                self.server.log(f"alternatives: {exc}", "warning")
+                return []
+        if entry.future.cancelled() or entry.future.exception() is not None:
+            return []
+        floor = 0.0 if invoked else config.decoding.min_confidence
+        others = [
+            Suggestion(item.text, item.confidence)
+            for item in entry.future.result()
+            if item.text != first and (item.confidence is None or item.confidence >= floor)
+        ]
+        return others[: config.decoding.candidates - 1]
+
+    def _start_alternatives(
+        self,
+        uri: str,
+        document,
+        text: str,
+        offset: int,
+        line: int,
+        column: int,
+        *,
+        now: bool = False,
+    ) -> _Alternatives:
+        """Compute the alternatives for this place on the worker: in the background (a
+        keystroke's request stops it), or `now`, as a request of its own."""
+        self._cancel_alternatives(uri)
+        request = completion_request(uri, document.language_id, text, offset, line, column)
+        server = self.server
+        count = server.config.current.decoding.candidates - 1
+        cancel = None
+        if now:
+            cancel = threading.Event()
+            future = server.worker.submit(
+                server.host.alternatives, request, count, cancel=cancel, preempt=True
+            )
+        else:
+            future = server.worker.submit_background(server.host.alternatives, request, count)
+        waiting = asyncio.wrap_future(future)
+        entry = _Alternatives(text[:offset], text[offset:], waiting, cancel)
+        self._alternatives[uri] = entry
+
+        def finished(done: asyncio.Future) -> None:
+            if done.cancelled():
+                return
+            if done.exception() is not None:
+                server.log(f"alternatives for {uri}: {done.exception()}", "warning")
+                return
+            items = done.result()
+            server.log(f"alternatives: {len(items)} ready for {uri}", "log")
+
+        waiting.add_done_callback(finished)
+        return entry
+
+    def _cancel_alternatives(self, uri: str) -> None:
+        entry = self._alternatives.pop(uri, None)
+        if entry is not None and not entry.future.done():
+            entry.future.cancel()  # a queued job is skipped
+            if entry.cancel is not None:
+                entry.cancel.set()  # a running one stops at its next step
 
     def _submit(
         self, uri: str, document, text: str, offset: int, line: int, column: int, name: str
@@ -183,17 +381,7 @@ class CompletionService:
         """Queue the generation on the worker. When the worker starts it, `name` ("[id]
         feature") is logged at log level with the time it waited in the queue: a client (or a
         test) knows the generation is running, not only asked for."""
-        # completer imports torch (seconds): the server answers `initialize` before that.
-        from quickdraft.completer import CompletionRequest
-
-        request = CompletionRequest(
-            uri=uri,
-            text=text,
-            line=line,
-            character=column,
-            language_id=document.language_id,
-            offset=offset,
-        )
+        request = completion_request(uri, document.language_id, text, offset, line, column)
         cancel = threading.Event()
         server, loop, queued = self.server, asyncio.get_running_loop(), time.monotonic()
 
@@ -249,17 +437,9 @@ class CompletionService:
     ) -> None:
         """Compute the completion at `offset` of `text` in the background, into the typed-ahead
         cache."""
-        # completer imports torch (seconds): the server answers `initialize` before that.
-        from quickdraft.completer import CompletionRequest
-
-        request = CompletionRequest(
-            uri,
-            text,
-            line,
-            column,
-            language_id,
-            offset=offset,
-            slot=uri + PREFETCH_SLOT,  # the document's own caches keep what is typed
+        # The document's own caches keep what is typed.
+        request = completion_request(
+            uri, language_id, text, offset, line, column, slot=uri + PREFETCH_SLOT
         )
         key = (offset, text)
         loop = asyncio.get_running_loop()
@@ -283,13 +463,15 @@ class CompletionService:
 
         future.add_done_callback(done)
 
-    def accepted(self, uri: str, line: int, character: int, text: str) -> str:
+    def accepted(self, uri: str, line: int, character: int, text: str, *, index: int = 0) -> str:
         """A suggestion was accepted (its item's command, run by the editor after inserting
-        it): `text` at (line, character), LSP units of the document before it went in. Makes
+        it): `text` at (line, character), LSP units of the document before it went in, the
+        `index`th item of its answer (counted in `accepted_by_index`). Makes
         sure the completion that follows it is computed ahead: "ready" when the typed-ahead
         cache has it, "running" when its prefetch runs, "started" when this starts it; else
         why not ("prefetch off", "not open", "not there": the document does not hold `text`
         at that place)."""
+        self.accepted_by_index[index] = self.accepted_by_index.get(index, 0) + 1
         server = self.server
         config = server.config.current
         if not (config.cache.prefetch and config.model.backend == "local"):
@@ -336,7 +518,9 @@ class CompletionService:
         running = self._prefetching.get(uri, {})
         if key in running and running[key].done():  # not a newer job for the same spot
             del running[key]
-        self.typed_ahead.remember(uri, prefix, completion.text, suffix, "prefetch")
+        self.typed_ahead.remember(
+            uri, prefix, completion.text, suffix, "prefetch", confidence=completion.confidence
+        )
         what = f"{len(completion.text)} chars" if completion.text else "nothing to add"
         prefill = getattr(completion.stats, "prefill_tokens", 0)
         self.server.log(
@@ -352,6 +536,7 @@ class CompletionService:
 
     def forget(self, uri: str) -> None:
         self._cancel_inflight(uri)
+        self._cancel_alternatives(uri)
         for job in self._prefetching.pop(uri, {}).values():
             job.cancel()
         self.typed_ahead.invalidate(uri)
@@ -368,10 +553,22 @@ class CompletionService:
         *,
         source: str,
         text: str,
+        confidence: float | None = None,
     ) -> None:
         latency_ms = (time.monotonic() - started) * 1000.0
         payload = stats_payload(completion, latency_ms=latency_ms, source=source)
-        payload.update(uri=uri, requestId=request_id, feature=feature, chars=len(text))
+        payload.update(
+            uri=uri,
+            requestId=request_id,
+            feature=feature,
+            chars=len(text),
+            confidence=None if confidence is None else round(confidence, 6),
+            # Accepted items so far by their place in the answer: [first, second, ...].
+            acceptedByIndex=[
+                self.accepted_by_index.get(i, 0)
+                for i in range(max(self.accepted_by_index, default=-1) + 1)
+            ],
+        )
         completer = self.server.host.completer
         if completer is not None:
             payload["compute"] = completer.compute

@@ -262,6 +262,18 @@ class ModelHost:
             return None
         return completer.complete(request, cancel=cancel, strategy=strategy)
 
+    def alternatives(self, request: Any, count: int, cancel: threading.Event) -> list[Any]:
+        """Up to `count` alternatives to the suggestion at `request`'s place
+        (`Completer.alternatives`). When the model's last answer for the document was for
+        another place (the suggestion there came from work done ahead), it answers this place
+        first, from the document's cache."""
+        completer = self.require_completer()
+        if cancel.is_set():
+            return []
+        if not completer.has_answered(request):
+            completer.complete(request, cancel=cancel)
+        return completer.alternatives(request, count, cancel=cancel)
+
     def suggest_edit(self, request: Any, cancel: threading.Event) -> Any:
         """Run one next-edit request (a next_edit.NextEditRequest); None when it was superseded
         while queued."""

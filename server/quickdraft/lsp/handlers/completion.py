@@ -1,4 +1,4 @@
-"""`textDocument/completion`: the same suggestion as one item, for clients without inline
+"""`textDocument/completion`: the same suggestions as menu items, for clients without inline
 completion (and for menus on demand in clients that have both). An inline completion and a
 completion request for the same position share one generation (see service.py)."""
 
@@ -17,10 +17,10 @@ SOURCE = "quickdraft"
 LABEL_CHARS = 60
 
 
-def completion_item(answer: Answer) -> types.CompletionItem:
-    """One item whose textEdit replaces a single-line range containing the cursor (every
-    answer starts at the cursor: CompletionService.complete)."""
-    text, start = answer.text, answer.start
+def completion_item(answer: Answer, index: int = 0) -> types.CompletionItem:
+    """The answer's `index`th suggestion as an item whose textEdit replaces a single-line range
+    containing the cursor (every answer starts at the cursor: CompletionService.complete)."""
+    text, start = answer.items[index].text, answer.start
     end = answer.end if answer.end.line == answer.cursor.line else answer.cursor
     lines = [line.strip() for line in text.split("\n") if line.strip()]
     label = lines[0] if lines else "(whitespace)"
@@ -34,9 +34,9 @@ def completion_item(answer: Answer) -> types.CompletionItem:
         kind=types.CompletionItemKind.Text,
         detail=f"{SOURCE} completion",
         documentation=text,
-        sort_text="0",
+        sort_text=str(index),
         filter_text=text,
-        preselect=True,
+        preselect=index == 0,
         insert_text_format=types.InsertTextFormat.PlainText,
         text_edit=types.TextEdit(range=types.Range(start=start, end=end), new_text=text),
         data={"source": SOURCE},
@@ -53,7 +53,8 @@ async def completion(ls: QuickdraftServer, params: types.CompletionParams) -> ty
     if answer is None:
         return types.CompletionList(is_incomplete=True, items=[])
     # Incomplete: the client asks again as the user types, which typed-ahead answers at once.
-    return types.CompletionList(is_incomplete=True, items=[completion_item(answer)])
+    items = [completion_item(answer, index) for index in range(len(answer.items))]
+    return types.CompletionList(is_incomplete=True, items=items)
 
 
 def register(server: QuickdraftServer) -> None:
