@@ -241,6 +241,7 @@ def test_results_json_has_exactly_the_schema(repo, tmp_path):
         "copy_heavy",
         "model_copies",
         "identity_by_path",
+        "confidence",
     }
     for name in ("ar", "ngram", "draft", "hybrid", "hf-prompt-lookup"):
         assert set(summary[name]) == SUMMARY_KEYS

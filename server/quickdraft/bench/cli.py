@@ -127,6 +127,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="tree verification settings (decoding.tree: auto, off or a token count) to compare "
         "on the same holes, e.g. off,auto; the first is the baseline",
     )
+    group.add_argument(
+        "--candidates",
+        type=int,
+        default=1,
+        metavar="N",
+        help="suggestions per hole for the main strategy (the greedy one, then forks of it): "
+        "which one was right and what the others cost (default 1)",
+    )
     group.add_argument("--no-replay", action="store_true", help="skip the keystroke replay")
     group.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up runs")
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -248,6 +256,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         sweep=sweep,
         replay=not args.no_replay,
+        candidates=args.candidates,
         warmup=not args.no_warmup,
         progress=not args.no_progress,
     )

@@ -19,8 +19,9 @@ PEER_NAMES = ("hf-assisted", "hf-prompt-lookup", "llama-cpp", "llama-cpp-lookup"
 FIRST_TOKEN_TIMED = (*PEER_NAMES, "remote")
 """Strategies whose "prefill" is the time to their first token (which it therefore includes)."""
 
-GROUPS = ("by_language", "copy_heavy", "model_copies", "identity_by_path")
-"""Keys of results.json's summary that hold groups of holes rather than one strategy."""
+GROUPS = ("by_language", "copy_heavy", "model_copies", "identity_by_path", "confidence")
+"""Keys of results.json's summary that hold groups of holes (or, `confidence`, a table over
+them: bench/confidence_report.py) rather than one strategy."""
 
 SUMMARY_KEYS = (
     "p50_ms",
@@ -380,7 +381,9 @@ def render_markdown(
     replay: dict[str, Any] | None = None,
     sweep: dict[str, Any] | None = None,
     plots: list[str] | None = None,
+    extra: list[str] | None = None,
 ) -> str:
+    """report.md; `extra`: further sections, after the per-strategy ones."""
     env, holes, summary = results["env"], results["holes"], results["summary"]
     lines = ["# quickdraft bench", ""]
     state = "interrupted" if env.get("interrupted") else "complete"
@@ -450,6 +453,7 @@ def render_markdown(
         lines += grouped_table(
             copies, "copied from", lambda hole: f"`{hole['ar_copied_from']}`", total=True
         )
+    lines += extra or []
     if replay and replay.get("holes"):
         lines += render_replay(replay)
     if sweep and sweep.get("summary"):

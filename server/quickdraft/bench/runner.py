@@ -21,6 +21,7 @@ from typing import Any
 from tqdm import tqdm
 
 from quickdraft.bench import report
+from quickdraft.bench.confidence_report import render_confidence, summarize_confidence
 from quickdraft.bench.holes import Hole
 from quickdraft.bench.peers import PEERS, HFPeer, LlamaCppPeer, Peer
 from quickdraft.bench.provenance import peak_memory, provenance
@@ -51,6 +52,9 @@ RUN_KEYS = (
     "repeat_trimmed",
     "identical_to_ar",
     "exact_match",
+    "prefix_match",
+    "confidence",
+    "alternatives",
 )
 
 
@@ -93,6 +97,9 @@ class BenchOptions:
     seed: int = 0
     sweep: list[int] | None = None
     replay: bool = True
+    candidates: int = 1
+    """Suggestions asked per hole of the primary strategy (`Completer.alternatives` after the
+    first): which of them was right, and what the others cost."""
     warmup: bool = True
     progress: bool = True
 
@@ -158,6 +165,14 @@ def make_peers(completer: Any, strategies: list[str], gguf_path: str | None) -> 
 
 
 def _run_record(outcome: Outcome, truth: str) -> dict[str, Any]:
+    alternatives = [
+        {
+            **other,
+            "exact_match": report.exact_match(other["completion"], truth),
+            "prefix_match": report.prefix_match(other["completion"], truth),
+        }
+        for other in outcome.extra.get("alternatives") or ()
+    ]
     return {
         "completion": outcome.completion,
         "tokens": outcome.tokens,
@@ -173,6 +188,9 @@ def _run_record(outcome: Outcome, truth: str) -> dict[str, Any]:
         "repeat_trimmed": outcome.repeat_trimmed,
         "identical_to_ar": None,
         "exact_match": report.exact_match(outcome.completion, truth),
+        "prefix_match": report.prefix_match(outcome.completion, truth),
+        "confidence": outcome.extra.get("confidence"),
+        "alternatives": alternatives,
     }
 
 
@@ -383,7 +401,8 @@ class Bench:
                 try:
                     if engine is not None:
                         engine[0].reset_cache()
-                        outcome = engine[0].complete(hole, engine[1])
+                        candidates = self.options.candidates if name == self.primary else 1
+                        outcome = engine[0].complete(hole, engine[1], candidates=candidates)
                         prompt_tokens = prompt_tokens or outcome.prompt_tokens
                     elif name == REMOTE:
                         outcome = self.remote.complete(hole, name)
@@ -532,6 +551,7 @@ class Bench:
 
     def results(self) -> dict[str, Any]:
         summary = report.summarize(self.records, self.env.get("paths"))
+        summary["confidence"] = summarize_confidence(self.records, self.primary)
         return {"env": self.env, "holes": self.records, "summary": summary}
 
     def _write(self, *, final: bool) -> dict[str, Any]:
@@ -558,6 +578,12 @@ class Bench:
                 write_json_atomic(self.out / "draft_length.json", report.config_snippet(sweep))
         if final:
             plots = report.write_plots(self.out, results, sweep)
-            markdown = report.render_markdown(results, replay=replay, sweep=sweep, plots=plots)
+            markdown = report.render_markdown(
+                results,
+                replay=replay,
+                sweep=sweep,
+                plots=plots,
+                extra=render_confidence(results["summary"]["confidence"]),
+            )
             (self.out / "report.md").write_text(markdown, encoding="utf-8")
         return results

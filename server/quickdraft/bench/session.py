@@ -154,11 +154,18 @@ class Session:
             reset()
 
     def complete(
-        self, hole: Hole, strategy: str, *, typed: int = 0, max_new_tokens: int | None = None
+        self,
+        hole: Hole,
+        strategy: str,
+        *,
+        typed: int = 0,
+        max_new_tokens: int | None = None,
+        candidates: int = 1,
     ) -> Outcome:
         """Ask `Completer` for a completion at the hole (after typing `typed` characters of the
         truth), timed end to end as the language server's worker would see it. The typed-ahead
-        cache is bypassed: every request reaches the engine."""
+        cache is bypassed: every request reaches the engine. `candidates` > 1: then, untimed
+        in the latency, its alternatives (`Completer.alternatives`), in `extra`."""
         if typed:
             text, line, col = hole.typed(typed)
             offset = hole.offset + len(hole.truth[:typed])
@@ -172,6 +179,20 @@ class Session:
             request, strategy=strategy, max_new_tokens=max_new_tokens
         )
         latency = (time.perf_counter() - started) * 1000
+        alternatives = []
+        if candidates > 1 and getattr(completion, "text", ""):
+            for other in self.completer.alternatives(request, candidates - 1):
+                alternatives.append(
+                    {
+                        "completion": insertion(other, text, offset),
+                        "confidence": other.confidence,
+                        "ready_ms": round(other.latency_ms, 3),
+                        "decode_ms": round(other.stats.decode_ms, 3),
+                        "prefill_tokens": other.stats.prefill_tokens,
+                        "new_tokens": other.stats.new_tokens,
+                        "target_forwards": other.stats.target_forwards,
+                    }
+                )
         if typed:
             self.completer.set_document(hole.uri, hole.text, hole.language)
         stats = getattr(completion, "stats", None)
@@ -199,6 +220,8 @@ class Session:
             extra={
                 "stop_reason": getattr(completion, "stop_reason", None),
                 "skipped": getattr(completion, "skipped", None),
+                "confidence": getattr(completion, "confidence", None),
+                "alternatives": alternatives,
             },
         )
 
