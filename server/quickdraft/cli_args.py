@@ -108,6 +108,13 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--draft-length", type=int, help="tokens proposed per step (default: adaptive)"
     )
+    group.add_argument(
+        "--min-confidence",
+        type=float,
+        dest="min_confidence",
+        help="the language server shows no suggestion the model gives a lower probability"
+        " unless asked for (default 0.4; 0 shows all)",
+    )
 
 
 def add_config_argument(parser: argparse.ArgumentParser) -> None:
@@ -171,7 +178,15 @@ def config_dict_from_args(args: argparse.Namespace) -> dict[str, Any]:
         model["draft"] = None
     decoding = {
         key: getattr(args, key, None)
-        for key in ("strategy", "max_new_tokens", "temperature", "top_p", "seed", "draft_length")
+        for key in (
+            "strategy",
+            "max_new_tokens",
+            "temperature",
+            "top_p",
+            "seed",
+            "draft_length",
+            "min_confidence",
+        )
         if getattr(args, key, None) is not None
     }
     data: dict[str, Any] = {}

@@ -21,7 +21,7 @@ local opts = {
     device = 'cpu',
     calibrate = false,
   },
-  decoding = { maxNewTokens = 24 },
+  decoding = { maxNewTokens = 24, minConfidence = 0 }, -- random tiny models are unsure of all
   languages = { python = { multiline = 'always' } },
   debounce_ms = 50,
 }

@@ -222,6 +222,7 @@ SH
   MODEL_SETTINGS='"quickdraft.model.device": "cpu",
   "quickdraft.debounceMs": '"${QUICKDRAFT_E2E_DEBOUNCE_MS:-400}"',
   "quickdraft.decoding.maxNewTokens": 24,
+  "quickdraft.decoding.minConfidence": 0,
   "quickdraft.languages": { "python": { "multiline": "always" } }'
 elif [[ "$SERVER_KIND" == preset ]]; then
   SERVER_PATH="$QUICKDRAFT"
@@ -235,7 +236,7 @@ else
   "$PYTHON" -c "import sys; from quickdraft.testing import save_tiny_pair; save_tiny_pair(sys.argv[1])" "$WORK/models"
   SERVER_PATH="$QUICKDRAFT"
   # The server's debug log (pygls logs every message received, in order) for the didFocus check.
-  MODEL_SETTINGS=$(printf '"quickdraft.model.target": "%s",\n  "quickdraft.model.draft": "%s",\n  "quickdraft.model.device": "cpu",\n  "quickdraft.model.calibrate": false,\n  "quickdraft.decoding.maxNewTokens": 24,\n  "quickdraft.languages": { "python": { "multiline": "always" } },\n  "quickdraft.server.args": ["--log-level", "debug", "--log-file", "%s"]' \
+  MODEL_SETTINGS=$(printf '"quickdraft.model.target": "%s",\n  "quickdraft.model.draft": "%s",\n  "quickdraft.model.device": "cpu",\n  "quickdraft.model.calibrate": false,\n  "quickdraft.decoding.maxNewTokens": 24,\n  "quickdraft.decoding.minConfidence": 0,\n  "quickdraft.languages": { "python": { "multiline": "always" } },\n  "quickdraft.server.args": ["--log-level", "debug", "--log-file", "%s"]' \
     "$WORK/models/target" "$WORK/models/draft" "$ART/server.log")
 fi
 cat >"$WORK/user-data/User/settings.json" <<JSON
