@@ -108,6 +108,9 @@ class RenamingBackend:
         )
         return Generated(text, tokens, stop, stats)
 
+    def alternatives(self, prepared, generated, count, *, within, cancel):
+        return []  # one suggestion per place
+
     def warm(self, prepared, cancel):
         return 0
 

@@ -96,6 +96,16 @@ class ScriptedBackend:
         )
         return Generated(text, tokens, "eos", stats)
 
+    def alternatives(self, prepared, generated, count, *, within, cancel):
+        """After `total = `: two other calls (and one that reads like the answer)."""
+        from quickdraft.completer import Generated
+        from quickdraft.decoding import GenerationStats
+
+        if generated.raw_text != "add(1, 2)":
+            return []
+        texts = ["add(1, 2)", "sub(1, 2)", "add(2, 1)"][: count + 1]
+        return [Generated(text, [], "eos", GenerationStats()) for text in texts]
+
 
 def log_generation(entry: dict) -> None:
     path = os.environ.get("QD_GENERATE_LOG")
@@ -153,6 +163,7 @@ class InlineCompletion012:
         self.ids = itertools.count(1)
         self.sent: list[dict] = []  # every request and notification, in order
         self.answers: list[list] = []
+        self.items: list = []  # the answer's items; `current` is one of them
         open_doc(client, uri, text, version=1)
 
     # the editor's side
@@ -235,9 +246,19 @@ class InlineCompletion012:
             self.answers.append(items)
             if not self.insert_mode:
                 return
+            self.items = items
             self.current = items[0] if items else None
 
         wrapped.add_done_callback(handler)
+
+    def select(self, count: int = 1, wrap: bool = True) -> None:
+        """vim.lsp.inline_completion.select({count, wrap}): move through the items it has."""
+        if self.current is None:
+            return
+        n = len(self.items)
+        index = self.items.index(self.current) + 1 + count
+        index = (index - 1) % n + 1 if wrap else max(1, min(index, n))
+        self.current = self.items[index - 1]
 
     def abort(self) -> None:
         """util._cancel_requests({method = inlineCompletion, type = 'pending'}), the timer."""
@@ -315,7 +336,7 @@ async def test_accepting_runs_the_command_and_the_next_suggestion_is_ready(
         assert item["insertText"] == "add(1, 2)"
         assert item["command"]["command"] == COMMAND
         assert item["command"]["arguments"] == [
-            {"uri": URI, "line": 3, "character": len("total = "), "text": "add(1, 2)"}
+            {"uri": URI, "line": 3, "character": len("total = "), "text": "add(1, 2)", "index": 0}
         ]
         # One request for the burst, none cancelled while typing (0.12 never does).
         requests = [m for m in nvim.sent if m.get("request") == "textDocument/inlineCompletion"]
@@ -368,3 +389,30 @@ async def test_the_command_computes_ahead_again_when_the_prefetch_was_stopped(
             {"line": "total = add(1, 2)", "prefetch": True, "text": " + add(3, 4)"}
         ]
         assert inline_stats(client)[-1]["source"] == "prefetch"
+
+
+async def test_select_cycles_through_the_candidates_and_accepts_the_second(session, tmp_path):
+    async with session(command()) as client:
+        nvim = InlineCompletion012(client, URI, SOURCE, (3, 0))
+        nvim.automatic_request()  # InsertEnter
+        nvim.type("total = ")
+        await wait_for(lambda: nvim.current is not None, 60)
+        assert [i["insertText"] for i in nvim.items] == ["add(1, 2)"]
+        # The server computes the others after answering; asked again at that place (the
+        # plugin's <M-]> makes 0.12 ask again, as a cursor move does), it sends them all.
+        await wait_for(
+            lambda: any("alternatives: 2 ready" in m.message for m in client.log_messages), 20
+        )
+        nvim.automatic_request()
+        await wait_for(lambda: len(nvim.items) == 3, 20)
+        assert [i["insertText"] for i in nvim.items] == ["add(1, 2)", "sub(1, 2)", "add(2, 1)"]
+        nvim.select(1)
+        assert nvim.current["insertText"] == "sub(1, 2)"
+        nvim.select(2)  # wraps around to the first
+        assert nvim.current["insertText"] == "add(1, 2)"
+        nvim.select(-2)
+        assert nvim.current["insertText"] == "sub(1, 2)"
+        assert await nvim.get()
+        assert nvim.lines[3] == "total = sub(1, 2)"
+        await wait_for(lambda: bool(inline_stats(client)), 10)
+        await wait_for(lambda: list(inline_stats(client)[-1]["acceptedByIndex"]) == [0, 1], 20)

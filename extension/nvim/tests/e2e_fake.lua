@@ -148,6 +148,35 @@ H.run(function()
   H.check('<Tab> without a suggestion indents as usual', after_tab:sub(1, #expected[#expected]) == expected[#expected]
     and after_tab:sub(#expected[#expected] + 1):match('^%s+$') ~= nil, after_tab)
 
+  -- Several candidates: <M-]> asks again explicitly (the server then sends all of them) and
+  -- shows the second; <M-[> goes back, wrapping; accepting reports the item's index.
+  H.type('<CR>choose')
+  H.eq('one candidate at first, no counter', 'choice_one()', H.wait(function()
+    return H.ghost_text() == 'choice_one()' and H.ghost_text()
+  end, 10000))
+  H.type('<M-]>')
+  local second = H.wait(function()
+    local text = H.ghost_text()
+    return text ~= 'choice_one()' and text
+  end, 10000)
+  H.eq('<M-]> shows the second candidate with its place', 'choice_two() (2/3)', second)
+  local asked = H.fake_log_events('inlineCompletion')
+  H.eq('it asked again as an explicit request', 1, asked[#asked].trigger)
+  H.type('<M-[><M-[>')
+  H.eq('<M-[> goes back and wraps around', 'choice_three() (3/3)', H.ghost_text())
+  H.type('<M-]><M-]>')
+  H.eq('and forward again', 'choice_two() (2/3)', H.ghost_text())
+  H.type('<Tab>')
+  H.check('accepting the second inserts it', vim.endswith(vim.api.nvim_get_current_line(), 'choosechoice_two()'),
+    vim.api.nvim_get_current_line())
+  local accepted = H.wait(function()
+    local events = H.fake_log_events('accepted')
+    return #events > 0 and events
+  end, 5000)
+  H.eq('the server hears which item was accepted', { text = 'choice_two()', index = 1 },
+    accepted and accepted[#accepted])
+  H.type('<CR>')
+
   -- Leaving Insert mode clears the ghost text.
   H.wait(function()
     return H.ghost_text()

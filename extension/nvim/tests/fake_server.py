@@ -26,6 +26,10 @@ Environment:
   QD_FAKE_STDERR      "1": write STDERR_LINES to stderr at the start (log records at their
                       levels, lines without a level, a traceback), as the real server's stderr
 
+A line ending with "choose" is answered as the real server answers a place it has candidates
+for: an automatic request gets one item, an explicit one (triggerKind Invoked) three; each item's
+command is `quickdraft.acceptedCompletion` with its index, logged as "accepted" when run.
+
 Commands (workspace/executeCommand), for scenarios that script the server's side:
   fake.notify [method, params]   send that notification
   fake.createProgress [token]    send window/workDoneProgress/create for that token
@@ -130,6 +134,18 @@ async def load(ls: LanguageServer) -> None:
     ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message="ready"))
     ls.protocol.notify(STATUS, {"state": "ready", "message": "", "backend": "local"})
     log("status", "ready")
+
+
+CHOICES = ("choice_one()", "choice_two()", "choice_three()")
+
+
+@server.command("quickdraft.acceptedCompletion")
+def fake_accepted(ls: LanguageServer, *arguments: Any) -> str:
+    accepted = arguments[0] if arguments else {}
+    if isinstance(accepted, list):
+        accepted = accepted[0] if accepted else {}
+    log("accepted", {"text": accepted.get("text"), "index": accepted.get("index")})
+    return "ready"
 
 
 @server.command("fake.notify")
@@ -275,6 +291,22 @@ async def inline_completion(
             "draftedBySource": {"ngram": 5, "draft": 3},
         },
     )
+    if prefix.endswith("choose"):
+        invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+        texts = CHOICES if invoked else CHOICES[:1]
+        return types.InlineCompletionList(
+            items=[
+                types.InlineCompletionItem(
+                    insert_text=text,
+                    command=types.Command(
+                        title="accepted",
+                        command="quickdraft.acceptedCompletion",
+                        arguments=[{"text": text, "index": index}],
+                    ),
+                )
+                for index, text in enumerate(texts)
+            ]
+        )
     if USE_RANGE:
         word = re.search(r"[A-Za-z_]*$", prefix).group(0)
         start = types.Position(params.position.line, params.position.character - len(word))

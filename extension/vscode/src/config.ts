@@ -45,6 +45,8 @@ const SCALAR_SETTINGS: ReadonlyArray<readonly [string, keyof ConfigTree, string]
   ["decoding.maxNewTokens", "decoding", "max_new_tokens"],
   ["decoding.draftLength", "decoding", "draft_length"],
   ["decoding.deadlineMs", "decoding", "deadline_ms"],
+  ["decoding.candidates", "decoding", "candidates"],
+  ["decoding.minConfidence", "decoding", "min_confidence"],
   ["context.maxPromptTokens", "context", "max_prompt_tokens"],
 ];
 

@@ -44,6 +44,10 @@ M.defaults = {
     accept_word = '<M-Right>',
     accept_line = '<M-Down>',
     dismiss = '<C-]>',
+    -- The next / previous of the server's suggestions for this place (it sends up to
+    -- `decoding.candidates`); " (i/n)" says which is shown.
+    next = '<M-]>',
+    prev = '<M-[>',
   },
   hl_group = 'QuickdraftSuggestion',
   -- The LSP client's name. Plugins that look for a next-edit server by name (sidekick.nvim looks

@@ -4,7 +4,9 @@
 --
 -- Typing characters that match the suggestion keeps it (shortened); anything else drops it and
 -- asks again. accept() applies the whole item, accept_word()/accept_line() insert a part of it
--- and keep showing the rest.
+-- and keep showing the rest. cycle(1) / cycle(-1) show the next / previous item of the answer
+-- (" (i/n)" after it); with one item, they first ask again as an explicit request
+-- (triggerKind Invoked), which the server answers with all its candidates.
 
 local api = vim.api
 
@@ -27,6 +29,7 @@ local buffers = require('quickdraft.buffer_requests').new({
 
 local options = {
   debounce_ms = 75,
+  counter_hl_group = 'Comment',
   hl_group = 'QuickdraftSuggestion',
   client_name = 'quickdraft',
 }
@@ -102,8 +105,13 @@ local function draw(bufnr, suggestion)
   for i = 2, #lines do
     table.insert(virt_lines, { { lines[i], options.hl_group } })
   end
+  local first = { { lines[1], options.hl_group } }
+  if suggestion.count and suggestion.count > 1 then
+    -- Which of the answer's items this is, as Neovim 0.12 shows it.
+    table.insert(first, { (' (%d/%d)'):format(suggestion.index, suggestion.count), options.counter_hl_group })
+  end
   local opts = {
-    virt_text = { { lines[1], options.hl_group } },
+    virt_text = first,
     virt_text_pos = 'inline',
     hl_mode = 'combine',
     right_gravity = false,
@@ -127,11 +135,12 @@ function M.visible()
   return M.current() ~= nil
 end
 
---- Turn the first usable item of a response into a suggestion anchored at the cursor.
-local function suggestion_from(bufnr, client, result, row, col)
+--- The usable items of a response, as suggestions anchored at the cursor, in order.
+local function suggestions_from(bufnr, client, result, row, col)
+  local found = {}
   local items = result and (result.items or result) or {}
   if type(items) ~= 'table' then
-    return nil
+    return found
   end
   local line = api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1] or ''
   for _, item in ipairs(items) do
@@ -153,7 +162,7 @@ local function suggestion_from(bufnr, client, result, row, col)
       end
     end
     if text and text:sub(1, #typed) == typed and #text > #typed then
-      return {
+      found[#found + 1] = {
         client_id = client.id,
         item = item,
         snippet = is_snippet,
@@ -166,13 +175,27 @@ local function suggestion_from(bufnr, client, result, row, col)
       }
     end
   end
-  return nil
+  for index, suggestion in ipairs(found) do
+    suggestion.index, suggestion.count = index, #found
+  end
+  return found
+end
+
+local function show(bufnr, s, suggestion)
+  s.shown = suggestion
+  if suggestion then
+    draw(bufnr, suggestion)
+  else
+    api.nvim_buf_clear_namespace(bufnr, M.ns, 0, -1)
+  end
+  api.nvim_exec_autocmds('User', { pattern = 'QuickdraftSuggestion', modeline = false })
 end
 
 --- Ask the server now for a suggestion at the cursor.
 ---@param bufnr integer|nil
 ---@param trigger_kind integer|nil 1 invoked, 2 automatic (default)
-function M.request(bufnr, trigger_kind)
+---@param step integer|nil show the item this many after the first (cycle() asking again)
+function M.request(bufnr, trigger_kind, step)
   bufnr = bufnr or api.nvim_get_current_buf()
   local s = buffers:state(bufnr)
   buffers:cancel_request(s)
@@ -194,15 +217,36 @@ function M.request(bufnr, trigger_kind)
       return
     end
     M.answered = M.answered + 1
-    local suggestion = suggestion_from(bufnr, client, result, row, col)
-    s.shown = suggestion
-    if suggestion then
-      draw(bufnr, suggestion)
-    else
-      api.nvim_buf_clear_namespace(bufnr, M.ns, 0, -1)
-    end
-    api.nvim_exec_autocmds('User', { pattern = 'QuickdraftSuggestion', modeline = false })
+    local found = suggestions_from(bufnr, client, result, row, col)
+    s.choices = found
+    local index = #found > 0 and ((step or 0) % #found) + 1 or 1
+    show(bufnr, s, found[index])
   end)
+end
+
+--- Show the item `step` after the one shown (negative: before it), wrapping around. With one
+--- item, asks the server again first (an explicit request gets all its candidates). Returns
+--- false when no suggestion is shown.
+---@param step integer
+---@return boolean
+function M.cycle(step)
+  local bufnr = api.nvim_get_current_buf()
+  local s = buffers:state(bufnr)
+  local suggestion = s.shown
+  if not suggestion then
+    return false
+  end
+  local choices = s.choices or { suggestion }
+  if #choices < 2 then
+    if not suggestion.asked then
+      suggestion.asked = true -- once: the server has no more for this place otherwise
+      M.request(bufnr, 1, step)
+    end
+    return true
+  end
+  local index = ((suggestion.index - 1 + step) % #choices) + 1
+  show(bufnr, s, choices[index])
+  return true
 end
 
 --- Ask after `debounce_ms` without keystrokes.
@@ -230,6 +274,8 @@ function M.on_change(bufnr)
       local line = api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1] or ''
       local typed = line:sub(suggestion.col + 1, col)
       if #typed < #suggestion.text and suggestion.text:sub(1, #typed) == typed then
+        buffers:state(bufnr).choices = { suggestion } -- the others do not go on from here
+        suggestion.count = 1
         suggestion.text = suggestion.text:sub(#typed + 1)
         suggestion.col = col
         suggestion.tick = tick
@@ -336,6 +382,8 @@ local function accept_part(part_of)
   buffers:stop_timer(s)
   s.seq = s.seq + 1
   local row, col = insert_at_cursor(bufnr, part)
+  s.choices = { suggestion }
+  suggestion.count = 1
   suggestion.text = suggestion.text:sub(#part + 1)
   suggestion.row, suggestion.col = row, col
   suggestion.range = nil

@@ -296,6 +296,30 @@ function M.accept_line()
   return accept_part(require('quickdraft.ghost').next_line)
 end
 
+--- Show the next (`step` 1) or previous (-1) of the answer's suggestions; false when none is
+--- shown. Native inline completion (0.12): `vim.lsp.inline_completion.select()`.
+---@param step integer
+---@return boolean
+local refreshed_at = nil
+
+function M.cycle(step)
+  if M.inline_mode() == 'native' then
+    -- 0.12 cycles through the items it has. The server answers a place's first request with
+    -- one and computes the others after it: the first press here asks again (as a cursor move
+    -- does), and that answer holds them all; later presses move through them.
+    local row, col = unpack(api.nvim_win_get_cursor(0))
+    local place = table.concat({ api.nvim_get_current_buf(), api.nvim_buf_get_changedtick(0), row, col }, ':')
+    if refreshed_at ~= place then
+      refreshed_at = place
+      api.nvim_exec_autocmds('CursorMovedI', { buffer = 0, modeline = false })
+      return true
+    end
+    vim.lsp.inline_completion.select({ count = step })
+    return true
+  end
+  return require('quickdraft.ghost').cycle(step)
+end
+
 --- Hide the suggestion; false when none was shown.
 ---@return boolean
 function M.dismiss()
@@ -371,6 +395,12 @@ local function set_keymaps(keymaps)
   map(keymaps.accept_word, M.accept_word, 'quickdraft: accept the next word')
   map(keymaps.accept_line, M.accept_line, 'quickdraft: accept the next line')
   map(keymaps.dismiss, M.dismiss, 'quickdraft: dismiss the suggestion')
+  map(keymaps.next, function()
+    return M.cycle(1)
+  end, 'quickdraft: show the next suggestion')
+  map(keymaps.prev, function()
+    return M.cycle(-1)
+  end, 'quickdraft: show the previous suggestion')
 end
 
 local function map_normal(lhs, action, desc)
