@@ -298,6 +298,9 @@ async def inline_completion(
             items=[
                 types.InlineCompletionItem(
                     insert_text=text,
+                    # Empty at the cursor, as the real server's: without one VS Code replaces
+                    # the word at the cursor (and hides items that do not start with it).
+                    range=types.Range(params.position, params.position),
                     command=types.Command(
                         title="accepted",
                         command="quickdraft.acceptedCompletion",

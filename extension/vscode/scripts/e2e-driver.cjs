@@ -365,6 +365,42 @@ async function triggerInlineSuggestion(page) {
   await page.waitForSelector(".quick-input-widget input", { state: "hidden", timeout: 15000 }).catch(() => {});
 }
 
+/**
+ * Several candidates (--fake: the scripted server answers a line ending in `choose` with one
+ * item when asked automatically, three when asked explicitly): VS Code's Alt+] asks again and
+ * shows the second, Alt+] / Alt+[ cycle, Tab accepts the one shown, the saved file has it, and
+ * the server hears its index.
+ */
+async function cycleCandidates(page, file) {
+  const before = fs.readFileSync(file, "utf8");
+  await page.locator(".monaco-editor .view-lines").first().click();
+  await page.keyboard.press("Control+End");
+  await page.keyboard.type("\nchoose", { delay: KEY_DELAY_MS });
+  const first = await waitFor(async () => ((await ghostText(page)) === "choice_one()" ? "choice_one()" : null), 20000);
+  check("candidates: the first suggestion is shown", first, await ghostText(page));
+  await page.keyboard.press("Alt+]");
+  const second = await waitFor(async () => ((await ghostText(page)) === "choice_two()" ? "choice_two()" : null), 20000);
+  check("candidates: Alt+] shows the second (VS Code asked again, explicitly)", second, await ghostText(page));
+  const asked = fakeEvents("inlineCompletion").filter((e) => e.prefix.endsWith("choose"));
+  check("candidates: the second request was explicit (triggerKind Invoked)", asked.some((e) => e.trigger === 1), asked);
+  await page.keyboard.press("Alt+]");
+  const third = await waitFor(async () => ((await ghostText(page)) === "choice_three()" ? true : null), 10000);
+  check("candidates: Alt+] again shows the third", third, await ghostText(page));
+  await page.keyboard.press("Alt+[");
+  const back = await waitFor(async () => ((await ghostText(page)) === "choice_two()" ? true : null), 10000);
+  check("candidates: Alt+[ goes back to the second", back, await ghostText(page));
+  await page.screenshot({ path: path.join(artifacts, "candidates.png") });
+  await page.keyboard.press("Tab");
+  const saved = await saveAndRead(page, file, before);
+  const expected = before + "\nchoose" + "choice_two()";
+  check("candidates: Tab accepts the second; the saved file has it", saved === expected, { saved, expected });
+  const accepted = await waitFor(() => {
+    const events = fakeEvents("accepted");
+    return events.length ? events[events.length - 1] : null;
+  }, 10000);
+  check("candidates: the server hears which item was accepted (index 1)", accepted && accepted.index === 1, accepted);
+}
+
 /** The scripted server's log (JSON lines): what it received and answered. */
 function fakeEvents(name) {
   const file = path.join(artifacts, "fake-server.log");
@@ -842,6 +878,9 @@ async function main() {
     );
     results.data.notifications = notices;
     check("no quickdraft error notification", !notices.some((n) => /quickdraft/i.test(n || "")), notices);
+    if (mode === "fake") {
+      await cycleCandidates(page, args.file);
+    }
     if (args["big-file"]) {
       const big = await typeInBigFile(page, args["big-file"]);
       if (big) {

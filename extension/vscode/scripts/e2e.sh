@@ -30,7 +30,9 @@ Modes:
                  next edits in rename.py (scripts/e2e_fake_server.py finishes a rename): the
                  edit drawn after a rename and a rest, applied with Tab and saved; an answer
                  that comes after the document changed never drawn nor applied; ghost text and
-                 a next edit at once: Tab takes the ghost text, the next Tab the edit.
+                 a next edit at once: Tab takes the ghost text, the next Tab the edit; and
+                 three candidates: Alt+] asks again explicitly and shows the second, Alt+] /
+                 Alt+[ cycle, Tab accepts the second, the server hears its index.
   --preset P     a real model preset (e.g. qwen2.5-coder-0.5b; fetch it first with `quickdraft
                  models fetch P`) with the server's defaults: prints the time to the first ghost
                  text (from code-server's start, from the editor opening and from the first
