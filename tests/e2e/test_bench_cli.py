@@ -31,6 +31,9 @@ RUN_KEYS = {
     "repeat_trimmed",
     "identical_to_ar",
     "exact_match",
+    "prefix_match",
+    "confidence",
+    "alternatives",
 }
 SUMMARY_KEYS = {
     "p50_ms",
@@ -266,3 +269,28 @@ def test_bench_compares_tree_settings_on_the_same_holes(tiny_models, repo, tmp_p
         runs = hole["runs"]
         assert runs["ngram@tree-8"]["tokens"] == runs["ar"]["tokens"]
         assert runs["ngram"]["drafted_by_source"].get("recycled", 0) == 0  # tree off
+
+
+def test_candidates_are_forks_that_compute_no_prompt_token(tiny_models, repo, tmp_path):
+    out = tmp_path / "out"
+    args = bench_args(
+        tiny_models, repo, out, "--strategies", "ar,hybrid", "--candidates", "3", "--holes", "8"
+    )
+    args += ["--max-tokens", "12"]
+    assert main([*args, "--no-replay"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    runs = [hole["runs"]["hybrid"] for hole in results["holes"]]
+    alternatives = [other for run in runs for other in run["alternatives"]]
+    assert alternatives, runs  # random tiny models are unsure: there is somewhere to branch
+    for run in runs:
+        shown = bool(run["completion"].strip())
+        assert (0 <= run["confidence"] <= 1) if shown else run["confidence"] is None
+        assert len(run["alternatives"]) <= 2
+        for other in run["alternatives"]:
+            assert other["prefill_tokens"] == 0 and other["completion"] != run["completion"]
+    assert all(not hole["runs"]["ar"]["alternatives"] for hole in results["holes"])
+    summary = results["summary"]["confidence"]
+    assert (
+        summary["strategy"] == "hybrid" and summary["candidates"]["alternative_prefill_tokens"] == 0
+    )
+    assert "## Confidence floor" in (out / "report.md").read_text()

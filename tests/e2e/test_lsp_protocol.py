@@ -128,7 +128,7 @@ class FakeCompleter:
             return []
         found = [
             FakeCompletion("choice_one()", confidence=0.5),
-            FakeCompletion("choice_two()", confidence=0.3),
+            FakeCompletion("choice_two()", confidence=0.45),
             FakeCompletion("choice_three()", confidence=0.05),
             FakeCompletion("choice_four()", confidence=0.01),
         ]
@@ -797,8 +797,13 @@ async def test_alternatives_follow_the_first_answer_and_an_invoked_request_waits
         await wait_for(
             lambda: any("alternatives: 3 ready" in m.message for m in client.log_messages)
         )
-        # The same place again: all of them, the one that reads like the first dropped.
+        # The same place again: the others, less the one that reads like the first and the one
+        # below the confidence floor (0.4 by default)...
         items = items_of(await inline(client, URI, 0, 8))
+        assert [i.insert_text for i in items] == ["choice_one()", "choice_two()"]
+        assert [i.command.arguments[0]["index"] for i in items] == [0, 1]
+        # ...which an explicit request shows too.
+        items = items_of(await invoked(client, URI, 0, 8))
         assert [i.insert_text for i in items] == ["choice_one()", "choice_two()", "choice_three()"]
         assert [i.command.arguments[0]["index"] for i in items] == [0, 1, 2]
         # Asked for by the person at a new place: the answer waits for the alternatives.
