@@ -139,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
             "mode": completion.mode,
             "prompt_tokens": completion.prompt_tokens,
             "latency_ms": round(completion.latency_ms, 1),
+            "confidence": completion.confidence,
             **completion.stats.to_dict(),
             **identity,
         }
