@@ -68,6 +68,9 @@ class Completion:
     confidence: float | None = None
     """The target's probability of the tokens shown (decoding.confidence); None where the
     backend cannot say (a serving engine) or nothing is shown."""
+    line_confidence: float | None = None
+    """The same over the tokens of the shown text's first line, where it has more than one
+    (and the first is not empty); None otherwise."""
     prompt_tokens: int = 0
     latency_ms: float = 0.0
     skipped: str | None = None
@@ -283,7 +286,13 @@ def _completion(
     stages: dict[str, float] | None = None,
 ) -> Completion:
     """What a generation shows: `shown`, scored on its first `within` tokens."""
-    score = confidence(generated.choices[:within]) if generated.choices and shown.text else None
+    score = line_score = None
+    if generated.choices and shown.text:
+        score = confidence(generated.choices[:within])
+        first_line, more = shown.text.split("\n", 1)[0], "\n" in shown.text
+        if more and first_line.strip():
+            line_tokens = shown_tokens(prepared, generated.tokens, first_line)
+            line_score = confidence(generated.choices[:line_tokens])
     return Completion(
         text=shown.text,
         repeated=shown.repeated,
@@ -294,6 +303,7 @@ def _completion(
         stop_reason=generated.stop_reason,
         stats=generated.stats,
         confidence=score,
+        line_confidence=line_score,
         prompt_tokens=len(prepared.prompt_ids),
         latency_ms=(time.perf_counter() - started) * 1000,
         stages=stages or {},

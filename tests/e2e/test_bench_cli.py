@@ -33,6 +33,7 @@ RUN_KEYS = {
     "exact_match",
     "prefix_match",
     "confidence",
+    "line_confidence",
     "alternatives",
 }
 SUMMARY_KEYS = {

@@ -21,7 +21,7 @@ def hole(language, confidence, exact, alternatives=()):
         "prefix_match": exact,
         "alternatives": list(alternatives),
     }
-    return {"language": language, "runs": {"hybrid": run}}
+    return {"language": language, "truth": "x", "runs": {"hybrid": run}}
 
 
 HOLES = [
@@ -76,3 +76,15 @@ def test_candidates_count_which_item_was_right_and_the_report_says_so():
     assert summary["alternative_prefill_tokens"] == 0
     text = "\n".join(render_confidence(summarize_confidence(HOLES + holes, "hybrid")))
     assert "The data supports a floor of" in text and "item 2: 1" in text
+
+
+def test_a_first_line_that_scores_above_the_floor_is_counted_apart():
+    below = hole("python", 0.01, False)
+    below["runs"]["hybrid"].update(completion="x = 1\ny = 2", line_confidence=0.5)
+    below["truth"] = "x = 1\nz = 3"
+    wrong = hole("python", 0.01, False)
+    wrong["runs"]["hybrid"].update(completion="q = 1\ny = 2", line_confidence=0.5)
+    rows = {row["floor"]: row for row in floor_table([below, wrong], "hybrid")}
+    assert rows[0.05]["first_lines"] == 2 and rows[0.05]["first_lines_right"] == 1
+    assert rows[0.0]["first_lines"] == 0  # shown whole
+    assert rows[0.6]["first_lines"] == 0  # the line is below that floor too

@@ -28,8 +28,19 @@ def _scored(holes: list[dict[str, Any]], strategy: str) -> list[dict[str, Any]]:
     ]
 
 
+def _first_line_right(hole: dict[str, Any], run: dict[str, Any]) -> bool:
+    """Whether the first line of a multi-line suggestion is what was typed next."""
+    line = run["completion"].split("\n", 1)[0]
+    return bool(line.strip()) and hole["truth"].startswith(line)
+
+
 def floor_table(holes: list[dict[str, Any]], strategy: str) -> list[dict[str, Any]]:
-    runs = _scored(holes, strategy)
+    pairs = [
+        (hole, hole["runs"][strategy])
+        for hole in holes
+        if strategy in hole["runs"] and hole["runs"][strategy] in _scored([hole], strategy)
+    ]
+    runs = [run for _, run in pairs]
     if not runs:
         return []
     right = sum(run["exact_match"] for run in runs)
@@ -38,6 +49,14 @@ def floor_table(holes: list[dict[str, Any]], strategy: str) -> list[dict[str, An
         shown = [run for run in runs if run["confidence"] >= floor]
         exact = sum(run["exact_match"] for run in shown)
         prefix = sum(run.get("prefix_match", False) or run["exact_match"] for run in shown)
+        # "The line so far": below the floor, a multi-line suggestion whose first line scores
+        # above it would show that line.
+        lines = [
+            (hole, run)
+            for hole, run in pairs
+            if run["confidence"] < floor and (run.get("line_confidence") or 0.0) >= floor
+        ]
+        lines_right = sum(_first_line_right(hole, run) for hole, run in lines)
         rows.append(
             {
                 "floor": floor,
@@ -46,6 +65,8 @@ def floor_table(holes: list[dict[str, Any]], strategy: str) -> list[dict[str, An
                 "exact_share": exact / len(shown) if shown else None,
                 "prefix_share": prefix / len(shown) if shown else None,
                 "right_lost": (right - exact) / right if right else 0.0,
+                "first_lines": len(lines),
+                "first_lines_right": lines_right,
                 "wrong_hidden": (
                     (len(runs) - right - (len(shown) - exact)) / (len(runs) - right)
                     if len(runs) > right
@@ -133,16 +154,19 @@ def render_confidence(confidence: dict[str, Any]) -> list[str]:
         f"`{strategy}`'s {shown_at_zero} non-empty suggestions, by the target's probability of"
         " the tokens shown (the product of their probabilities). A floor hides suggestions"
         " below it; exact and prefix shares are among those still shown; right lost: the"
-        " exactly right suggestions it hides; wrong hidden: the others it hides.",
+        " exactly right suggestions it hides; wrong hidden: the others it hides; first lines:"
+        " suggestions below the floor whose first line alone scores above it (multi-line ones),"
+        " and how many of those lines are what was typed next.",
         "",
-        "| floor | shown | exact | prefix | right lost | wrong hidden |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| floor | shown | exact | prefix | right lost | wrong hidden | first lines (right) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in table:
         lines.append(
             f"| {row['floor']:.2f} | {row['shown']} ({_pct(row['shown_share'])}) |"
             f" {_pct(row['exact_share'])} | {_pct(row['prefix_share'])} |"
             f" {_pct(row['right_lost'])} | {_pct(row['wrong_hidden'])} |"
+            f" {row['first_lines']} ({row['first_lines_right']}) |"
         )
     chosen = confidence.get("chosen")
     lines.append("")

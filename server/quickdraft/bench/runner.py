@@ -54,6 +54,7 @@ RUN_KEYS = (
     "exact_match",
     "prefix_match",
     "confidence",
+    "line_confidence",
     "alternatives",
 )
 
@@ -190,6 +191,7 @@ def _run_record(outcome: Outcome, truth: str) -> dict[str, Any]:
         "exact_match": report.exact_match(outcome.completion, truth),
         "prefix_match": report.prefix_match(outcome.completion, truth),
         "confidence": outcome.extra.get("confidence"),
+        "line_confidence": outcome.extra.get("line_confidence"),
         "alternatives": alternatives,
     }
 

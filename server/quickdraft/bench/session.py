@@ -221,6 +221,7 @@ class Session:
                 "stop_reason": getattr(completion, "stop_reason", None),
                 "skipped": getattr(completion, "skipped", None),
                 "confidence": getattr(completion, "confidence", None),
+                "line_confidence": getattr(completion, "line_confidence", None),
                 "alternatives": alternatives,
             },
         )
