@@ -826,6 +826,10 @@ async def test_a_suggestion_below_the_floor_is_shown_only_when_asked_for(session
         open_doc(client, URI, "UNSURE \nGREET \n")
         assert items_of(await inline(client, URI, 0, 7)) == []
         await wait_for(lambda: any("below the floor" in m.message for m in client.log_messages))
+        await wait_for(lambda: bool(client.stats))
+        hidden = plain(client.stats[-1])
+        assert hidden["belowFloor"] is True and hidden["chars"] == 0
+        assert hidden["confidence"] == 0.01
         [item] = items_of(await invoked(client, URI, 0, 7))
         assert item.insert_text == "maybe_this()"
         # A suggestion with no confidence (a serving engine's) is never held back.

@@ -188,6 +188,7 @@ class CompletionService:
         hit = self.typed_ahead.lookup(uri, prefix, suffix)
         if hit is not None:
             self._cancel_inflight(uri)
+            hidden = self._below_floor(hit.confidence, invoked, request_id, feature)
             self._report(
                 request_id,
                 uri,
@@ -195,10 +196,11 @@ class CompletionService:
                 started,
                 None,
                 source=hit.source,
-                text=hit.text,
+                text="" if hidden else hit.text,
                 confidence=hit.confidence,
+                below_floor=hidden,
             )
-            if not hit.text or self._below_floor(hit.confidence, invoked, request_id, feature):
+            if not hit.text or hidden:
                 return None  # computed ahead: the model has nothing to add here
             others = await self._others(
                 uri, document, text, offset, position.line, column, hit.text, invoked
@@ -241,6 +243,7 @@ class CompletionService:
         # A request that joined another did no model work of its own: reported as cached.
         # Waiting for the models to load is not part of a completion's latency.
         loaded_at = server.host.loaded_at
+        hidden = bool(suggestion) and self._below_floor(confidence, invoked, request_id, feature)
         self._report(
             request_id,
             uri,
@@ -248,8 +251,9 @@ class CompletionService:
             max(started, loaded_at) if loaded_at is not None else started,
             None if joined else completion,
             source="shared" if joined else "model",
-            text=suggestion,
+            text="" if hidden else suggestion,
             confidence=confidence,
+            below_floor=hidden,
         )
         if not suggestion:
             return None
@@ -265,7 +269,7 @@ class CompletionService:
             self._prefetch(
                 uri, document.language_id, text, offset, position.line, column, suggestion
             )
-        if self._below_floor(confidence, invoked, request_id, feature):
+        if hidden:
             return None
         others = await self._others(
             uri, document, text, offset, position.line, column, suggestion, invoked
@@ -314,7 +318,11 @@ class CompletionService:
                 return []
             try:
                 await asyncio.shield(entry.future)
-            except QuickdraftError as exc:
+            except asyncio.CancelledError:
+                if not entry.future.cancelled():
+                    raise  # this request was cancelled ($/cancelRequest)
+                return []  # the job was: a newer request for the document stopped it
+            except Exception as exc:  # noqa: BLE001 - the first suggestion still stands
                 self.server.log(f"alternatives: {exc}", "warning")
                 return []
         if entry.future.cancelled() or entry.future.exception() is not None:
@@ -554,6 +562,7 @@ class CompletionService:
         source: str,
         text: str,
         confidence: float | None = None,
+        below_floor: bool = False,
     ) -> None:
         latency_ms = (time.monotonic() - started) * 1000.0
         payload = stats_payload(completion, latency_ms=latency_ms, source=source)
@@ -563,6 +572,7 @@ class CompletionService:
             feature=feature,
             chars=len(text),
             confidence=None if confidence is None else round(confidence, 6),
+            belowFloor=below_floor,  # not shown: the model was unsure (decoding.min_confidence)
             # Accepted items so far by their place in the answer: [first, second, ...].
             acceptedByIndex=[
                 self.accepted_by_index.get(i, 0)
