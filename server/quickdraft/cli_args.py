@@ -113,7 +113,7 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         dest="min_confidence",
         help="the language server shows no suggestion the model gives a lower probability"
-        " unless asked for (default 0.4; 0 shows all)",
+        " unless asked for (default 0.3; 0 shows all)",
     )
 
 
