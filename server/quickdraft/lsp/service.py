@@ -264,8 +264,9 @@ class CompletionService:
             # Right after the answer (it is sent first): its forks, for the next request here.
             self._start_alternatives(uri, document, text, offset, position.line, column)
         # Prefetch on local models only: a serving engine's capacity is for the requests of
-        # everyone who shares it, and its failures must not show twice.
-        if not joined and config.cache.prefetch and local:
+        # everyone who shares it, and its failures must not show twice. Not for a suggestion
+        # held back: it cannot be accepted (shown when asked for, its acceptance prefetches).
+        if not joined and config.cache.prefetch and local and not hidden:
             self._prefetch(
                 uri, document.language_id, text, offset, position.line, column, suggestion
             )
