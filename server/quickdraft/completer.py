@@ -615,7 +615,7 @@ class Completer:
     def has_answered(self, request: CompletionRequest) -> bool:
         """Whether the model's last answer on `request`'s cache slot was for its place."""
         answered = self._answered.get(request.slot or request.uri)
-        return answered is not None and answered.serves(request)
+        return answered is not None and answered.serves(_readable(request))
 
     def alternatives(
         self,

@@ -473,12 +473,15 @@ class RawClient:
 
         from conftest import server_env
 
+        # Unbuffered: `answer` waits with select(), which cannot see bytes a buffered reader
+        # has already taken from the pipe (a message read ahead would wait for the next one).
         self.process = subprocess.Popen(
             command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             env=server_env(),
+            bufsize=0,
         )
         self.next_id = 0
         self.notifications: list[dict] = []
@@ -498,6 +501,17 @@ class RawClient:
         self.send(json.dumps(payload).encode("ascii"))
         return payload.get("id")
 
+    def _read(self, n: int) -> bytes:
+        """Exactly `n` bytes of the server's stdout (an unbuffered read may return fewer)."""
+        chunks = []
+        while n > 0:
+            chunk = self.process.stdout.read(n)
+            if not chunk:
+                raise AssertionError("the server closed its stdout")
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
     def answer(self, msg_id: int, timeout: float = 120.0) -> dict:
         import json
         import select
@@ -509,9 +523,9 @@ class RawClient:
                 continue
             header = b""
             while not header.endswith(b"\r\n\r\n"):
-                header += self.process.stdout.read(1)
+                header += self._read(1)
             length = int(header.split(b"Content-Length:")[1].split(b"\r\n")[0])
-            data = json.loads(self.process.stdout.read(length))
+            data = json.loads(self._read(length))
             if data.get("id") == msg_id and "method" not in data:
                 return data
             if "method" in data and "id" not in data:

@@ -508,3 +508,29 @@ def test_a_request_computes_in_the_slot_it_names_and_leaves_the_documents_cache(
     assert completer.backend.engine.target.slot == URI + "#ahead"
     completer.backend.engine.select_slot(URI)
     assert completer.backend.engine.target.tokens == kept
+
+
+def test_alternatives_fork_the_last_answer_at_its_place_only(models):
+    completer = make(models, languages={"python": {"multiline": "always"}})
+    asked = request()
+    first = completer.complete(asked)
+    assert first.text and 0 < first.confidence <= 1
+    assert completer.has_answered(asked)
+    others = completer.alternatives(asked, 3)
+    assert others, "random tiny models are unsure: there is somewhere to branch"
+    texts = [first.text] + [other.text for other in others]
+    assert len(set(texts)) == len(texts)  # none reads like another
+    for other in others:
+        assert other.stats.prefill_tokens == 0 and other.text.strip()
+        assert other.confidence is not None
+    assert [o.confidence for o in others] == sorted((o.confidence for o in others), reverse=True)
+    # Another place (or text) has no answer to fork.
+    elsewhere = request(line=1, character=4)
+    assert not completer.has_answered(elsewhere) and completer.alternatives(elsewhere, 3) == []
+
+
+def test_a_text_with_lone_surrogates_is_the_same_place_for_its_alternatives(models):
+    completer = make(models)
+    asked = request(text="name = '\ud800'\nvalue = ", line=1, character=8)
+    completer.complete(asked)
+    assert completer.has_answered(asked)  # the request as sent, surrogate and all
