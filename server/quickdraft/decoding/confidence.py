@@ -32,19 +32,14 @@ def token_choices(logits: torch.Tensor, emitted: Sequence[int]) -> list[TokenCho
     """`logits` (n >= len(emitted), V): row i the distribution emitted[i] was taken from."""
     if not emitted:
         return []
-    # log p = logit - logsumexp(row): the normalizer and three logits per row, never the
-    # whole log-softmax (a vocabulary of 152k floats per row, every step).
-    rows = logits[: len(emitted)].float()
-    norms = torch.logsumexp(rows, dim=-1).tolist()
+    rows = torch.log_softmax(logits[: len(emitted)].float(), dim=-1)
     top = rows.topk(2, dim=-1)
     values, indices = top.values.tolist(), top.indices.tolist()
     chosen = rows.gather(1, torch.tensor([[int(t)] for t in emitted])).squeeze(1).tolist()
     choices = []
-    for token, logit, norm, best, best_logit in zip(
-        emitted, chosen, norms, indices, values, strict=True
-    ):
+    for token, logprob, best, best_logprob in zip(emitted, chosen, indices, values, strict=True):
         other = 1 if best[0] == token else 0  # sampling may emit a token below the top one
-        choices.append(TokenChoice(logit - norm, int(best[other]), float(best_logit[other]) - norm))
+        choices.append(TokenChoice(logprob, int(best[other]), float(best_logprob[other])))
     return choices
 
 
