@@ -182,9 +182,16 @@ class CompletionService:
         # Typed ahead: the user typed the start of the current suggestion, or accepted one
         # whose continuation was computed ahead (prefetch).
         prefix, suffix = text[:offset], text[offset:]
-        place = self._alternatives.get(uri)
-        if place is not None and not place.serves(prefix, suffix):
+        alternatives = self._alternatives.get(uri)
+        if alternatives is not None and not alternatives.serves(prefix, suffix):
             self._cancel_alternatives(uri)  # the person moved on: not worth computing
+
+        def place():
+            """The Completer's request for this place (built when some work needs one)."""
+            return completion_request(
+                uri, document.language_id, text, offset, position.line, column
+            )
+
         hit = self.typed_ahead.lookup(uri, prefix, suffix)
         if hit is not None:
             self._cancel_inflight(uri)
@@ -202,9 +209,7 @@ class CompletionService:
             )
             if not hit.text or hidden:
                 return None  # computed ahead: the model has nothing to add here
-            others = await self._others(
-                uri, document, text, offset, position.line, column, hit.text, invoked
-            )
+            others = await self._others(place(), hit.text, invoked)
             return Answer(hit.text, cursor, cursor, cursor, hit.confidence, others)
 
         # The same request already running (editors ask for inline completion and the completion
@@ -215,9 +220,7 @@ class CompletionService:
             job.waiters += 1
         else:
             self._cancel_inflight(uri)
-            job = self._submit(
-                uri, document, text, offset, position.line, column, f"[{request_id}] {feature}"
-            )
+            job = self._submit(place(), f"[{request_id}] {feature}")
             joined = False
         try:
             completion = await asyncio.shield(job.future)
@@ -262,7 +265,7 @@ class CompletionService:
         local = config.model.backend == "local"
         if not joined and local and config.decoding.candidates > 1 and not invoked:
             # Right after the answer (it is sent first): its forks, for the next request here.
-            self._start_alternatives(uri, document, text, offset, position.line, column)
+            self._start_alternatives(place())
         # Prefetch on local models only: a serving engine's capacity is for the requests of
         # everyone who shares it, and its failures must not show twice. Not for a suggestion
         # held back: it cannot be accepted (shown when asked for, its acceptance prefetches).
@@ -272,9 +275,7 @@ class CompletionService:
             )
         if hidden:
             return None
-        others = await self._others(
-            uri, document, text, offset, position.line, column, suggestion, invoked
-        )
+        others = await self._others(place(), suggestion, invoked)
         return Answer(suggestion, cursor, cursor, cursor, confidence, others)
 
     # --- several suggestions, and silence when unsure -------------------------------------
@@ -292,28 +293,20 @@ class CompletionService:
         )
         return True
 
-    async def _others(
-        self,
-        uri: str,
-        document,
-        text: str,
-        offset: int,
-        line: int,
-        column: int,
-        first: str,
-        invoked: bool,
-    ) -> list[Suggestion]:
-        """The alternatives to `first` at this place: those computed already (or, when the
+    async def _others(self, place, first: str, invoked: bool) -> list[Suggestion]:
+        """The alternatives to `first` at `place` (a CompletionRequest): those computed already (or, when the
         person asked, computed now), less any that read like `first`, and (not asked) any
         below the confidence floor."""
         config = self.server.config.current
         if config.decoding.candidates < 2 or config.model.backend != "local":
             return []
-        entry = self._alternatives.get(uri)
-        if entry is None or not entry.serves(text[:offset], text[offset:]):
+        entry = self._alternatives.get(place.uri)
+        if entry is None or not entry.serves(
+            place.text[: place.offset], place.text[place.offset :]
+        ):
             if not invoked:
                 return []
-            entry = self._start_alternatives(uri, document, text, offset, line, column, now=True)
+            entry = self._start_alternatives(place, now=True)
         if not entry.future.done():
             if not invoked:
                 return []
@@ -336,21 +329,11 @@ class CompletionService:
         ]
         return others[: config.decoding.candidates - 1]
 
-    def _start_alternatives(
-        self,
-        uri: str,
-        document,
-        text: str,
-        offset: int,
-        line: int,
-        column: int,
-        *,
-        now: bool = False,
-    ) -> _Alternatives:
-        """Compute the alternatives for this place on the worker: in the background (a
+    def _start_alternatives(self, request, *, now: bool = False) -> _Alternatives:
+        """Compute the alternatives at `request`'s place on the worker: in the background (a
         keystroke's request stops it), or `now`, as a request of its own."""
+        uri, text, offset = request.uri, request.text, request.offset
         self._cancel_alternatives(uri)
-        request = completion_request(uri, document.language_id, text, offset, line, column)
         server = self.server
         count = server.config.current.decoding.candidates - 1
         cancel = None
@@ -384,13 +367,12 @@ class CompletionService:
             if entry.cancel is not None:
                 entry.cancel.set()  # a running one stops at its next step
 
-    def _submit(
-        self, uri: str, document, text: str, offset: int, line: int, column: int, name: str
-    ) -> _Job:
-        """Queue the generation on the worker. When the worker starts it, `name` ("[id]
-        feature") is logged at log level with the time it waited in the queue: a client (or a
-        test) knows the generation is running, not only asked for."""
-        request = completion_request(uri, document.language_id, text, offset, line, column)
+    def _submit(self, request, name: str) -> _Job:
+        """Queue the generation of `request` (a CompletionRequest) on the worker. When the
+        worker starts it, `name` ("[id] feature") is logged at log level with the time it waited
+        in the queue: a client (or a test) knows the generation is running, not only asked
+        for."""
+        uri, text, offset = request.uri, request.text, request.offset
         cancel = threading.Event()
         server, loop, queued = self.server, asyncio.get_running_loop(), time.monotonic()
 
