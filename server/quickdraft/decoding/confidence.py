@@ -10,7 +10,7 @@ forward of its own.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -52,10 +52,17 @@ def confidence(choices: Sequence[TokenChoice]) -> float:
     return math.exp(total) if total > -math.inf else 0.0
 
 
-def branch_points(choices: Sequence[TokenChoice], count: int) -> list[int]:
+def branch_points(
+    choices: Sequence[TokenChoice], count: int, end_tokens: Collection[int] = ()
+) -> list[int]:
     """The `count` positions where the target was least sure, most likely runner-up first:
     where an alternative answer starts with the runner-up token. Positions whose runner-up was
-    not allowed are never chosen."""
-    allowed = [i for i, choice in enumerate(choices) if choice.runner_up_logprob > -math.inf]
+    not allowed, or would end the answer there (`end_tokens`: a shorter answer is no fork),
+    are never chosen."""
+    allowed = [
+        i
+        for i, choice in enumerate(choices)
+        if choice.runner_up_logprob > -math.inf and choice.runner_up not in end_tokens
+    ]
     allowed.sort(key=lambda i: (-choices[i].runner_up_logprob, i))
     return allowed[: max(0, count)]

@@ -392,11 +392,7 @@ class Engine:
         tokens, choices = answer.tokens[:within], answer.choices[:within]
         lookup = list(request.lookup_context if request.lookup_context is not None else prompt)
         found: list[GenerationResult] = []
-        points = [
-            i
-            for i in branch_points(choices, len(choices))
-            if choices[i].runner_up not in self.stop_token_ids  # a shorter answer: no fork
-        ][:count]
+        points = branch_points(choices, count, self.stop_token_ids)
         for i in sorted(points, reverse=True):
             if self._stopped(request) is not None:
                 break
