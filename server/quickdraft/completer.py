@@ -262,7 +262,6 @@ class Backend(Protocol):
 class _Answered:
     """A document's last answer from the model, kept for its alternatives."""
 
-    request: CompletionRequest
     prepared: PreparedCompletion
     generated: Generated
     shown: str
@@ -270,28 +269,41 @@ class _Answered:
 
     def serves(self, request: CompletionRequest) -> bool:
         """Whether `request` asks at the same place of the same text."""
+        asked = self.prepared.request
         return (
-            request.text == self.request.text
-            and cursor_offset(request) == cursor_offset(self.request)
-            and request.language_id == self.request.language_id
+            request.text == asked.text
+            and cursor_offset(request) == cursor_offset(asked)
+            and request.language_id == asked.language_id
         )
+
+
+def scored_spans(
+    prepared: PreparedCompletion, tokens: list[int], shown: str
+) -> tuple[int, int | None]:
+    """(the tokens that write `shown`, those that write its first line where it has more than
+    one and the first is not empty, else None), in one pass (`shown_tokens`)."""
+    first_line = shown.split("\n", 1)[0]
+    if "\n" not in shown or not first_line.strip():
+        return shown_tokens(prepared, tokens, shown)[0], None
+    within, line = shown_tokens(prepared, tokens, shown, first_line)
+    return within, line
 
 
 def _completion(
     prepared: PreparedCompletion,
     generated: Generated,
     shown: Finished,
-    within: int,
+    spans: tuple[int, int | None],
     started: float,
     stages: dict[str, float] | None = None,
 ) -> Completion:
-    """What a generation shows: `shown`, scored on its first `within` tokens."""
+    """What a generation shows: `shown`, scored on the tokens that write it and its first line
+    (`spans`, from `scored_spans`)."""
     score = line_score = None
+    within, line_tokens = spans
     if generated.choices and shown.text:
         score = confidence(generated.choices[:within])
-        first_line, more = shown.text.split("\n", 1)[0], "\n" in shown.text
-        if more and first_line.strip():
-            line_tokens = shown_tokens(prepared, generated.tokens, first_line)
+        if line_tokens is not None:
             line_score = confidence(generated.choices[:line_tokens])
     return Completion(
         text=shown.text,
@@ -310,18 +322,24 @@ def _completion(
     )
 
 
-def shown_tokens(prepared: PreparedCompletion, tokens: list[int], shown: str) -> int:
-    """How many of `tokens` it takes to write `shown` (the post-processed text): the tokens
-    a suggestion's confidence is scored on and its alternatives branch within. Post-processing
-    only cuts a suggestion's end, so this is the shortest run whose text reaches it."""
-    want = len(shown.rstrip())
-    if want == 0:
-        return 0
+def shown_tokens(prepared: PreparedCompletion, tokens: list[int], *shown: str) -> list[int]:
+    """For each of `shown` (post-processed texts, or parts of one from its start), how many of
+    `tokens` it takes to write it: the tokens a suggestion's confidence is scored on and its
+    alternatives branch within. Post-processing only cuts a suggestion's end, so this is the
+    shortest run whose text reaches it. One pass over the prefixes serves every text."""
+    wants = [len(text.rstrip()) for text in shown]
+    counts = [0 if want == 0 else None for want in wants]
     for n in range(1, len(tokens) + 1):
+        if all(count is not None for count in counts):
+            break
         text = prepared.inserted(prepared.tokenizer.decode(tokens[:n], skip_special_tokens=True))
-        if text is not None and len(text.rstrip()) >= want:
-            return n
-    return len(tokens)
+        if text is None:
+            continue
+        written = len(text.rstrip())
+        counts = [
+            n if c is None and written >= w else c for c, w in zip(counts, wants, strict=True)
+        ]
+    return [len(tokens) if count is None else count for count in counts]
 
 
 class StageClock:
@@ -406,7 +424,9 @@ class Completer:
 
     def close_document(self, uri: str) -> None:
         self.documents.pop(uri, None)
-        for slot in [s for s, answered in self._answered.items() if answered.request.uri == uri]:
+        for slot in [
+            s for s, answered in self._answered.items() if answered.prepared.request.uri == uri
+        ]:
             del self._answered[slot]
         self.head.remove(uri)
         self.backend.forget_document(uri)
@@ -594,9 +614,9 @@ class Completer:
         )
         clock.lap("generate_ms")
         shown = finish(generated.raw_text, prepared.context, prepared.mode)
-        within = shown_tokens(prepared, generated.tokens, shown.text)
+        spans = scored_spans(prepared, generated.tokens, shown.text)
         self._answered[request.slot or request.uri] = _Answered(
-            request, prepared, generated, shown.text, within
+            prepared, generated, shown.text, spans[0]
         )
         clock.lap("postprocess_ms")
         stats, lapped = generated.stats, clock.stages
@@ -610,7 +630,7 @@ class Completer:
             "decode_ms": round(max(0.0, lapped["generate_ms"] - stats.prefill_ms), 2),
             "postprocess_ms": lapped["postprocess_ms"],
         }
-        return _completion(prepared, generated, shown, within, started, stages)
+        return _completion(prepared, generated, shown, spans, started, stages)
 
     def has_answered(self, request: CompletionRequest) -> bool:
         """Whether the model's last answer on `request`'s cache slot was for its place."""
@@ -645,8 +665,8 @@ class Completer:
             if not shown.text.strip() or shown.text in seen:
                 continue
             seen.add(shown.text)
-            within = shown_tokens(prepared, generated.tokens, shown.text)
+            spans = scored_spans(prepared, generated.tokens, shown.text)
             # latency: since the alternatives were asked for
-            found.append(_completion(prepared, generated, shown, within, started))
+            found.append(_completion(prepared, generated, shown, spans, started))
         found.sort(key=lambda c: -(c.confidence or 0.0))
         return found

@@ -255,7 +255,7 @@ class LocalBackend:
         """A next edit's rewrite: the region as it stands is the copy source the n-gram
         strategies draft from (long drafts, realigned after the output departs from it), in
         a cache slot of its own (the document's completion cache stays as it is)."""
-        result = self._run(
+        request = self._request(
             prepared,
             strategy,
             cancel,
@@ -265,13 +265,9 @@ class LocalBackend:
             max_copy_draft=self.config.edits.max_draft_length,
             slot=prepared.slot,
         )
+        result = self.engine.generate(request)
         text = self.models.tokenizer.decode(result.tokens, skip_special_tokens=True)
         return Generated(text, result.tokens, result.stop_reason, result.stats)
-
-    def _run(
-        self, prepared: PreparedCompletion | PreparedEdit, *args: Any, **fields: Any
-    ) -> GenerationResult:
-        return self.engine.generate(self._request(prepared, *args, **fields))
 
     def _request(
         self,

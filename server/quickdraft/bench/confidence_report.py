@@ -18,14 +18,9 @@ MAX_RIGHT_LOST = 0.1
 """The most of the exactly right suggestions a floor may hide."""
 
 
-def _scored(holes: list[dict[str, Any]], strategy: str) -> list[dict[str, Any]]:
-    """The strategy's runs that showed something and say how sure they were."""
-    runs = (hole["runs"].get(strategy) for hole in holes)
-    return [
-        run
-        for run in runs
-        if run is not None and run["completion"].strip() and run.get("confidence") is not None
-    ]
+def _scored(run: dict[str, Any] | None) -> bool:
+    """Whether a run showed something and says how sure it was."""
+    return run is not None and bool(run["completion"].strip()) and run.get("confidence") is not None
 
 
 def _first_line_right(hole: dict[str, Any], run: dict[str, Any]) -> bool:
@@ -36,9 +31,7 @@ def _first_line_right(hole: dict[str, Any], run: dict[str, Any]) -> bool:
 
 def floor_table(holes: list[dict[str, Any]], strategy: str) -> list[dict[str, Any]]:
     pairs = [
-        (hole, hole["runs"][strategy])
-        for hole in holes
-        if strategy in hole["runs"] and hole["runs"][strategy] in _scored([hole], strategy)
+        (hole, hole["runs"][strategy]) for hole in holes if _scored(hole["runs"].get(strategy))
     ]
     runs = [run for _, run in pairs]
     if not runs:
