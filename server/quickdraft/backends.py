@@ -1,9 +1,10 @@
-"""Which backend generates, chosen by `model.backend`, and the Completer over it.
+"""Which backend generates, chosen by `model.backend`, and the pipelines over it.
 
 `local`: the models loaded on this machine (`models.load_models`), then their step costs
 measured (cached per machine) when the strategy can draft. `openai`: a serving engine
 (`quickdraft.remote`: tokenizer files only). `quickdraft complete`, `serve` and `bench` all
-load through here, so each runs the same pipeline whatever generates.
+load through here, so each runs the same pipeline whatever generates. The next-edit pipeline
+reads the same backend and open documents as the Completer (`edit_sources`).
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from quickdraft.config import QuickdraftConfig
 from quickdraft.context.prompt import prompt_tokens
 from quickdraft.local_backend import LocalBackend
 from quickdraft.models.loading import Progress, load_models
-from quickdraft.remote import load_remote_completer
+from quickdraft.next_edit import EditSources
+from quickdraft.remote import load_remote_backend
 
 
 def load_completer(config: QuickdraftConfig, *, progress: Progress | None = None) -> Completer:
     """Load what `config` names; every step is told to `progress`."""
     if config.model.backend == "openai":
-        return load_remote_completer(config, progress=progress)
+        return Completer(load_remote_backend(config, progress=progress), config)
     # The runtimes' costs are compared on a prompt of the size this configuration sends.
     models = load_models(
         config.model, progress=progress, prompt_tokens=prompt_tokens(config.context)
@@ -28,6 +30,21 @@ def load_completer(config: QuickdraftConfig, *, progress: Progress | None = None
     if config.model.calibrate and needs_step_costs(config):
         backend.calibrate(progress=progress)
     return Completer(backend, config)
+
+
+def edit_sources(completer: Completer) -> EditSources:
+    """What a next edit reads, as `completer` holds it now: its backend, settings and open
+    documents (the language server's worker owns both pipelines' state in one place)."""
+    return EditSources(
+        backend=completer.backend,
+        prompts=completer.prompts,
+        config=completer.config,
+        documents=completer.documents,
+        head=completer.head,
+        root=completer.root,
+        count_tokens=completer.count_tokens,
+        model_names=completer.models.names(),
+    )
 
 
 def needs_step_costs(config: QuickdraftConfig) -> bool:

@@ -18,6 +18,7 @@ from quickdraft.cli_args import (
 from quickdraft.config import load_config
 from quickdraft.context.syntax import language_id_for_path
 from quickdraft.errors import InputError
+from quickdraft.generation import CompletionRequest
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -105,9 +106,8 @@ def run(args: argparse.Namespace) -> int:
             f"(columns 1..{len(line_text) + 1})"
         )
 
-    # These import torch (seconds): a bad path or position is reported before that.
+    # This imports torch (seconds): a bad path or position is reported before that.
     from quickdraft.backends import load_completer
-    from quickdraft.completer import CompletionRequest
 
     progress = ProgressLines("quickdraft complete")
     completer = load_completer(config, progress=progress)

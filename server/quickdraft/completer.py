@@ -20,39 +20,31 @@ import dataclasses
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from quickdraft.admission import refusal
 from quickdraft.config import QuickdraftConfig
 from quickdraft.context import OpenDocument, Prompt, build_prompt
 from quickdraft.context.continuation import find_continuation
 from quickdraft.context.cursor import CursorContext
-from quickdraft.context.prompt import TokenCounter, offset_of
+from quickdraft.context.prompt import TokenCounter
 from quickdraft.context.snippets import uri_to_path
 from quickdraft.context.workspace import WorkspaceHead
 from quickdraft.decoding import GenerationStats
-from quickdraft.decoding.confidence import TokenChoice, confidence
-from quickdraft.postprocess import Finished, StopRule, decide_mode, finalize, finish
+from quickdraft.decoding.confidence import confidence
+from quickdraft.generation import (
+    Backend,
+    CompletionRequest,
+    Generated,
+    PreparedCompletion,
+    StageClock,
+    cursor_offset,
+    generate_step,
+    stages_of,
+)
+from quickdraft.postprocess import Finished, decide_mode, finish
 from quickdraft.text import split_lines, unusable_reason, without_lone_surrogates
-from quickdraft.tokens import PromptTokenizer
-
-
-@dataclass
-class CompletionRequest:
-    uri: str
-    text: str
-    line: int
-    character: int
-    language_id: str | None = None
-    offset: int | None = None
-    """The cursor's index into `text`, when the caller knows it (the language server does):
-    then nothing reads the whole text to find it."""
-    slot: str | None = None
-    """The KV cache slot to compute in (default: the document's own). Work done for a text
-    the user may never type (prefetch) uses another, so the document's caches keep what the
-    user has really typed."""
 
 
 @dataclass
@@ -86,60 +78,6 @@ class Completion:
     postprocess_ms."""
 
 
-@dataclass
-class PreparedCompletion:
-    """A request turned into what the engine gets, and the post-processing of its answer."""
-
-    request: CompletionRequest
-    prompt: Prompt
-    prompt_ids: list[int]
-    before_cursor: list[int]
-    """The prompt's tokens of the text before the cursor (what the new tokens continue)."""
-    after_cursor: list[int]
-    """The prompt's tokens of the text after the cursor."""
-    anchored_draft: list[int] | None
-    """What followed the text before the cursor in an open document, as tokens."""
-    mode: str
-    """"line" or "block" (postprocess.decide_mode)."""
-    max_new_tokens: int
-    tokenizer: Any
-    context: CursorContext
-    """The text around the cursor as the post-processing rules read it (read once)."""
-    healed: str = ""
-    """Token healing: characters before the cursor taken off the prompt, which the completion
-    writes first (they are in the document already, so they are not inserted)."""
-
-    def text_stop_rule(self) -> StopRule:
-        """A fresh stop rule for one generation: text so far -> complete now?"""
-        return StopRule(self.context, self.mode)
-
-    def inserted(self, text: str) -> str | None:
-        """What generated `text` inserts at the cursor (the healed characters off its start);
-        None while it has not written them all yet."""
-        if not self.healed:
-            return text
-        return text[len(self.healed) :] if text.startswith(self.healed) else None
-
-    def stop_rule(self) -> Callable[[list[int]], bool]:
-        """A fresh stop callback for one generation: new tokens so far -> complete now?"""
-        rule = self.text_stop_rule()
-
-        def stop(tokens: list[int]) -> bool:
-            text = self.inserted(self.tokenizer.decode(tokens, skip_special_tokens=True))
-            return text is not None and rule(text)
-
-        return stop
-
-    def finish(self, tokens: list[int]) -> tuple[str, str]:
-        """(raw text inserted at the cursor, the text to insert after post-processing)."""
-        text = self.inserted(self.tokenizer.decode(tokens, skip_special_tokens=True))
-        return self.finish_text(text or "")
-
-    def finish_text(self, raw: str) -> tuple[str, str]:
-        """(raw text, the text to insert after post-processing)."""
-        return raw, finalize(raw, self.context, self.mode)
-
-
 ANCHORED_DRAFT_TOKENS = 64
 """The most tokens of an open document's text proposed from the cursor on."""
 CONTINUATION_WINDOW = 4096
@@ -147,115 +85,11 @@ CONTINUATION_WINDOW = 4096
 last few hundred characters)."""
 
 
-def cursor_offset(request: CompletionRequest) -> int:
-    """The request's cursor as an index into its text (reads the text up to the cursor's line
-    when the caller did not say)."""
-    if request.offset is not None:
-        return request.offset
-    return offset_of(request.text, request.line, request.character)
-
-
 def _readable(request: CompletionRequest) -> CompletionRequest:
     """The request with lone surrogates in its text replaced (offsets unchanged): a tokenizer
     cannot encode them, and one odd character must not cost the whole completion."""
     clean = without_lone_surrogates(request.text)
     return request if clean is request.text else dataclasses.replace(request, text=clean)
-
-
-@dataclass
-class Generated:
-    """What a backend wrote for a prepared request, before post-processing."""
-
-    raw_text: str
-    """What the generation inserts at the cursor (healed characters already off its start)."""
-    tokens: list[int]
-    stop_reason: str
-    """"eos" | "max_tokens" | "stop" | "deadline" | "cancelled"."""
-    stats: GenerationStats
-    choices: list[TokenChoice] = field(default_factory=list)
-    """Per token, the target's log-probability of it and its runner-up; empty where the
-    backend cannot say."""
-
-
-class Backend(Protocol):
-    """What generates for the pipeline. The Completer knows backends only by this."""
-
-    models: Any
-    """The models as loaded: `tokenizer`, `family`, `preset`, `summary()`, `describe()`."""
-    prompts: PromptTokenizer
-    """Prompts into tokens with the models' tokenizer, part by part (cached)."""
-
-    def configure(self, config: QuickdraftConfig) -> QuickdraftConfig:
-        """Take new settings; returns them as this backend honours them."""
-        ...
-
-    def index_documents(
-        self, documents: Mapping[str, OpenDocument], current: CompletionRequest | None
-    ) -> None:
-        """The open documents, before a request at `current` (or untimed, with None): the
-        local backend drafts from them; a serving engine drafts for itself."""
-        ...
-
-    def forget_document(self, uri: str) -> None:
-        """A document closed: drop what is kept of it."""
-        ...
-
-    def generate(
-        self,
-        prepared: PreparedCompletion,
-        *,
-        strategy: str | None,
-        cancel: threading.Event | None,
-        deadline: float | None,
-    ) -> Generated: ...
-
-    def generate_edit(
-        self,
-        prepared: Any,
-        *,
-        strategy: str | None,
-        cancel: threading.Event | None,
-        deadline: float | None,
-    ) -> Generated:
-        """A next edit's rewrite of its region (`prepared`: a next_edit.PreparedEdit): the
-        prompt as it is, stopped by its rule, `raw_text` the text written (special tokens
-        left out)."""
-        ...
-
-    def alternatives(
-        self,
-        prepared: PreparedCompletion,
-        generated: Generated,
-        count: int,
-        *,
-        within: int,
-        cancel: threading.Event | None,
-    ) -> list[Generated]:
-        """Up to `count` other answers to `prepared`, whose greedy answer `generated` the
-        backend just gave, branching within its first `within` tokens; [] where the backend
-        cannot fork its answer (a serving engine)."""
-        ...
-
-    def warm(self, prepared: PreparedCompletion, cancel: threading.Event | None) -> int:
-        """Compute ahead the caches this request will need; the tokens computed."""
-        ...
-
-    @property
-    def compute(self) -> dict[str, Any]:
-        """How the models run and why (for `$/quickdraft/stats` and the log)."""
-        ...
-
-    @property
-    def compute_path(self) -> str | None:
-        """What computes, as identity is reported per path (None: not on this machine)."""
-        ...
-
-    @property
-    def batch_invariant(self) -> bool:
-        """Whether every greedy strategy is token-identical to `ar` by construction."""
-        ...
-
-    def close(self) -> None: ...
 
 
 @dataclass
@@ -342,20 +176,6 @@ def shown_tokens(prepared: PreparedCompletion, tokens: list[int], *shown: str) -
     return [len(tokens) if count is None else count for count in counts]
 
 
-class StageClock:
-    """Milliseconds per pipeline stage, as llm-ls logs them: a slow stage shows where it is."""
-
-    def __init__(self) -> None:
-        self.stages: dict[str, float] = {}
-        self._last = time.perf_counter()
-
-    def lap(self, stage: str) -> None:
-        """The time since the previous lap (or the start) was spent in `stage`."""
-        now = time.perf_counter()
-        self.stages[stage] = round(self.stages.get(stage, 0.0) + (now - self._last) * 1000, 2)
-        self._last = now
-
-
 class Completer:
     def __init__(self, backend: Backend, config: QuickdraftConfig | None = None) -> None:
         self.backend = backend
@@ -385,6 +205,10 @@ class Completer:
     @property
     def batch_invariant(self) -> bool:
         return self.backend.batch_invariant
+
+    @property
+    def works_ahead(self) -> bool:
+        return self.backend.works_ahead
 
     def describe(self) -> str:
         """One line for logs and status items: the models and how they run."""
@@ -607,29 +431,20 @@ class Completer:
         prepared = self.prepare(request, max_new_tokens=max_new_tokens, clock=clock)
         self.refresh_documents(current=request)
         clock.lap("index_ms")
-        decoding = self.config.decoding
-        deadline = time.monotonic() + decoding.deadline_ms / 1000 if decoding.deadline_ms else None
-        generated = self.backend.generate(
-            prepared, strategy=strategy, cancel=cancel, deadline=deadline
+        generated = generate_step(
+            lambda deadline: self.backend.generate(
+                prepared, strategy=strategy, cancel=cancel, deadline=deadline
+            ),
+            self.config.decoding,
+            clock,
         )
-        clock.lap("generate_ms")
         shown = finish(generated.raw_text, prepared.context, prepared.mode)
         spans = scored_spans(prepared, generated.tokens, shown.text)
         self._answered[request.slot or request.uri] = _Answered(
             prepared, generated, shown.text, spans[0]
         )
         clock.lap("postprocess_ms")
-        stats, lapped = generated.stats, clock.stages
-        # The backend splits generation into prefill and decode; what it did not account
-        # for (its own bookkeeping) stays with decode, so the stages add up to the latency.
-        stages = {
-            "context_ms": lapped["context_ms"],
-            "tokenize_ms": lapped["tokenize_ms"],
-            "index_ms": lapped["index_ms"],
-            "prefill_ms": round(stats.prefill_ms, 2),
-            "decode_ms": round(max(0.0, lapped["generate_ms"] - stats.prefill_ms), 2),
-            "postprocess_ms": lapped["postprocess_ms"],
-        }
+        stages = stages_of(clock, generated.stats)
         return _completion(prepared, generated, shown, spans, started, stages)
 
     def has_answered(self, request: CompletionRequest) -> bool:

@@ -2,7 +2,8 @@
 
 It owns what only a local engine has: the target and draft models' KV caches per document,
 the n-gram index the open documents feed (`document_index`), and the step costs measured once
-per machine (`calibrate`). The Completer hands it a prepared request and gets the tokens back.
+per machine (`calibrate`). A pipeline hands it a prepared request (generation.py) and gets the
+tokens back.
 """
 
 from __future__ import annotations
@@ -14,16 +15,10 @@ import os
 import platform
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from quickdraft.completer import (
-    CompletionRequest,
-    Generated,
-    PreparedCompletion,
-    cursor_offset,
-)
 from quickdraft.config import QuickdraftConfig
 from quickdraft.context import OpenDocument, get_fim_template
 from quickdraft.context.prompt import fit_prompt_budget
@@ -32,14 +27,18 @@ from quickdraft.decoding.costmodel import CALIBRATION_FORMAT, MEASURED_SIZES
 from quickdraft.decoding.healing import TokenBytes
 from quickdraft.decoding.runner import StaticModelRunner
 from quickdraft.document_index import DocumentIndex
+from quickdraft.generation import (
+    CompletionRequest,
+    Generated,
+    PreparedCompletion,
+    PreparedEdit,
+    cursor_offset,
+)
 from quickdraft.machine import cpu_model
 from quickdraft.models.loading import LoadedModels, Progress
 from quickdraft.models.store import quickdraft_home, write_json_atomic
 from quickdraft.text import unusable_reason
 from quickdraft.tokens import PromptTokenizer
-
-if TYPE_CHECKING:
-    from quickdraft.next_edit import PreparedEdit
 
 log = logging.getLogger(__name__)
 
@@ -303,6 +302,10 @@ class LocalBackend:
         preset = self.models.preset
         lengths = preset.draft_lengths if preset is not None else {}
         return lengths.get(language_id or "")
+
+    @property
+    def works_ahead(self) -> bool:
+        return True  # the KV caches and the n-gram index are this machine's
 
     def warm(self, prepared: PreparedCompletion, cancel: threading.Event | None) -> int:
         """Extend the document's KV caches toward `prepared`'s prompt (the draft model's too

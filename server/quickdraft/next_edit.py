@@ -4,12 +4,14 @@
             (context.edit_vetoes) -> the first survivor, one edit; none: abstain, or, for a
             model trained for next edits (`edits.model_rewrite`), the model's rewrite:
     request -> region (context.edit_prompt) -> prompt (recent edits, other files, the region)
-            -> tokenize -> generate (the Completer's backend, copy drafting from the region)
+            -> tokenize -> generate (the backend, copy drafting from the region)
             -> the region as rewritten -> diff against the region as it is -> minimal edits
 
-Plain functions over a `Completer` (its backend, tokenizer, open documents' workspace head and
-settings); nothing here knows LSP. Offsets are code points into the request's text. Like
-`Completer.complete`, each answer says what every stage took (`NextEdit.stages`).
+Plain functions over `EditSources`, this pipeline's own dependencies (the backend, the prompt
+tokenizer, the open documents and their workspace head, the root, the settings): it shares
+them with the completion pipeline but never calls it, and nothing here knows LSP. Offsets are
+code points into the request's text. Both pipelines generate by `generation.generate_step`,
+and each answer says what every stage took (`NextEdit.stages`).
 
 The answer is judged before it is shown (`reject_reason`): a rewrite that did not finish the
 region (it hit `max_new_tokens` or the deadline mid-region) gives no edit, and neither does
@@ -18,7 +20,7 @@ of them): a next edit changes a few spots, and a model that rewrote most of the 
 wandered off (or deleted it). A rewrite larger than GROWTH_LIMIT times the region (plus
 GROWTH_SLACK characters) is refused for the same reason.
 
-Threads: run on the Completer's thread (the language server's model worker).
+Threads: run on the thread that owns the backend (the language server's model worker).
 """
 
 from __future__ import annotations
@@ -27,35 +29,39 @@ import dataclasses
 import difflib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from quickdraft.admission import refusal
-from quickdraft.completer import Completer, Generated, StageClock
-from quickdraft.context import Prompt
+from quickdraft.config import QuickdraftConfig
+from quickdraft.context import OpenDocument, Prompt
 from quickdraft.context.edit_history import Hunk, lines_with_breaks
 from quickdraft.context.edit_prompt import (
     ContextFile,
     EditableRegion,
     EditContext,
-    EditPrompt,
     choose_format,
     choose_region,
     display_path,
+    overrun_start,
     render_edit_prompt,
 )
 from quickdraft.context.edit_rules import FLOOR, latest_edit, propose
 from quickdraft.context.edit_vetoes import Decision, vet
-from quickdraft.context.prompt import offset_of, prompt_tokens
+from quickdraft.context.prompt import TokenCounter, offset_of, prompt_tokens
+from quickdraft.context.workspace import WorkspaceHead
 from quickdraft.decoding import GenerationStats
+from quickdraft.generation import (
+    Backend,
+    NextEditRequest,
+    PreparedEdit,
+    StageClock,
+    generate_step,
+    stages_of,
+)
 from quickdraft.text import without_lone_surrogates
+from quickdraft.tokens import PromptTokenizer
 
-EDIT_SLOT = "#edit"
-"""Suffix of the KV cache slot next edits compute in: their prompt shares nothing with the
-document's completion prompt, whose cache must stay for the next keystroke."""
-STOP_TAIL_TOKENS = 12
-"""The stop rule decodes only this many of the last tokens to look for the closing marker."""
 REWRITE_SHARE = 0.5
 REWRITE_FLOOR = 80
 GROWTH_LIMIT = 4
@@ -65,20 +71,25 @@ ANSWER_TOKENS_SLACK = 64
 `edits.max_new_tokens`): enough for any next edit, not for a runaway."""
 
 
-@dataclass
-class NextEditRequest:
-    uri: str
-    text: str
-    line: int
-    character: int
-    """The cursor, 0-based line and code point column."""
-    language_id: str | None = None
-    offset: int | None = None
-    """The cursor's index into `text`, when the caller knows it."""
-    hunks: Sequence[Hunk] = ()
-    """This document's recent edits, oldest first (context.edit_history)."""
-    other_hunks: Sequence[Hunk] = ()
-    """Other documents' recent edits, oldest first."""
+@dataclass(frozen=True)
+class EditSources:
+    """What the next-edit pipeline reads, handed in per request (the language server's worker
+    builds it from what it holds: `backends.edit_sources`)."""
+
+    backend: Backend
+    prompts: PromptTokenizer
+    config: QuickdraftConfig
+    """The settings as the backend honours them."""
+    documents: Mapping[str, OpenDocument]
+    """The open documents (the rules look for other uses of a name in them)."""
+    head: WorkspaceHead
+    """The open documents' first chunks (the prompt shows the other files by them)."""
+    root: str | None
+    """The workspace folder paths are shown relative to."""
+    count_tokens: TokenCounter
+    """Token counts of texts, cached (the completion pipeline's counter: the same texts)."""
+    model_names: Sequence[str]
+    """The names the model is known by (`Models.names`): the prompt format is chosen by them."""
 
 
 @dataclass(frozen=True)
@@ -88,49 +99,6 @@ class Edit:
     start: int
     end: int
     text: str
-
-
-@dataclass
-class PreparedEdit:
-    """A next-edit request turned into what the backend gets."""
-
-    request: NextEditRequest
-    region: EditableRegion
-    prompt: EditPrompt
-    prompt_ids: list[int]
-    copy_source: list[int]
-    """The region as it stands (and the answer's closing), as tokens: most of the answer."""
-    max_new_tokens: int
-    tokenizer: Any
-
-    @property
-    def slot(self) -> str:
-        return self.request.uri + EDIT_SLOT
-
-    def text_stop_rule(self) -> Callable[[str], bool]:
-        """Text so far -> has the region been written out (closed, or written past)?"""
-        prompt, region = self.prompt, self.region
-        return lambda text: prompt.closed(text) or overrun_start(region, text) is not None
-
-    def stop_rule(self) -> Callable[[list[int]], bool]:
-        """New tokens so far -> has the region been written out (closed, or written past)?
-        (Decodes the tail for the closing marker, a few tokens long, and the whole answer,
-        well under a millisecond, when that tail holds a line break: an overrun starts on a
-        line of its own.)"""
-        prompt, region, decode = self.prompt, self.region, self.tokenizer.decode
-
-        def stop(tokens: list[int]) -> bool:
-            if len(tokens) <= STOP_TAIL_TOKENS:
-                text = decode(tokens, skip_special_tokens=False)
-                return prompt.closed(text) or overrun_start(region, text) is not None
-            tail = decode(tokens[-STOP_TAIL_TOKENS:], skip_special_tokens=False)
-            if prompt.closing in tail:
-                return True
-            if "\n" not in tail:
-                return False  # a line is still being written: nothing new to judge
-            return overrun_start(region, decode(tokens, skip_special_tokens=False)) is not None
-
-        return stop
 
 
 @dataclass
@@ -244,46 +212,6 @@ def without_overrun(region: EditableRegion, rewritten: str) -> str:
     return "".join(new).rstrip("\r\n") + ending
 
 
-def _runs(lines: Sequence[str], tail: Sequence[str]) -> list[int]:
-    """The indices just past each occurrence of `tail` in `lines`."""
-    n = len(tail)
-    return [j for j in range(n, len(lines) + 1) if list(lines[j - n : j]) == list(tail)]
-
-
-def overrun_start(region: EditableRegion, output: str) -> int | None:
-    """Where `output` (the answer so far) goes on past the region: the offset of the first
-    whole non-blank line written after the region's last non-blank lines were written again,
-    when the answer did not close there. A small model that reads on into the file writes its
-    next lines, or makes new ones up; every token of that is decode time spent on text that
-    would be cut. The tail is the region's last 2-6 non-blank lines, as many as make it occur
-    once in the region (a `}` closes many blocks); where none is unique, its last occurrence
-    counts. None while the answer stays within the region. (An edit that adds lines after the
-    region's last lines is cut there too: the region ends at a statement boundary well below
-    the cursor, so that is rare.)"""
-    old = [line.rstrip() for line in region.text.splitlines() if line.strip()]
-    if len(old) < 2 or "\n" not in output:
-        return None
-    for size in range(2, min(6, len(old)) + 1):
-        tail = old[-size:]
-        if len(_runs(old, tail)) == 1:
-            break
-    occurrences = len(_runs(old, tail))
-    complete = output[: output.rindex("\n") + 1]
-    starts: list[int] = []  # offset of each whole non-blank line written
-    written: list[str] = []
-    offset = 0
-    for line in lines_with_breaks(complete):
-        if line.strip():
-            starts.append(offset)
-            written.append(line.rstrip())
-        offset += len(line)
-    ends = _runs(written, tail)
-    if len(ends) < occurrences:
-        return None
-    past = ends[occurrences - 1]
-    return starts[past] if past < len(written) else None
-
-
 def reject_reason(region: str, rewritten: str | None, edits: Sequence[Edit]) -> str | None:
     """Why a rewrite of `region` must give no edit, or None (see the module's rule)."""
     if rewritten is None:
@@ -299,39 +227,34 @@ def reject_reason(region: str, rewritten: str | None, edits: Sequence[Edit]) -> 
 # --- the pipeline -----------------------------------------------------------------------
 
 
-def skip_reason(completer: Completer, request: NextEditRequest) -> str | None:
+def skip_reason(sources: EditSources, request: NextEditRequest) -> str | None:
     """None if the request should go to the model, else the reason not to (the one gate,
     `admission.refusal`)."""
-    refused = refusal(completer.config, "edit", request.language_id, request.text)
+    refused = refusal(sources.config, "edit", request.language_id, request.text)
     return None if refused is None else refused.reason
 
 
-def edit_format(completer: Completer) -> str:
+def edit_format(sources: EditSources) -> str:
     """`edits.format`, with `auto` resolved by the model's names."""
-    models = completer.models
-    preset = getattr(models, "preset", None)
-    target = getattr(getattr(models, "target_info", None), "reference", None)
-    served = (getattr(models, "engine", None) or {}).get("model")
-    names = [getattr(preset, "name", None), target, served]
-    return choose_format(completer.config.edits.format, names)
+    return choose_format(sources.config.edits.format, sources.model_names)
 
 
-def model_rewrites(completer: Completer) -> bool:
+def model_rewrites(sources: EditSources) -> bool:
     """Whether the model rewrites the region when no rule proposes (`edits.model_rewrite`;
     `auto`: only a model trained for next edits, named by its format)."""
-    setting = completer.config.edits.model_rewrite
+    setting = sources.config.edits.model_rewrite
     if setting != "auto":
         return setting == "on"
-    return edit_format(completer) != "instruct"
+    return edit_format(sources) != "instruct"
 
 
-def rule_decision(completer: Completer, request: NextEditRequest) -> Decision:
+def rule_decision(sources: EditSources, request: NextEditRequest) -> Decision:
     """The rules' candidates for the request's latest edit, vetoed (edits.rules off: none)."""
-    if not completer.config.edits.rules:
+    if not sources.config.edits.rules:
         return Decision()
     others = {
         uri: document.text
-        for uri, document in completer.documents.items()
+        for uri, document in sources.documents.items()
         if uri != request.uri and document.language_id == request.language_id
     }
     return decide(request.uri, request.text, request.hunks, request.language_id, others)
@@ -354,20 +277,20 @@ def decide(
     return vet(edit, propose(edit, documents or {}), floor=floor)
 
 
-def _context_files(completer: Completer, uri: str) -> list[ContextFile]:
+def _context_files(sources: EditSources, uri: str) -> list[ContextFile]:
     """The workspace head's chunks of the other open files, within the snippet budget."""
-    context = completer.config.context
+    context = sources.config.context
     budget = int(prompt_tokens(context) * context.snippet_share)
-    own = completer.head.chunk_of(uri)
+    own = sources.head.chunk_of(uri)
     files, used = [], 0
-    for chunk in completer.head.snippets():
+    for chunk in sources.head.snippets():
         if chunk is own:
             continue
-        cost = completer.count_tokens(chunk.text)
+        cost = sources.count_tokens(chunk.text)
         if used + cost > budget:
             break
         used += cost
-        files.append(ContextFile(display_path(chunk.path, completer.root), chunk.text))
+        files.append(ContextFile(display_path(chunk.path, sources.root), chunk.text))
     return files
 
 
@@ -381,7 +304,7 @@ def edited_lines(hunks: Sequence[Hunk]) -> tuple[int, int] | None:
 
 
 def prepare(
-    completer: Completer, request: NextEditRequest, *, clock: StageClock | None = None
+    sources: EditSources, request: NextEditRequest, *, clock: StageClock | None = None
 ) -> PreparedEdit:
     """The region, the prompt and its tokens for `request`. Raises PositionError for a cursor
     outside the document."""
@@ -389,8 +312,8 @@ def prepare(
     offset = request.offset
     if offset is None:
         offset = offset_of(request.text, request.line, request.character)
-    config = completer.config.edits
-    path = display_path(request.uri, completer.root)
+    config = sources.config.edits
+    path = display_path(request.uri, sources.root)
     region = choose_region(
         request.text,
         offset,
@@ -400,22 +323,22 @@ def prepare(
         path=path,
         edited=edited_lines(request.hunks),
     )
-    root = completer.root
+    root = sources.root
     hunks = [(display_path(h.uri, root), h) for h in (*request.other_hunks, *request.hunks)]
     context = EditContext(
         region=region,
         path=path,
         language_id=request.language_id,
         hunks=hunks,
-        files=_context_files(completer, request.uri),
-        special_tokens=completer.template.special_tokens,
+        files=_context_files(sources, request.uri),
+        special_tokens=sources.prompts.template.special_tokens,
     )
-    prompt = render_edit_prompt(edit_format(completer), context)
+    prompt = render_edit_prompt(edit_format(sources), context)
     clock.lap("context_ms")
-    tokens = completer.prompts.tokenize(
+    tokens = sources.prompts.tokenize(
         Prompt(text=prompt.text, prefix="", suffix="", parts=prompt.parts), heal=False
     )
-    copy_source = list(completer.prompts.cache.ids(prompt.answer))
+    copy_source = list(sources.prompts.cache.ids(prompt.answer))
     limit = min(config.max_new_tokens, 2 * len(copy_source) + ANSWER_TOKENS_SLACK)
     clock.lap("tokenize_ms")
     return PreparedEdit(
@@ -425,12 +348,12 @@ def prepare(
         prompt_ids=tokens.ids,
         copy_source=copy_source,
         max_new_tokens=limit,
-        tokenizer=completer.tokenizer,
+        tokenizer=sources.prompts.tokenizer,
     )
 
 
 def suggest(
-    completer: Completer,
+    sources: EditSources,
     request: NextEditRequest,
     *,
     cancel: threading.Event | None = None,
@@ -442,11 +365,11 @@ def suggest(
     clean = without_lone_surrogates(request.text)
     if clean is not request.text:
         request = dataclasses.replace(request, text=clean)  # offsets unchanged
-    skipped = skip_reason(completer, request)
+    skipped = skip_reason(sources, request)
     if skipped is not None:
         return NextEdit(skipped=skipped)
     clock = StageClock()
-    decision = rule_decision(completer, request)
+    decision = rule_decision(sources, request)
     clock.lap("rules_ms")
     found = {
         "candidates": decision.candidates,
@@ -464,7 +387,7 @@ def suggest(
             confidence=shown.confidence,
             **found,
         )
-    if not model_rewrites(completer):
+    if not model_rewrites(sources):
         return NextEdit(
             mode="rule",
             latency_ms=(time.perf_counter() - started) * 1000,
@@ -475,13 +398,14 @@ def suggest(
             ),
             **found,
         )
-    prepared = prepare(completer, request, clock=clock)
-    decoding = completer.config.decoding
-    deadline = time.monotonic() + decoding.deadline_ms / 1000 if decoding.deadline_ms else None
-    generated: Generated = completer.backend.generate_edit(
-        prepared, strategy=strategy, cancel=cancel, deadline=deadline
+    prepared = prepare(sources, request, clock=clock)
+    generated = generate_step(
+        lambda deadline: sources.backend.generate_edit(
+            prepared, strategy=strategy, cancel=cancel, deadline=deadline
+        ),
+        sources.config.decoding,
+        clock,
     )
-    clock.lap("generate_ms")
     region = prepared.region
     ended = generated.stop_reason in ("eos", "stop")
     raw = generated.raw_text
@@ -497,15 +421,8 @@ def suggest(
     if rejected is not None:
         edits = []
     clock.lap("diff_ms")
-    stats, lapped = generated.stats, clock.stages
-    stages = {
-        "rules_ms": lapped["rules_ms"],
-        "context_ms": lapped["context_ms"],
-        "tokenize_ms": lapped["tokenize_ms"],
-        "prefill_ms": round(stats.prefill_ms, 2),
-        "decode_ms": round(max(0.0, lapped["generate_ms"] - stats.prefill_ms), 2),
-        "diff_ms": lapped["diff_ms"],
-    }
+    stats = generated.stats
+    stages = stages_of(clock, stats)
     return NextEdit(
         edits=edits,
         region=region,

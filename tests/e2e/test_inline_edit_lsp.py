@@ -51,6 +51,9 @@ class RenamingBackend:
             def summary(self):
                 return "renaming fake"
 
+            def names(self):
+                return []  # no model trained for next edits: the instruct format
+
             def describe(self):
                 return {"runtime": "fake", "dtype": None, "device": "cpu"}
 
@@ -70,14 +73,14 @@ class RenamingBackend:
         pass
 
     def generate(self, prepared, *, strategy, cancel, deadline):
-        from quickdraft.completer import Generated
         from quickdraft.decoding import GenerationStats
+        from quickdraft.generation import Generated
 
         return Generated("", [], "eos", GenerationStats())
 
     def generate_edit(self, prepared, *, strategy, cancel, deadline):
-        from quickdraft.completer import Generated
         from quickdraft.decoding import GenerationStats
+        from quickdraft.generation import Generated
 
         region = prepared.region.text
         closing = prepared.prompt.closing
@@ -117,6 +120,7 @@ class RenamingBackend:
     compute = {"runtime": "fake", "dtype": None, "kernel": None, "reason": "a test double"}
     compute_path = None
     batch_invariant = False
+    works_ahead = True  # as a local engine: alternatives and prefetch
 
     def close(self):
         pass

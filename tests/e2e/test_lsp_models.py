@@ -78,7 +78,7 @@ def expected(
     """What the server answers at (line, character) of `uri`, with the `others` (uri, text)
     open before it, in that order, as the client opened them: every open file's top is in
     the prompt's head."""
-    from quickdraft.completer import CompletionRequest
+    from quickdraft.generation import CompletionRequest
 
     for other in list(reference.documents):
         reference.close_document(other)

@@ -64,8 +64,8 @@ class ScriptedBackend:
         return getattr(self.renaming, name)
 
     def generate(self, prepared, *, strategy, cancel, deadline):
-        from quickdraft.completer import Generated
         from quickdraft.decoding import GenerationStats
+        from quickdraft.generation import Generated
 
         request = prepared.request
         before = request.text[: request.offset].rsplit("\n", 1)[-1]
@@ -98,8 +98,8 @@ class ScriptedBackend:
 
     def alternatives(self, prepared, generated, count, *, within, cancel):
         """After `total = `: two other calls (and one that reads like the answer)."""
-        from quickdraft.completer import Generated
         from quickdraft.decoding import GenerationStats
+        from quickdraft.generation import Generated
 
         if generated.raw_text != "add(1, 2)":
             return []

@@ -22,9 +22,10 @@ def remote_flags(url: str) -> list[str]:
 
 
 def test_complete_prints_what_the_engine_answers(llama_engine, tmp_path, capsys):
-    from quickdraft.completer import CompletionRequest
+    from quickdraft.completer import Completer
     from quickdraft.config import load_config
-    from quickdraft.remote import load_remote_completer
+    from quickdraft.generation import CompletionRequest
+    from quickdraft.remote import load_remote_backend
 
     path = tmp_path / "fib.py"
     path.write_text(SOURCE)
@@ -39,7 +40,7 @@ def test_complete_prints_what_the_engine_answers(llama_engine, tmp_path, capsys)
             "decoding": {"max_new_tokens": 10},
         }
     )
-    reference = load_remote_completer(config, check=False)
+    reference = Completer(load_remote_backend(config, check=False), config)
     try:
         uri = path.resolve().as_uri()
         reference.set_document(uri, SOURCE, "python")

@@ -111,18 +111,20 @@ def reference(llama_engine, engine_key):
     """The pipeline `quickdraft serve` runs, built here from the same flags (prompts only)."""
     from quickdraft.cli import build_parser
     from quickdraft.cli_args import config_dict_from_args
+    from quickdraft.completer import Completer
     from quickdraft.config import load_config
-    from quickdraft.remote import load_remote_completer
+    from quickdraft.remote import load_remote_backend
 
     args = build_parser().parse_args(serve_command(llama_engine.url, None)[3:])
-    completer = load_remote_completer(load_config(config_dict_from_args(args)), check=False)
+    config = load_config(config_dict_from_args(args))
+    completer = Completer(load_remote_backend(config, check=False), config)
     yield completer
     completer.close()
 
 
 def direct_answer(engine, reference, uri: str, text: str, line: int, col: int) -> str:
     """Build the prompt as the server does, send it to the engine ourselves, post-process."""
-    from quickdraft.completer import CompletionRequest
+    from quickdraft.generation import CompletionRequest
 
     for other in list(reference.documents):
         reference.close_document(other)

@@ -122,8 +122,8 @@ def llama_pair():
 
 
 def test_llamacpp_runs_the_gguf_itself_and_completes_correctly(llama_pair):
-    from quickdraft.completer import CompletionRequest
     from quickdraft.config import load_config
+    from quickdraft.generation import CompletionRequest
     from quickdraft.testing import local_completer
 
     info = llama_pair.describe()

@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from quickdraft.completer import CompletionRequest
 from quickdraft.config import load_config
+from quickdraft.generation import CompletionRequest
 from quickdraft.models import fetch
 from quickdraft.models.presets import PRESETS
 from quickdraft.testing import local_completer

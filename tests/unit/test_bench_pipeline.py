@@ -10,8 +10,8 @@ import pytest
 from quickdraft.bench.holes import sample_holes
 from quickdraft.bench.runner import Bench, BenchOptions, make_peers, parse_strategies
 from quickdraft.bench.session import Session
-from quickdraft.completer import CompletionRequest
 from quickdraft.config import load_config
+from quickdraft.generation import CompletionRequest
 from quickdraft.testing import build_tiny_loaded_models, local_completer
 
 OURS = ("ar", "ngram", "draft", "hybrid")

@@ -160,8 +160,8 @@ def models():
 
 
 def test_after_the_file_level_warm_up_a_visit_and_a_move_compute_only_the_window(models):
-    from quickdraft.completer import CompletionRequest
     from quickdraft.config import load_config
+    from quickdraft.generation import CompletionRequest
     from quickdraft.testing import local_completer
 
     # The tiny tokenizer spells code nearly letter by letter: a budget of 4096 of its tokens
@@ -185,9 +185,9 @@ def test_after_the_file_level_warm_up_a_visit_and_a_move_compute_only_the_window
 
 
 def test_every_documents_pinned_prompt_starts_with_the_same_head(models):
-    from quickdraft.completer import CompletionRequest
     from quickdraft.config import load_config
     from quickdraft.decoding.runner import common_prefix_length
+    from quickdraft.generation import CompletionRequest
     from quickdraft.testing import local_completer
 
     settings = {"context": {"layout": "pinned", "max_prompt_tokens": 4096, "snippet_lines": 3}}

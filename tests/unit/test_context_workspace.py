@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from quickdraft.completer import CompletionRequest
 from quickdraft.config import load_config
 from quickdraft.context.workspace import WorkspaceHead, top_chunk
 from quickdraft.decoding.runner import common_prefix_length
+from quickdraft.generation import CompletionRequest
 from quickdraft.testing import build_tiny_loaded_models, local_completer
 
 BODY = "".join(f"def f_{i}(x):\n    return x + {i}\n\n" for i in range(60))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from quickdraft.backends import edit_sources
 from quickdraft.config import load_config
 from quickdraft.context.edit_history import Hunk
 from quickdraft.context.edit_prompt import (
@@ -17,11 +18,11 @@ from quickdraft.context.edit_prompt import (
     render_edit_prompt,
 )
 from quickdraft.errors import ConfigError
+from quickdraft.generation import NextEditRequest
 from quickdraft.lsp.documents import Document
 from quickdraft.lsp.service import edit_item
 from quickdraft.next_edit import (
     Edit,
-    NextEditRequest,
     minimal_edits,
     reject_reason,
     without_overrun,
@@ -285,7 +286,7 @@ def test_the_engine_gets_the_prompt_and_the_region_as_copy_source(completer, mon
     monkeypatch.setattr(
         completer.backend.engine, "generate", lambda req: seen.append(req) or generate(req)
     )
-    result = suggest(completer, request, strategy="ngram")
+    result = suggest(edit_sources(completer), request, strategy="ngram")
     [sent] = seen
     region = result.region
     assert region.text == text  # the whole (short) file, its empty last line included
@@ -322,7 +323,7 @@ def test_the_pipeline_counts_the_region_from_the_latest_edit(completer):
     assert edited_lines([hunk]) == (20, 22) and edited_lines([]) is None
     assert edited_lines([Hunk("file:///w/b.py", 0, 5, "gone\n", "")]) == (5, 5)
     request = NextEditRequest("file:///w/b.py", text, 22, 8, "python", hunks=[hunk])
-    region = prepare(completer, request).region
+    region = prepare(edit_sources(completer), request).region
     above, below = completer.config.edits.lines_above, completer.config.edits.lines_below
     assert (region.start_line, region.end_line) == (20 - above, 22 + below + 1)
 
@@ -333,7 +334,9 @@ def test_disabled_next_edits_do_no_model_work(completer, monkeypatch):
     completer.update_config(load_config({"edits": {"enabled": False}}))
     try:
         monkeypatch.setattr(completer.backend.engine, "generate", None)  # never called
-        result = suggest(completer, NextEditRequest("file:///w/a.py", "x = 1\n", 0, 0, "python"))
+        result = suggest(
+            edit_sources(completer), NextEditRequest("file:///w/a.py", "x = 1\n", 0, 0, "python")
+        )
         assert result.skipped and result.edits == []
     finally:
         completer.update_config(load_config({"edits": EDITS}))
@@ -346,7 +349,8 @@ def test_a_rule_answers_without_the_model_and_says_which(completer, monkeypatch)
     text = "def f(a):\n    return b + b\n\nx = f(1)\n"
     hunk = Hunk("file:///w/a.py", 0, 0, "def f(b):\n", "def f(a):\n")
     result = suggest(
-        completer, NextEditRequest("file:///w/a.py", text, 0, 7, "python", hunks=[hunk])
+        edit_sources(completer),
+        NextEditRequest("file:///w/a.py", text, 0, 7, "python", hunks=[hunk]),
     )
     assert [(e.start, e.end, e.text) for e in result.edits] == [(21, 22, "a")]
     assert (result.rule, result.confidence, result.candidates) == ("rename", 0.9, 2)
@@ -358,15 +362,17 @@ def test_without_a_rule_a_model_not_trained_for_next_edits_abstains(completer, m
 
     completer.update_config(load_config({"edits": {"max_new_tokens": 24}}))  # model_rewrite auto
     try:
-        assert not model_rewrites(completer)  # the tiny model gets the instruct format
+        assert not model_rewrites(
+            edit_sources(completer)
+        )  # the tiny model gets the instruct format
         monkeypatch.setattr(completer.backend.engine, "generate", None)  # never called
         text = "x = 1\n"
         hunk = Hunk("file:///w/a.py", 0, 0, "x = 0\n", "x = 1\n")
         request = NextEditRequest("file:///w/a.py", text, 0, 5, "python", hunks=[hunk])
-        result = suggest(completer, request)
+        result = suggest(edit_sources(completer), request)
         assert result.edits == [] and result.rule is None and "model_rewrite" in result.abstained
         completer.update_config(load_config({"edits": {"format": "zeta"}}))
-        assert model_rewrites(completer)
+        assert model_rewrites(edit_sources(completer))
     finally:
         completer.update_config(load_config({"edits": EDITS}))
 
@@ -412,7 +418,7 @@ def test_blank_lines_left_at_the_regions_end_are_no_edit():
 
 
 def test_an_answer_that_writes_on_past_the_region_is_found_at_its_first_line_past_it():
-    from quickdraft.next_edit import overrun_start
+    from quickdraft.context.edit_prompt import overrun_start
 
     text = "".join(f"line {i}\n" for i in range(40))
     region = choose_region(text, text.index("line 8"), lines_above=2, lines_below=3)
@@ -427,7 +433,7 @@ def test_an_answer_that_writes_on_past_the_region_is_found_at_its_first_line_pas
 
 
 def test_a_tail_that_closes_many_blocks_is_made_long_enough_to_be_the_regions_end():
-    from quickdraft.next_edit import overrun_start
+    from quickdraft.context.edit_prompt import overrun_start
 
     text = "a {\n  if {\n  }\n}\nb {\n  if {\n  }\n}\nc {\n}\n"
     region = choose_region(text, 0, lines_above=0, lines_below=7)
@@ -440,13 +446,13 @@ def test_a_tail_that_closes_many_blocks_is_made_long_enough_to_be_the_regions_en
 def test_generation_stops_at_an_overrun_and_the_rewrite_ends_where_the_region_does(
     completer, monkeypatch
 ):
-    from quickdraft.completer import Generated
     from quickdraft.decoding import GenerationStats
+    from quickdraft.generation import Generated
     from quickdraft.next_edit import prepare, suggest
 
     text = "".join(f"line {i}\n" for i in range(40))
     request = NextEditRequest("file:///w/b.py", text, 8, 0, "python")
-    prepared = prepare(completer, request)
+    prepared = prepare(edit_sources(completer), request)
     region = prepared.region
     lines = region.text.split("\n")
     edited = "\n".join([lines[0], "changed", *lines[2:]])
@@ -460,7 +466,7 @@ def test_generation_stops_at_an_overrun_and_the_rewrite_ends_where_the_region_do
         return Generated(wrote_on, list(encode(wrote_on)), "stop", GenerationStats())
 
     monkeypatch.setattr(completer.backend, "generate_edit", generate_edit)
-    result = suggest(completer, request)
+    result = suggest(edit_sources(completer), request)
     assert result.rewritten == edited and result.rejected is None
     [edit] = result.edits
     assert edit.text == "changed" and text[edit.start : edit.end] == lines[1]

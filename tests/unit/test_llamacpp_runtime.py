@@ -118,8 +118,8 @@ def test_engine_runs_every_strategy_on_llamacpp(tiny, model):
 
 
 def test_load_models_with_the_llamacpp_runtime(tiny, tmp_path, monkeypatch):
-    from quickdraft.completer import CompletionRequest
     from quickdraft.config import ModelConfig, QuickdraftConfig
+    from quickdraft.generation import CompletionRequest
     from quickdraft.models.loading import load_models
     from quickdraft.testing import local_completer
 

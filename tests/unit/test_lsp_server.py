@@ -44,6 +44,8 @@ def test_worker_skips_jobs_cancelled_before_they_start():
 
 def test_model_host_keeps_the_old_completer_when_a_reload_fails():
     class Completer:
+        works_ahead = True
+
         def __init__(self, name):
             self.name, self.docs = name, {}
 
@@ -164,6 +166,7 @@ def test_completion_item_label_is_the_first_line_with_text():
 
 def test_stats_payload():
     """From the engine's own GenerationStats (its to_dict), not a dict already shaped right."""
+    from quickdraft.completer import Completion
     from quickdraft.decoding import GenerationStats
 
     engine_stats = GenerationStats(
@@ -180,12 +183,8 @@ def test_stats_payload():
         accepted_by_source={"ngram": 5},
     )
 
-    class Completion:
-        tokens = [1, 2, 3]
-        stats = engine_stats
-        mode = "block"
-
-    payload = stats_payload(Completion(), latency_ms=12.3456, source="model")
+    completion = Completion(text="abc", tokens=[1, 2, 3], stats=engine_stats, mode="block")
+    payload = stats_payload(completion, latency_ms=12.3456, source="model")
     assert payload["tokens"] == 3
     assert payload["acceptanceBySource"] == {"ngram": 0.5, "draft": 0.0}
     assert payload["prefillTokens"] == 100 and payload["reusedTokens"] == 400

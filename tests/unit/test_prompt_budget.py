@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from quickdraft.backends import needs_step_costs
-from quickdraft.completer import CompletionRequest
 from quickdraft.config import FIXED_PROMPT_TOKENS, load_config
 from quickdraft.context.prompt import (
     AUTO_PROMPT_BOUNDS,
@@ -18,6 +17,7 @@ from quickdraft.context.prompt import (
 )
 from quickdraft.decoding import CostModel
 from quickdraft.errors import ConfigError
+from quickdraft.generation import CompletionRequest
 from quickdraft.testing import build_tiny_loaded_models, local_completer
 
 LOW, HIGH = AUTO_PROMPT_BOUNDS

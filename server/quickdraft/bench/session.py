@@ -16,6 +16,7 @@ from typing import Any
 
 from quickdraft.bench.holes import Hole
 from quickdraft.config import QuickdraftConfig
+from quickdraft.generation import CompletionRequest
 
 
 @dataclass
@@ -62,8 +63,6 @@ class PeerPlan:
 def request_for(
     hole: Hole, text: str | None = None, line: int | None = None, col: int | None = None
 ):
-    from quickdraft.completer import CompletionRequest  # imports torch: `serve` imports this
-
     return CompletionRequest(
         uri=hole.uri,
         text=hole.text if text is None else text,

@@ -56,7 +56,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import quickdraft.context.syntax as syntax
-from quickdraft.context.edit_history import Hunk, unified_diff
+from quickdraft.context.edit_history import Hunk, lines_with_breaks, unified_diff
 from quickdraft.context.fim import PromptPart
 from quickdraft.context.snippets import uri_to_path
 from quickdraft.text import split_lines
@@ -489,3 +489,43 @@ def choose_format(configured: str, names: Sequence[str | None]) -> str:
 def render_edit_prompt(format_name: str, context: EditContext) -> EditPrompt:
     """The prompt of `format_name` for `context`."""
     return FORMATS[format_name](context)
+
+
+def _runs(lines: Sequence[str], tail: Sequence[str]) -> list[int]:
+    """The indices just past each occurrence of `tail` in `lines`."""
+    n = len(tail)
+    return [j for j in range(n, len(lines) + 1) if list(lines[j - n : j]) == list(tail)]
+
+
+def overrun_start(region: EditableRegion, output: str) -> int | None:
+    """Where `output` (the answer so far) goes on past the region: the offset of the first
+    whole non-blank line written after the region's last non-blank lines were written again,
+    when the answer did not close there. A small model that reads on into the file writes its
+    next lines, or makes new ones up; every token of that is decode time spent on text that
+    would be cut. The tail is the region's last 2-6 non-blank lines, as many as make it occur
+    once in the region (a `}` closes many blocks); where none is unique, its last occurrence
+    counts. None while the answer stays within the region. (An edit that adds lines after the
+    region's last lines is cut there too: the region ends at a statement boundary well below
+    the cursor, so that is rare.)"""
+    old = [line.rstrip() for line in region.text.splitlines() if line.strip()]
+    if len(old) < 2 or "\n" not in output:
+        return None
+    for size in range(2, min(6, len(old)) + 1):
+        tail = old[-size:]
+        if len(_runs(old, tail)) == 1:
+            break
+    occurrences = len(_runs(old, tail))
+    complete = output[: output.rindex("\n") + 1]
+    starts: list[int] = []  # offset of each whole non-blank line written
+    written: list[str] = []
+    offset = 0
+    for line in lines_with_breaks(complete):
+        if line.strip():
+            starts.append(offset)
+            written.append(line.rstrip())
+        offset += len(line)
+    ends = _runs(written, tail)
+    if len(ends) < occurrences:
+        return None
+    past = ends[occurrences - 1]
+    return starts[past] if past < len(written) else None

@@ -20,11 +20,15 @@ from lsprotocol import types
 
 from quickdraft.admission import refusal
 from quickdraft.errors import PositionError, QuickdraftError
+from quickdraft.generation import CompletionRequest, ModelAnswer, NextEditRequest
 from quickdraft.lsp.documents import Document
 from quickdraft.postprocess import TypedAheadCache
 
 if TYPE_CHECKING:
+    from quickdraft.completer import Completion
+    from quickdraft.context.edit_prompt import EditableRegion
     from quickdraft.lsp.server import QuickdraftServer
+    from quickdraft.next_edit import Edit, NextEdit
 
 logger = logging.getLogger(__name__)
 
@@ -45,11 +49,8 @@ def completion_request(
     column: int,
     *,
     slot: str | None = None,
-):
+) -> CompletionRequest:
     """The Completer's request for a place in a document (`column` in code points)."""
-    # completer imports torch (seconds): the server answers `initialize` before that.
-    from quickdraft.completer import CompletionRequest
-
     return CompletionRequest(
         uri=uri,
         text=text,
@@ -237,9 +238,8 @@ class CompletionService:
         if job.cancel.is_set():
             server.log(f"[{request_id}] {feature}: superseded by a newer request")
             return None
-        skipped = getattr(completion, "skipped", None)
-        if skipped:
-            server.log(f"[{request_id}] {feature}: {skipped}; no completion")
+        if completion.skipped:
+            server.log(f"[{request_id}] {feature}: {completion.skipped}; no completion")
             return None
         suggestion = completion.text or ""
         confidence = completion.confidence
@@ -262,13 +262,15 @@ class CompletionService:
             return None
         self.typed_ahead.remember(uri, prefix, suggestion, suffix, confidence=confidence)
         config = server.config.current
-        local = config.model.backend == "local"
+        # Work ahead (alternatives, prefetch) where the backend pays for it: a local engine. A
+        # serving engine's capacity is for the requests of everyone who shares it, and its
+        # failures must not show twice.
+        local = server.host.works_ahead
         if not joined and local and config.decoding.candidates > 1 and not invoked:
             # Right after the answer (it is sent first): its forks, for the next request here.
             self._start_alternatives(place())
-        # Prefetch on local models only: a serving engine's capacity is for the requests of
-        # everyone who shares it, and its failures must not show twice. Not for a suggestion
-        # held back: it cannot be accepted (shown when asked for, its acceptance prefetches).
+        # Prefetch not for a suggestion held back: it cannot be accepted (shown when asked
+        # for, its acceptance prefetches).
         if not joined and config.cache.prefetch and local and not hidden:
             self._prefetch(
                 uri, document.language_id, text, offset, position.line, column, suggestion
@@ -540,7 +542,7 @@ class CompletionService:
         uri: str,
         feature: str,
         started: float,
-        completion: Any,
+        completion: Completion | None,
         *,
         source: str,
         text: str,
@@ -550,6 +552,8 @@ class CompletionService:
         latency_ms = (time.monotonic() - started) * 1000.0
         payload = stats_payload(completion, latency_ms=latency_ms, source=source)
         payload.update(
+            repeated=completion is not None and completion.repeated,
+            repeatTrimmed=completion is not None and completion.repeat_trimmed,
             uri=uri,
             requestId=request_id,
             feature=feature,
@@ -577,7 +581,7 @@ class CompletionService:
 # --- next edits ------------------------------------------------------------------------------
 
 
-def edit_item(snapshot: Document, edit: Any, version: int) -> dict[str, Any]:
+def edit_item(snapshot: Document, edit: Edit, version: int) -> dict[str, Any]:
     """One edit of a `copilotInlineEdit` answer: its text, its range in LSP units of the
     document as it was asked about (`snapshot`), and that document's version."""
     start_line, start_character = snapshot.position_at(edit.start)
@@ -634,9 +638,6 @@ class NextEditService:
         except PositionError as exc:
             server.log(f"[{request_id}] {feature}: {uri}: {exc}; no edit", "warning")
             return []
-        # next_edit imports torch (seconds): the server answers `initialize` before that.
-        from quickdraft.next_edit import NextEditRequest
-
         text = document.text
         offset = document.line_starts[line] + column
         document.cursor_at = offset
@@ -697,12 +698,12 @@ class NextEditService:
         uri: str,
         feature: str,
         started: float,
-        result: Any,
+        result: NextEdit,
         items: list[dict[str, Any]],
     ) -> None:
         latency_ms = (time.monotonic() - started) * 1000.0
         payload = stats_payload(result, latency_ms=latency_ms, source="model")
-        region = result.region
+        region: EditableRegion | None = result.region
         payload.update(
             uri=uri,
             requestId=request_id,
@@ -713,11 +714,11 @@ class NextEditService:
             format=result.format,
             rejected=result.rejected,
             regionLines=[region.start_line, region.end_line] if region is not None else None,
-            rule=getattr(result, "rule", None),
-            confidence=getattr(result, "confidence", None),
-            candidates=getattr(result, "candidates", 0),
-            vetoed=dict(getattr(result, "vetoed", None) or {}),
-            abstained=getattr(result, "abstained", None),
+            rule=result.rule,
+            confidence=result.confidence,
+            candidates=result.candidates,
+            vetoed=dict(result.vetoed),
+            abstained=result.abstained,
         )
         completer = self.server.host.completer
         if completer is not None:
@@ -739,18 +740,14 @@ class NextEditService:
         )
 
 
-def stats_payload(completion: Any, *, latency_ms: float, source: str) -> dict[str, Any]:
-    """The `$/quickdraft/stats` notification for one answered request. `source`: "model" (this
-    request's own generation), "typed-ahead" or "prefetch" (answered from work done before),
-    "shared" (joined another request's generation)."""
+def stats_payload(answer: ModelAnswer | None, *, latency_ms: float, source: str) -> dict[str, Any]:
+    """The `$/quickdraft/stats` notification for one answered request (a completion's or a next
+    edit's: the `ModelAnswer` both are; None: answered without the model). `source`: "model"
+    (this request's own generation), "typed-ahead" or "prefetch" (answered from work done
+    before), "shared" (joined another request's generation)."""
     cached = source != "model"
-    stats: dict[str, Any] = {}
-    raw = getattr(completion, "stats", None)
-    if raw is not None:
-        to_dict = getattr(raw, "to_dict", None)
-        stats = dict(to_dict()) if callable(to_dict) else dict(vars(raw))
-    tokens = getattr(completion, "tokens", None)
-    new_tokens = len(tokens) if tokens is not None else int(stats.get("new_tokens", 0) or 0)
+    stats: dict[str, Any] = dict(answer.stats.to_dict()) if answer is not None else {}
+    new_tokens = len(answer.tokens) if answer is not None else 0
     drafted = stats.get("drafted_by_source") or {}
     accepted = stats.get("accepted_by_source") or {}
     acceptance = {
@@ -775,13 +772,12 @@ def stats_payload(completion: Any, *, latency_ms: float, source: str) -> dict[st
         "reusedSharedTokens": int(stats.get("reused_shared_tokens", 0) or 0),
         "reusedWarmTokens": int(stats.get("reused_warm_tokens", 0) or 0),
         "reusedOwnTokens": int(stats.get("reused_own_tokens", 0) or 0),
-        "mode": getattr(completion, "mode", None),
-        "repeated": bool(getattr(completion, "repeated", False)),
-        "repeatTrimmed": bool(getattr(completion, "repeat_trimmed", False)),
-        "stopReason": getattr(completion, "stop_reason", None) or stats.get("stop_reason"),
+        "mode": answer.mode if answer is not None else None,
+        "stopReason": (answer.stop_reason if answer is not None else None)
+        or stats.get("stop_reason"),
         # Milliseconds per pipeline stage of this request's own generation (none when it was
         # answered from work done before): context_ms, tokenize_ms, index_ms, prefill_ms,
         # decode_ms, postprocess_ms.
-        "stagesMs": {} if cached else dict(getattr(completion, "stages", None) or {}),
+        "stagesMs": {} if cached or answer is None else dict(answer.stages),
         "engine": stats,
     }

@@ -29,18 +29,22 @@ from typing import TYPE_CHECKING, Any
 
 from quickdraft.config import QuickdraftConfig
 from quickdraft.errors import ModelError, QuickdraftError
+from quickdraft.generation import CompletionRequest, NextEditRequest
 
 if TYPE_CHECKING:
-    from quickdraft.completer import Completer
+    from quickdraft.completer import Completer, Completion
+    from quickdraft.next_edit import NextEdit
 
 logger = logging.getLogger(__name__)
 
-CompleterLoader = Callable[[QuickdraftConfig, Callable[[str], None] | None], Any]
+CompleterLoader = Callable[[QuickdraftConfig, Callable[[str], None] | None], "Completer"]
 """Builds a Completer for a configuration (loads its models), telling each step to the
 progress callback. Runs on the worker thread."""
 
 
-def load_completer(config: QuickdraftConfig, progress: Callable[[str], None] | None = None) -> Any:
+def load_completer(
+    config: QuickdraftConfig, progress: Callable[[str], None] | None = None
+) -> Completer:
     """The real loader: `backends.load_completer` (models, then step costs, cached per
     machine)."""
     # Imported here, on the worker thread: torch and the models' code load after the server
@@ -175,9 +179,13 @@ class ModelHost:
         self.config: QuickdraftConfig | None = None
         self.load_error: str | None = None
         self.loaded_at: float | None = None
+        """time.monotonic() when the current models became ready."""
+        self.works_ahead = False
+        """Whether the current backend pays for work ahead (`Backend.works_ahead`). Set with
+        `loaded_at` when a load finishes; the event loop reads both after that load's future
+        resolved."""
         self.root: str | None = None
         """The workspace folder (prompts show paths relative to it)."""
-        """time.monotonic() when the current models became ready."""
         self._documents: dict[str, tuple[str, str]] = {}
 
     # --- models ----------------------------------------------------------------------
@@ -206,6 +214,7 @@ class ModelHost:
         self.config = config
         self.load_error = None
         self.loaded_at = time.monotonic()
+        self.works_ahead = completer.works_ahead
         if previous is not None:
             previous.close()  # a remote engine's client: its connections and probe thread
         return self.describe()
@@ -226,7 +235,7 @@ class ModelHost:
         if self.completer is not None:
             self.completer.update_config(config)
 
-    def require_completer(self) -> Any:
+    def require_completer(self) -> Completer:
         if self.completer is None:
             reason = self.load_error or "models are not loaded yet"
             raise ModelError(f"no models available: {reason}")
@@ -246,7 +255,9 @@ class ModelHost:
 
     # --- completion ------------------------------------------------------------------
 
-    def warm(self, request: Any, cancel: threading.Event, *, file_level: bool = False) -> int:
+    def warm(
+        self, request: CompletionRequest, cancel: threading.Event, *, file_level: bool = False
+    ) -> int:
         """Extend the document's caches toward a request there (idle warm-up); stops when
         `cancel` is set. Returns the target tokens computed. `file_level`: the cursor is not
         known, only the part of the prompt no cursor changes is computed."""
@@ -254,7 +265,9 @@ class ModelHost:
             return 0
         return self.completer.warm(request, cancel, file_level=file_level)
 
-    def complete(self, request: Any, cancel: threading.Event, strategy: str | None = None) -> Any:
+    def complete(
+        self, request: CompletionRequest, cancel: threading.Event, strategy: str | None = None
+    ) -> Completion | None:
         """Run one completion (typed-ahead answers never get here: the service answers them
         on the event loop)."""
         completer = self.require_completer()
@@ -262,7 +275,9 @@ class ModelHost:
             return None
         return completer.complete(request, cancel=cancel, strategy=strategy)
 
-    def alternatives(self, request: Any, count: int, cancel: threading.Event) -> list[Any]:
+    def alternatives(
+        self, request: CompletionRequest, count: int, cancel: threading.Event
+    ) -> list[Completion]:
         """Up to `count` alternatives to the suggestion at `request`'s place
         (`Completer.alternatives`). When the model's last answer for the document was for
         another place (the suggestion there came from work done ahead), it answers this place
@@ -274,13 +289,16 @@ class ModelHost:
             completer.complete(request, cancel=cancel)
         return completer.alternatives(request, count, cancel=cancel)
 
-    def suggest_edit(self, request: Any, cancel: threading.Event) -> Any:
-        """Run one next-edit request (a next_edit.NextEditRequest); None when it was superseded
-        while queued."""
+    def suggest_edit(self, request: NextEditRequest, cancel: threading.Event) -> NextEdit | None:
+        """Run one next-edit request over the Completer's backend and open documents (the
+        pipeline's own sources, `backends.edit_sources`); None when it was superseded while
+        queued."""
         completer = self.require_completer()
         if cancel.is_set():
             return None
-        # next_edit imports torch (seconds): the server answers `initialize` before that.
+        # Imported here, on the worker thread, as `load_completer` is (torch loads after the
+        # server has answered `initialize`); models are loaded by now.
+        from quickdraft.backends import edit_sources
         from quickdraft.next_edit import suggest
 
-        return suggest(completer, request, cancel=cancel)
+        return suggest(edit_sources(completer), request, cancel=cancel)

@@ -95,6 +95,12 @@ class LoadedModels:
     """Where the draft runs and why, when it was measured on both runtimes (it may differ
     from `runtime`, the target's)."""
 
+    def names(self) -> list[str]:
+        """The names the target is known by: its preset's and its reference (a next edit's
+        prompt format is chosen by them)."""
+        names = [self.preset.name] if self.preset is not None else []
+        return names + ([self.target_info.reference] if self.target_info is not None else [])
+
     def describe(self) -> dict[str, Any]:
         def one(model, info: ResolvedModel | None) -> dict[str, Any] | None:
             if model is None:

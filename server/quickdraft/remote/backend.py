@@ -13,20 +13,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from quickdraft.completer import Completer, CompletionRequest, Generated, PreparedCompletion
 from quickdraft.config import QuickdraftConfig
 from quickdraft.context import OpenDocument, get_fim_template
 from quickdraft.context.prompt import fit_prompt_budget
 from quickdraft.decoding import GenerationStats
+from quickdraft.generation import CompletionRequest, Generated, PreparedCompletion, PreparedEdit
 from quickdraft.remote.generator import RemoteGenerator
 from quickdraft.remote.models import RemoteModels, load_remote_models
 from quickdraft.remote.status import EngineStatus
 from quickdraft.tokens import PromptTokenizer
-
-if TYPE_CHECKING:
-    from quickdraft.next_edit import PreparedEdit
 
 STRATEGY = "remote"
 """The name completions from the engine carry in their stats."""
@@ -178,6 +175,10 @@ class RemoteBackend:
         return False
 
     @property
+    def works_ahead(self) -> bool:
+        return False  # a shared engine's capacity is for real requests
+
+    @property
     def compute(self) -> dict[str, Any]:
         return {
             "runtime": self.models.runtime,
@@ -191,12 +192,12 @@ class RemoteBackend:
         self.generator.close()
 
 
-def load_remote_completer(
+def load_remote_backend(
     config: QuickdraftConfig,
     *,
     check: bool = True,
     progress: Callable[[str], None] | None = None,
-) -> Completer:
+) -> RemoteBackend:
     """Tokenizer files from the preset or `model.tokenizer`, the engine's client, and (with
     `check`) one question to the engine, whose answer sets `engine_status`; an engine that is
     down makes no error here: requests fail with the reason until it is back."""
@@ -208,4 +209,4 @@ def load_remote_completer(
             progress(f"asking the completion engine at {backend.generator.endpoint.display}")
         backend.generator.check()
         backend.models.engine = backend.generator.describe()
-    return Completer(backend, config)
+    return backend

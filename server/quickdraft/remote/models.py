@@ -58,6 +58,13 @@ class RemoteModels:
             f"tokenizer {self.tokenizer_source})"
         )
 
+    def names(self) -> list[str]:
+        """The names the model is known by: its preset's and what the engine says it serves
+        (a next edit's prompt format is chosen by them)."""
+        names = [self.preset.name] if self.preset is not None else []
+        served = self.engine.get("model")
+        return names + ([str(served)] if served else [])
+
     def describe(self) -> dict[str, Any]:
         return {
             "backend": "openai",
