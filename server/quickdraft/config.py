@@ -171,7 +171,8 @@ class CacheConfig:
     """Work kept and done ahead of the user: KV caches per document, warm-up, prefetch."""
 
     memory_mb: int = 1024
-    """Budget for KV caches kept per document (target and draft together)."""
+    """Budget for KV caches kept per document (target and draft together). The static cache
+    of `model.compile: on` holds one document's and keeps no others: there it bounds nothing."""
     warmup: bool = True
     """Extend the caches toward the next request's prompt while the worker is idle."""
     prefetch: bool = True

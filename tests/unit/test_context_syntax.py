@@ -44,7 +44,6 @@ def test_unknown_language_answers_dont_know():
     assert syntax.statement_start_lines("a\nb\n", None) == []
     assert syntax.error_count("x", None) is None
     assert syntax.in_empty_block("x", 1, None) is None
-    assert syntax.in_comment_or_string("x", 1, None) is None
 
 
 def test_top_level_and_nested_statement_lines():
@@ -100,19 +99,13 @@ def test_error_count_and_new_errors():
     assert syntax.parses_without_new_errors("a", "b", None) is None
 
 
-def test_comment_and_string_at_cursor():
-    line = 'x = "abc"  # note'
-    assert syntax.in_comment_or_string(line, line.index("b"), "python") == "string"
-    assert syntax.in_comment_or_string(line, len(line), "python") == "comment"
-    assert syntax.in_comment_or_string(line, 3, "python") is None
-
-
 def test_offsets_are_code_points_even_with_multibyte_text():
     text = 's = "héllo ✓ 🎉"\n'
     inside = text.index("🎉")
     assert syntax.byte_offset(text, inside) == len(text[:inside].encode())
-    assert syntax.in_comment_or_string(text, inside, "python") == "string"
-    assert syntax.in_comment_or_string(text, len(text) - 1, "python") is None
+    # The node just before each offset: the emoji (the string's content), the closing quote.
+    assert syntax.node_at(text, inside + 1, "python").type == "string_content"
+    assert syntax.node_at(text, len(text) - 1, "python").type == "string_end"
 
 
 def test_parse_cache_returns_the_same_tree_for_the_same_text():

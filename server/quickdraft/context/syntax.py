@@ -493,21 +493,3 @@ def in_empty_block(text: str, offset: int, grammar: str | None) -> bool | None:
                 return True
         node = node.parent
     return False
-
-
-def in_comment_or_string(text: str, offset: int, grammar: str | None) -> str | None:
-    """Return "comment" or "string" if the cursor is inside one (per tree-sitter), else None."""
-    node = node_at(text, offset, grammar)
-    if node is None:
-        return None
-    b = byte_offset(text, offset)
-    while node is not None:
-        kind = node.type
-        if "comment" in kind and node.start_byte < b <= node.end_byte:
-            return "comment"
-        if ("string" in kind or kind in ("char_literal", "character_literal")) and (
-            node.start_byte < b < node.end_byte
-        ):
-            return "string"
-        node = node.parent
-    return None
