@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import os
 import re
 import sys
 import threading
 import time
 import uuid
 from concurrent.futures import Future
+from pathlib import Path
 
 import pytest
 from conftest import edit, open_doc, plain, wait_for
@@ -27,6 +29,10 @@ INLINE_EDIT = "textDocument/copilotInlineEdit"
 URI = "file:///work/shapes.py"
 
 # --- the fake model (runs in the server process) ----------------------------------------------
+
+
+SLOW_STARTED = "QUICKDRAFT_TEST_SLOW_STARTED"
+"""The file the fake server touches when a SLOW rewrite starts (the test waits for it)."""
 
 
 class RenamingBackend:
@@ -86,9 +92,12 @@ class RenamingBackend:
         closing = prepared.prompt.closing
         stop = "stop"
         if "SLOW" in region:
+            started = os.environ.get(SLOW_STARTED)
+            if started:
+                Path(started).touch()  # the test waits for this state, not for time
             deadline_at = time.monotonic() + 30
             while not cancel.is_set() and time.monotonic() < deadline_at:
-                time.sleep(0.01)
+                time.sleep(0.01)  # pacing: polls its cancel event (held until stopped)
             self.endings.append("cancelled" if cancel.is_set() else "ran to its end")
             written = region
         elif "ENDINGS" in region:
@@ -354,14 +363,15 @@ async def test_an_unfinished_rewrite_gives_no_edit(session):
         assert stats["stopReason"] == "max_tokens"
 
 
-async def test_a_newer_request_supersedes_the_older_and_stops_it(session):
+async def test_a_newer_request_supersedes_the_older_and_stops_it(session, tmp_path, monkeypatch):
+    started = tmp_path / "slow-started"
+    monkeypatch.setenv(SLOW_STARTED, str(started))
     async with session(command()) as client:
         slow = "SLOW = 1\n" + "\n" * 40 + "ENDINGS = 2\n"
         open_doc(client, URI, slow, version=1)
-        # Once the models are loaded, a request starts on the worker at once.
         assert (await inline_edit(client, URI, 1, 41, 0))["edits"][0]["text"] == " "
         older = asyncio.ensure_future(inline_edit(client, URI, 1, 0, 0))
-        await asyncio.sleep(0.5)
+        await wait_for(started.exists, 20)  # the older rewrite runs on the worker
         assert not older.done()
         newer = asyncio.ensure_future(inline_edit(client, URI, 1, 41, 0))
         assert (await asyncio.wait_for(older, 20)) == {"edits": []}
