@@ -21,7 +21,7 @@ from lsprotocol import types
 from quickdraft.admission import refusal
 from quickdraft.errors import PositionError, QuickdraftError
 from quickdraft.lsp.documents import Document
-from quickdraft.postprocess import TypedAheadCache
+from quickdraft.lsp.typed_ahead import TypedAheadCache
 
 if TYPE_CHECKING:
     from quickdraft.lsp.server import QuickdraftServer
