@@ -145,7 +145,7 @@ def run_server(argv: list[str]) -> None:
     from quickdraft.cli_args import config_dict_from_args
     from quickdraft.config import load_config
     from quickdraft.lsp import cli
-    from quickdraft.lsp.server import create_server
+    from quickdraft.lsp.assembly import create_server
 
     # The scripted model's rewrite is what most tests here check: the rules off and the model's
     # rewrite on (a model not trained for next edits gets neither by default). `--rules`: the

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
+import time
 
 from lsprotocol import types
 
 from quickdraft.config import QuickdraftConfig
+from quickdraft.lsp.assembly import create_server
 from quickdraft.lsp.handlers.completion import completion_item
-from quickdraft.lsp.server import MalformedRequest, create_server
+from quickdraft.lsp.server import MalformedRequest
 from quickdraft.lsp.service import Answer, stats_payload
 from quickdraft.lsp.worker import ModelHost, ModelWorker
 
@@ -312,12 +315,17 @@ def test_each_log_line_is_logged_at_the_level_it_is_sent_at(caplog):
     server.stop()
 
 
+async def warm_ups_done(server) -> None:
+    """The warm-ups run on the worker while it is idle: wait until none is queued or running."""
+    deadline = time.monotonic() + 10
+    while server.work_ahead._warm_targets or server.work_ahead._warming:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)  # pacing: polls the worker's warm-up state
+
+
 def test_warm_up_builds_no_prompt_for_a_serving_engine():
     """cache.warmup with backend openai: the engine keeps no caches of ours, so the idle
     warm-up must not build and tokenize a prompt for it (counted here); local models warm."""
-    import asyncio
-    import time
-
     from quickdraft.config import load_config
 
     class Counting:
@@ -335,12 +343,8 @@ def test_warm_up_builds_no_prompt_for_a_serving_engine():
         server.documents.open("file:///a.py", "x = 1\n", "python", 1)
 
         async def scenario():
-            server.schedule_warm("file:///a.py")
-            # The warm-up runs on the worker while it is idle: wait until none is pending.
-            deadline = time.monotonic() + 10
-            while server._warm_targets or server._warming:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.01)  # pacing: polls the worker's warm-up state
+            server.work_ahead.schedule_warm("file:///a.py")
+            await warm_ups_done(server)
 
         asyncio.run(scenario())
         server.stop()
@@ -355,3 +359,64 @@ def test_warm_up_builds_no_prompt_for_a_serving_engine():
         }
     }
     assert warmed(remote) == 0
+
+
+def test_a_burst_of_changes_is_one_update_with_the_latest_text():
+    """The worker's update of a document carries the text read on the event loop at the last
+    change before it ran (one update for the burst); a document closed meanwhile is not
+    updated, and one opened again is."""
+    server = create_server(QuickdraftConfig(), loader=lambda config, progress=None: None)
+    seen = []
+    server.host.set_document = lambda uri, text, language_id: seen.append((uri, text))
+    busy = threading.Event()
+    server.worker.submit(busy.wait)
+    a = server.documents.open("file:///a.py", "x", "python", 1)
+    server.sync_document(a, opened=True)
+    server.documents.change("file:///a.py", [("x = 1", None)], 2)
+    server.sync_document(a)
+    b = server.documents.open("file:///b.py", "y", "python", 1)
+    server.sync_document(b, opened=True)
+    server.documents.close("file:///b.py")
+    server.forget_document("file:///b.py")
+    busy.set()
+    server.worker.submit(lambda: None).result(5)
+    assert seen == [("file:///a.py", "x = 1")]
+    b = server.documents.open("file:///b.py", "y = 2", "python", 1)
+    server.sync_document(b, opened=True)
+    server.worker.submit(lambda: None).result(5)
+    assert seen[-1] == ("file:///b.py", "y = 2")
+    server.stop()
+
+
+def test_a_stopped_warm_up_goes_on_first_unless_the_person_moved_on():
+    """A warm-up stopped by a job that had to run is queued again by the event loop: first, or,
+    when another document is focused, after the others."""
+
+    class StoppedOnce:
+        def __init__(self):
+            self.warmed = []
+
+        def warm(self, request, cancel=None, file_level=False):
+            self.warmed.append(request.uri)
+            if len(self.warmed) == 1:
+                cancel.set()  # as a request arriving would
+            return 0
+
+    def order(focused) -> list[str]:
+        server = create_server(QuickdraftConfig(), loader=lambda config, progress=None: None)
+        server.host.completer = StoppedOnce()
+        for name in ("a", "b"):
+            server.documents.open(f"file:///{name}.py", "x = 1\n", "python", 1)
+        server.work_ahead.focused = focused
+
+        async def scenario():
+            server.work_ahead.schedule_warm("file:///a.py")
+            server.work_ahead.schedule_warm("file:///b.py", first=False)
+            await warm_ups_done(server)
+
+        asyncio.run(scenario())
+        server.stop()
+        return [uri[len("file:///") :] for uri in server.host.completer.warmed]
+
+    assert order(None) == ["a.py", "a.py", "b.py"]
+    assert order("file:///b.py") == ["a.py", "b.py", "a.py"]
