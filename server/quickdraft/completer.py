@@ -36,6 +36,7 @@ from quickdraft.decoding.confidence import confidence
 from quickdraft.generation import (
     Backend,
     CompletionRequest,
+    EngineState,
     Generated,
     PreparedCompletion,
     StageClock,
@@ -209,6 +210,10 @@ class Completer:
     @property
     def works_ahead(self) -> bool:
         return self.backend.works_ahead
+
+    @property
+    def engine_status(self) -> EngineState | None:
+        return self.backend.engine_status
 
     def describe(self) -> str:
         """One line for logs and status items: the models and how they run."""

@@ -228,6 +228,15 @@ class Models(Protocol):
         ...
 
 
+class EngineState(Protocol):
+    """A serving engine's state as the server follows it (remote.status.EngineStatus)."""
+
+    def subscribe(self, listener: Callable[[str, str], None]) -> tuple[str, str]:
+        """Hear every later change (state, message; on any thread); returns them as they are
+        now."""
+        ...
+
+
 class Backend(Protocol):
     """What generates for the pipelines. They know backends only by this."""
 
@@ -302,6 +311,12 @@ class Backend(Protocol):
     @property
     def batch_invariant(self) -> bool:
         """Whether every greedy strategy is token-identical to `ar` by construction."""
+        ...
+
+    @property
+    def engine_status(self) -> EngineState | None:
+        """A serving engine's state, which the server shows and follows ("ready",
+        "unavailable"); None for this machine's models (their state is the load's)."""
         ...
 
     @property

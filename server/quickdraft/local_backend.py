@@ -304,6 +304,10 @@ class LocalBackend:
         return lengths.get(language_id or "")
 
     @property
+    def engine_status(self) -> None:
+        return None  # no engine but this machine's
+
+    @property
     def works_ahead(self) -> bool:
         return True  # the KV caches and the n-gram index are this machine's
 

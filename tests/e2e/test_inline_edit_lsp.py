@@ -130,6 +130,7 @@ class RenamingBackend:
     compute_path = None
     batch_invariant = False
     works_ahead = True  # as a local engine: alternatives and prefetch
+    engine_status = None  # this machine's models
 
     def close(self):
         pass
@@ -158,7 +159,7 @@ def run_server(argv: list[str]) -> None:
     from quickdraft.cli_args import config_dict_from_args
     from quickdraft.config import load_config
     from quickdraft.lsp import cli
-    from quickdraft.lsp.server import create_server
+    from quickdraft.lsp.assembly import create_server
 
     # The scripted model's rewrite is what most tests here check: the rules off and the model's
     # rewrite on (a model not trained for next edits gets neither by default). `--rules`: the

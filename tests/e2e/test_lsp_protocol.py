@@ -108,7 +108,7 @@ class FakeCompleter:
 
     compute = {"runtime": "fake", "dtype": None, "kernel": None, "reason": "a test double"}
     works_ahead = True  # alternatives and prefetch, as for a local engine
-    backend = None  # no serving engine whose state the server would watch
+    engine_status = None  # no serving engine whose state the server would watch
 
     class models:  # noqa: N801 - the shape of LoadedModels the server reads
         @staticmethod
@@ -222,7 +222,7 @@ def run_fake_server(argv: list[str]) -> None:
     from quickdraft.cli_args import config_dict_from_args
     from quickdraft.config import load_config
     from quickdraft.lsp import cli
-    from quickdraft.lsp.server import create_server
+    from quickdraft.lsp.assembly import create_server
 
     parser = argparse.ArgumentParser()
     cli.register(parser.add_subparsers())

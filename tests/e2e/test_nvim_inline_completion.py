@@ -126,7 +126,7 @@ def run_server(argv: list[str]) -> None:
     from quickdraft.cli_args import config_dict_from_args
     from quickdraft.config import load_config
     from quickdraft.lsp import cli
-    from quickdraft.lsp.server import create_server
+    from quickdraft.lsp.assembly import create_server
 
     parser = argparse.ArgumentParser()
     cli.register(parser.add_subparsers())

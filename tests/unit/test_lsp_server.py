@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
+import time
 
 from lsprotocol import types
 
 from quickdraft.config import QuickdraftConfig
+from quickdraft.lsp.assembly import create_server
 from quickdraft.lsp.handlers.completion import completion_item
-from quickdraft.lsp.server import MalformedRequest, create_server
+from quickdraft.lsp.server import MalformedRequest
 from quickdraft.lsp.service import Answer, stats_payload
 from quickdraft.lsp.worker import ModelHost, ModelWorker
 
@@ -311,46 +314,103 @@ def test_each_log_line_is_logged_at_the_level_it_is_sent_at(caplog):
     server.stop()
 
 
-def test_warm_up_builds_no_prompt_for_a_serving_engine():
-    """cache.warmup with backend openai: the engine keeps no caches of ours, so the idle
-    warm-up must not build and tokenize a prompt for it (counted here); local models warm."""
-    import asyncio
-    import time
+async def warm_ups_done(server) -> None:
+    """The warm-ups run on the worker while it is idle: wait until none is queued or running."""
+    deadline = time.monotonic() + 10
+    while server.work_ahead._warm_targets or server.work_ahead._warming:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)  # pacing: polls the worker's warm-up state
 
-    from quickdraft.config import load_config
+
+def test_warm_up_builds_no_prompt_for_a_serving_engine():
+    """A backend that does not work ahead (a serving engine keeps no caches of ours) gets no
+    idle warm-up: no prompt is built and tokenized for it (counted here); local models warm."""
 
     class Counting:
-        def __init__(self):
+        def __init__(self, works_ahead: bool):
             self.warmed = 0
+            self.works_ahead = works_ahead
 
         def warm(self, request, cancel=None, file_level=False):
             self.warmed += 1  # the real Completer builds and tokenizes the prompt here
             return 0
 
-    def warmed(settings) -> int:
-        server = create_server(load_config(settings), loader=lambda config, progress=None: None)
-        counting = Counting()
+    def warmed(works_ahead: bool) -> int:
+        server = create_server(QuickdraftConfig(), loader=lambda config, progress=None: None)
+        counting = Counting(works_ahead)
         server.host.completer = counting
+        server.host.works_ahead = counting.works_ahead  # as ModelHost.load sets it
         server.documents.open("file:///a.py", "x = 1\n", "python", 1)
 
         async def scenario():
-            server.schedule_warm("file:///a.py")
-            # The warm-up runs on the worker while it is idle: wait until none is pending.
-            deadline = time.monotonic() + 10
-            while server._warm_targets or server._warming:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.01)  # pacing: polls the worker's warm-up state
+            server.work_ahead.schedule_warm("file:///a.py")
+            await warm_ups_done(server)
 
         asyncio.run(scenario())
         server.stop()
         return counting.warmed
 
-    assert warmed({}) == 1
-    remote = {
-        "model": {
-            "backend": "openai",
-            "url": "http://engine:8000/v1",
-            "preset": "qwen2.5-coder-1.5b",
-        }
-    }
-    assert warmed(remote) == 0
+    assert warmed(works_ahead=True) == 1
+    assert warmed(works_ahead=False) == 0
+
+
+def test_a_burst_of_changes_is_one_update_with_the_latest_text():
+    """The worker's update of a document carries the text read on the event loop at the last
+    change before it ran (one update for the burst); a document closed meanwhile is not
+    updated, and one opened again is."""
+    server = create_server(QuickdraftConfig(), loader=lambda config, progress=None: None)
+    seen = []
+    server.host.set_document = lambda uri, text, language_id: seen.append((uri, text))
+    busy = threading.Event()
+    server.worker.submit(busy.wait)
+    a = server.documents.open("file:///a.py", "x", "python", 1)
+    server.sync_document(a, opened=True)
+    server.documents.change("file:///a.py", [("x = 1", None)], 2)
+    server.sync_document(a)
+    b = server.documents.open("file:///b.py", "y", "python", 1)
+    server.sync_document(b, opened=True)
+    server.documents.close("file:///b.py")
+    server.forget_document("file:///b.py")
+    busy.set()
+    server.worker.submit(lambda: None).result(5)
+    assert seen == [("file:///a.py", "x = 1")]
+    b = server.documents.open("file:///b.py", "y = 2", "python", 1)
+    server.sync_document(b, opened=True)
+    server.worker.submit(lambda: None).result(5)
+    assert seen[-1] == ("file:///b.py", "y = 2")
+    server.stop()
+
+
+def test_a_stopped_warm_up_goes_on_first_unless_the_person_moved_on():
+    """A warm-up stopped by a job that had to run is queued again by the event loop: first, or,
+    when another document is focused, after the others."""
+
+    class StoppedOnce:
+        def __init__(self):
+            self.warmed = []
+
+        def warm(self, request, cancel=None, file_level=False):
+            self.warmed.append(request.uri)
+            if len(self.warmed) == 1:
+                cancel.set()  # as a request arriving would
+            return 0
+
+    def order(focused) -> list[str]:
+        server = create_server(QuickdraftConfig(), loader=lambda config, progress=None: None)
+        server.host.completer = StoppedOnce()
+        server.host.works_ahead = True  # local models, as ModelHost.load would say
+        for name in ("a", "b"):
+            server.documents.open(f"file:///{name}.py", "x = 1\n", "python", 1)
+        server.work_ahead.focused = focused
+
+        async def scenario():
+            server.work_ahead.schedule_warm("file:///a.py")
+            server.work_ahead.schedule_warm("file:///b.py", first=False)
+            await warm_ups_done(server)
+
+        asyncio.run(scenario())
+        server.stop()
+        return [uri[len("file:///") :] for uri in server.host.completer.warmed]
+
+    assert order(None) == ["a.py", "a.py", "b.py"]
+    assert order("file:///b.py") == ["a.py", "b.py", "a.py"]

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_file)
 
     # pygls' protocol types take a second to import: only `serve` pays for them.
-    from quickdraft.lsp.server import create_server
+    from quickdraft.lsp.assembly import create_server
 
     return serve(create_server(defaults), address)
 

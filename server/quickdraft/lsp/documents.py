@@ -4,7 +4,8 @@ LSP positions count characters in the encoding negotiated at `initialize` (UTF-1
 client offers otherwise); Python strings count code points. Everything in this module that takes
 or returns a `character` says which of the two it means. The Completer only ever sees code
 points (`Document.to_codepoint`), and ranges go back to the client through
-`Document.from_codepoint`.
+`Document.from_codepoint`; `completion_request` is the Completer's request for a place in a
+document.
 
 Lines end at `\\n`, `\\r\\n` or `\\r`, as the LSP specification says.
 """
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 
 from quickdraft.context.edit_history import EditHistory, lines_touched
 from quickdraft.errors import PositionError
+from quickdraft.generation import CompletionRequest
 from quickdraft.text import LINE_BREAK, unusable_reason
 
 logger = logging.getLogger(__name__)
@@ -293,3 +295,25 @@ class DocumentStore:
     def close(self, uri: str) -> Document | None:
         self.history.forget(uri)
         return self._documents.pop(uri, None)
+
+
+def completion_request(
+    uri: str,
+    language_id: str | None,
+    text: str,
+    offset: int,
+    line: int,
+    column: int,
+    *,
+    slot: str | None = None,
+) -> CompletionRequest:
+    """The Completer's request for a place in a document (`column` in code points)."""
+    return CompletionRequest(
+        uri=uri,
+        text=text,
+        line=line,
+        character=column,
+        language_id=language_id,
+        offset=offset,
+        slot=slot,
+    )

@@ -1,6 +1,10 @@
-"""The pygls server: state, protocol fixes, and the wiring of handlers to features.
+"""The pygls server: protocol fixes, messages to the client, document sync, and its parts.
 
-`create_server(defaults)` builds a ready server; `quickdraft serve` (lsp/cli.py) starts it.
+`assembly.create_server(defaults)` builds a ready server (every feature's handlers registered);
+`quickdraft serve` (lsp/cli.py) starts it. `QuickdraftServer` is composed of parts, each handed
+the server (as `server_api.ServerApi`): the completion and next-edit services (service.py), the
+work ahead of the user, warm-up and prefetch (work_ahead.py), the model loading and its revert
+(model_loading.py), the status (status.py).
 
 Two things pygls 2.1 does not do, done here in `QuickdraftProtocol`:
 
@@ -9,15 +13,14 @@ Two things pygls 2.1 does not do, done here in `QuickdraftProtocol`:
   would wait forever. We turn it into an `InvalidParams` error response naming what is wrong.
 * Requests after `shutdown` are dropped without a reply; they get `InvalidRequest`.
 
-Document sync bypasses pygls' own workspace: `documents.DocumentStore` is the one copy.
+Document sync bypasses pygls' own workspace: `documents.DocumentStore` is the one copy; the
+worker is told each document's text as it was when the update ran (`sync_document`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
-from collections import OrderedDict
 from typing import Any
 
 import attrs
@@ -32,20 +35,15 @@ from pygls.protocol.language_server import lsp_method
 
 from quickdraft import __version__
 from quickdraft.config import QuickdraftConfig
-from quickdraft.errors import PositionError
-from quickdraft.lsp import handlers
 from quickdraft.lsp.configuration import ConfigChange, ConfigurationManager
-from quickdraft.lsp.documents import UTF16, DocumentStore
+from quickdraft.lsp.documents import UTF16, Document, DocumentStore
+from quickdraft.lsp.model_loading import ModelLoading
 from quickdraft.lsp.service import CompletionService, NextEditService
-from quickdraft.lsp.status import LoadProgress, StatusReporter
-from quickdraft.lsp.worker import (
-    CompleterLoader,
-    ModelHost,
-    ModelWorker,
-    describe_error,
-    load_completer,
-)
-from quickdraft.models.presets import describe_plan
+from quickdraft.lsp.status import StatusReporter
+from quickdraft.lsp.typed_ahead import TypedAheadCache
+from quickdraft.lsp.work_ahead import WorkAhead
+from quickdraft.lsp.worker import CompleterLoader, ModelHost, ModelWorker, load_completer
+from quickdraft.text import unusable_reason
 
 logger = logging.getLogger(__name__)
 
@@ -180,26 +178,21 @@ class QuickdraftServer(LanguageServer):
         self.documents = DocumentStore(UTF16)
         self.worker = ModelWorker()
         self.host = ModelHost(loader)
-        self.completions = CompletionService(self)
+        typed_ahead = TypedAheadCache()
+        self.work_ahead = WorkAhead(self, typed_ahead)
+        self.completions = CompletionService(self, typed_ahead, self.work_ahead)
         self.next_edits = NextEditService(self)
         self.experimental: dict[str, Any] = {}
         """`capabilities.experimental` at `initialize` (the handlers of features outside the
         specification add theirs)."""
         self.status = StatusReporter(self)
-        self.loading: LoadProgress | None = None
-        """The model load in progress, if any."""
-        self._pending_sync: set[str] = set()
-        self._warm_targets: OrderedDict[str, tuple[str, int, int, int, str, bool]] = OrderedDict()
-        """uri -> (text, offset, line, column, language, file level only) of each document's
-        next warm-up, in the order they are warmed."""
-        self._warming = False
-        """A warm-up job is queued or running on the worker (one at a time)."""
-        self.focused: str | None = None
-        """The document of the last `textDocument/didFocus`."""
+        self.model_loading = ModelLoading(self, self.status, typed_ahead, self.work_ahead)
+        self._pending_sync: dict[str, tuple[str, str, int]] = {}
+        """uri -> (text, language, context.max_document_bytes) of each document whose update
+        is queued on the worker and not started: the latest, read on the event loop."""
         self._sync_lock = threading.Lock()
-        """Guards `_pending_sync` and `_warm_targets`: the event loop and the worker meet there."""
-        self.models_generation = 0
-        """Counts model loads submitted; only the latest one's failure reverts the settings."""
+        """Guards `_pending_sync`: the event loop hands the latest text over, the worker's job
+        takes it when it runs (`_flush_sync`). The threads meet nowhere else here."""
 
     # --- messages to the client -------------------------------------------------------
 
@@ -242,137 +235,42 @@ class QuickdraftServer(LanguageServer):
 
     # --- documents --------------------------------------------------------------------
 
-    def sync_document(self, uri: str, *, opened: bool = False) -> None:
-        """Tell the Completer (on the worker) about `uri`'s current text, coalescing bursts of
-        changes into one update that reads the latest text when it runs; then, when the worker
-        is idle, warm the document's caches toward a request at the edit. An edited document
-        is warmed first; one just `opened` after those already waiting, so that files opened
-        together are warmed in the order they were opened (the client's didFocus says which
-        one is in front)."""
+    def sync_document(self, document: Document, *, opened: bool = False) -> None:
+        """Tell the Completer (on the worker) about `document`'s current text, coalescing bursts
+        of changes into one update that carries the latest text when it runs; then, when the
+        worker is idle, warm the document's caches toward a request at the edit. An edited
+        document is warmed first; one just `opened` after those already waiting, so that files
+        opened together are warmed in the order they were opened (the client's didFocus says
+        which one is in front)."""
+        uri = document.uri
+        snapshot = (
+            document.text,
+            document.language_id,
+            self.config.current.context.max_document_bytes,
+        )
         with self._sync_lock:
-            if uri in self._pending_sync:
-                return
-            self._pending_sync.add(uri)
+            queued = uri in self._pending_sync
+            self._pending_sync[uri] = snapshot
+        if queued:
+            return
         self.worker.submit(self._flush_sync, uri)
-        self.schedule_warm(uri, first=not opened)
-
-    def schedule_warm(self, uri: str, *, first: bool = True) -> None:
-        """Idle warm-up (cache.warmup): extend `uri`'s KV caches toward the prompt its next
-        request will likely send, at the cursor last seen there (an edit, a didFocus position,
-        a request), or, when none is known, its file-level part. One target per document, the
-        latest; documents are warmed one at a time while the worker is idle, `first` ones
-        (the focused or edited document) ahead of the rest, and a real request stops the
-        warm-up that is running within one forward."""
-        document = self.documents.get(uri)
-        config = self.config.current
-        # A serving engine keeps no caches of ours to warm (RemoteBackend.warm does nothing):
-        # building and tokenizing the prompt for it would be work for nothing.
-        if document is None or not config.cache.warmup or config.model.backend != "local":
-            return
-        at = document.cursor_at
-        if at is not None and at <= len(document.text):
-            line, column = document.line_column(at)
-            target = (document.text, at, line, column, document.language_id, False)
-        else:
-            target = (document.text, 0, 0, 0, document.language_id, True)
-        with self._sync_lock:
-            self._warm_targets[uri] = target
-            self._warm_targets.move_to_end(uri, last=not first)
-        self._next_warm()
-
-    def focus(self, uri: str, position: tuple[int, int] | None) -> None:
-        """`textDocument/didFocus`: the person now looks at `uri` (at `position`, LSP units,
-        when the client says): it is warmed first."""
-        document = self.documents.get(uri)
-        if document is None:
-            self.log(f"didFocus for {uri}, which is not open; ignored", "warning")
-            return
-        if position is not None:
-            line, character = position
-            try:
-                column = document.to_codepoint(line, character, strict=True)
-            except PositionError as exc:
-                self.log(f"didFocus for {uri}: {exc}; warming its file-level part", "warning")
-            else:
-                document.cursor_at = document.line_starts[line] + column
-        if self.focused != uri:
-            # Work ahead for the file left behind waits: the worker warms this one first.
-            self.completions.drop_prefetches(keep=uri)
-            self.worker.preempt_background()
-        self.focused = uri
-        self.schedule_warm(uri, first=True)
-
-    def _next_warm(self) -> None:
-        """Start the next document's warm-up unless one is queued or running."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # a server driven by hand (unit tests): no work ahead
-            return
-        with self._sync_lock:
-            if self._warming or not self._warm_targets:
-                return
-            self._warming = True
-        future = self.worker.submit_background(self._warm_next)
-
-        def warmed(done) -> None:
-            loop.call_soon_threadsafe(self._warmed, done)
-
-        future.add_done_callback(warmed)
-
-    def _warmed(self, done) -> None:  # event loop
-        with self._sync_lock:
-            self._warming = False
-        if done.cancelled() or self.worker.stopped:
-            return
-        if done.exception() is not None:
-            # Left queued: the next edit or focus starts warming again.
-            self.log(f"warm-up failed: {describe_error(done.exception())}", "warning")
-            return
-        uri, computed, where = done.result()
-        if computed:
-            self.log(f"warm-up: {computed} tokens of {uri} computed ahead ({where})", "log")
-        self._next_warm()
-
-    def _warm_next(self, cancel) -> tuple[str | None, int, str]:  # worker thread, background
-        # completer imports torch (seconds): the server answers `initialize` before that.
-        from quickdraft.completer import CompletionRequest
-
-        with self._sync_lock:
-            if not self._warm_targets:
-                return None, 0, ""
-            uri, target = self._warm_targets.popitem(last=False)
-        text, offset, line, column, language_id, file_level = target
-        where = "its file-level part" if file_level else f"at line {line + 1}"
-        if self.host.completer is None:
-            return uri, 0, where
-        request = CompletionRequest(uri, text, line, column, language_id, offset=offset)
-        computed = self.host.warm(request, cancel, file_level=file_level)
-        if cancel.is_set():  # a request or a focus elsewhere came first: go on later
-            with self._sync_lock:
-                if uri not in self._warm_targets:
-                    self._warm_targets[uri] = target
-                    # first again, unless the person has moved to another document
-                    self._warm_targets.move_to_end(uri, last=self.focused not in (None, uri))
-        return uri, computed, where
+        self.work_ahead.schedule_warm(uri, first=not opened)
 
     def _flush_sync(self, uri: str) -> None:  # worker thread
         with self._sync_lock:
-            self._pending_sync.discard(uri)
-        document = self.documents.get(uri)
-        if document is None:
+            snapshot = self._pending_sync.pop(uri, None)
+        if snapshot is None:  # closed since
             return
-        text, language_id = document.text, document.language_id
-        max_bytes = self.config.current.context.max_document_bytes
-        if document.unusable_reason(max_bytes) is not None:
+        text, language_id, max_bytes = snapshot
+        if unusable_reason(text, max_bytes) is not None:
             self.host.close_document(uri)  # keep it out of the n-gram index
             return
         self.host.set_document(uri, text, language_id)
 
     def forget_document(self, uri: str) -> None:
         with self._sync_lock:
-            self._warm_targets.pop(uri, None)  # a closed document is not warmed
-        if self.focused == uri:
-            self.focused = None
+            self._pending_sync.pop(uri, None)  # a closed document is not synced
+        self.work_ahead.forget(uri)
         self.completions.forget(uri)
         self.next_edits.cancel(uri)
         self.worker.submit(self.host.close_document, uri)
@@ -395,86 +293,15 @@ class QuickdraftServer(LanguageServer):
         self.documents.history.configure(config.edits.history_hunks, config.edits.history_bytes)
 
     def load_models(self, config: QuickdraftConfig) -> None:
-        """Load (or reload) the models on the worker; report each step and the outcome to the
-        client (status notification, work-done progress, log)."""
+        """Load (or reload) the models for `config` (ModelLoading.load), the edit history
+        bounded as it says."""
         self.configure_history(config)
-
-        self.models_generation += 1
-        generation = self.models_generation
-        loop = asyncio.get_running_loop()
-        progress = LoadProgress(self, loop, generation)
-        self.loading = progress
-        self.log(f"loading models: {describe_plan(config.model)}")
-        progress.start()
-        future = self.worker.submit(self.host.load, config, progress.step, preempt=True)
-
-        def done(fut):
-            loop.call_soon_threadsafe(self._models_loaded, fut, generation, config, progress)
-
-        future.add_done_callback(done)
+        self.model_loading.load(config)
 
     def client_initialized(self) -> None:
         """The client finished its handshake: what was held for it may be sent now."""
         self.status.client_initialized()
-        if self.loading is not None:
-            self.loading.client_initialized()
-
-    def _models_loaded(
-        self, future, generation: int, config: QuickdraftConfig, progress: LoadProgress
-    ) -> None:
-        exc = future.exception()
-        if exc is None:
-            self.completions.typed_ahead.clear()
-            summary = future.result()
-            self.log(f"models ready: {summary}")
-            completer = self.host.completer
-            remote = getattr(completer.backend, "engine_status", None) is not None
-            models = completer.models.describe() if completer is not None else None
-            progress.finish(True, summary, status=not remote, models=models)
-            self._watch_engine(self.host.completer)
-            # The documents opened while the models loaded: warm them now, the focused one
-            # first (a fresh engine holds no cache).
-            for uri in self.documents.uris():
-                if uri != self.focused:
-                    self.schedule_warm(uri, first=False)
-            if self.focused is not None:
-                self.schedule_warm(self.focused, first=True)
-            return
-        running = self.host.config
-        if generation == self.models_generation and running is not None:
-            # A reload failed: the previous models keep serving, and the configuration says so;
-            # the settings that came with the new models still apply.
-            self.config.revert_models(running.model)
-            self.worker.submit(self.host.update_config, self.config.current)
-            progress.finish(True, f"ready (the new models failed to load: {exc})")
-        else:
-            progress.finish(False, f"no completions: {exc}")
-        self.show(f"quickdraft: {exc}", "error")
-
-    # --- a remote engine's state -------------------------------------------------------
-
-    def _watch_engine(self, completer: Any) -> None:
-        """Tell the client the remote engine's state now and at every change (not per request:
-        one `showMessage` per failure state; each failed request is logged by the service)."""
-        status = getattr(completer.backend, "engine_status", None)
-        if status is None:
-            return
-        loop = asyncio.get_running_loop()
-
-        def changed(state: str, message: str) -> None:  # any thread
-            loop.call_soon_threadsafe(self._engine_state, completer, state, message)
-
-        state, message = status.subscribe(changed)
-        self._engine_state(completer, state, message)
-
-    def _engine_state(self, completer: Any, state: str, message: str) -> None:
-        if completer is not self.host.completer:
-            return  # replaced by a reload meanwhile
-        self.status.set(state, message)
-        if state == "unavailable":
-            self.show(f"quickdraft: {message}; completions resume when it answers", "warning")
-        else:
-            self.log(f"quickdraft: {message}")
+        self.model_loading.client_initialized()
 
     def stop(self) -> None:
         self.worker.stop()
@@ -493,12 +320,3 @@ class QuickdraftServer(LanguageServer):
             self._thread_pool.shutdown(wait=False, cancel_futures=True)
         if self._server:
             self._server.close()
-
-
-def create_server(
-    defaults: QuickdraftConfig, loader: CompleterLoader = load_completer
-) -> QuickdraftServer:
-    """A server with every feature registered, models loaded with `loader` after initialize."""
-    server = QuickdraftServer(defaults, loader)
-    handlers.register_all(server)
-    return server

@@ -12,7 +12,6 @@ import asyncio
 import logging
 import threading
 import time
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,46 +19,20 @@ from lsprotocol import types
 
 from quickdraft.admission import refusal
 from quickdraft.errors import PositionError, QuickdraftError
-from quickdraft.generation import CompletionRequest, ModelAnswer, NextEditRequest
-from quickdraft.lsp.documents import Document
-from quickdraft.postprocess import TypedAheadCache
+from quickdraft.generation import ModelAnswer, NextEditRequest
+from quickdraft.lsp.documents import Document, completion_request
+from quickdraft.lsp.server_api import ServerApi
+from quickdraft.lsp.typed_ahead import TypedAheadCache
+from quickdraft.lsp.work_ahead import WorkAhead
 
 if TYPE_CHECKING:
     from quickdraft.completer import Completion
     from quickdraft.context.edit_prompt import EditableRegion
-    from quickdraft.lsp.server import QuickdraftServer
     from quickdraft.next_edit import Edit, NextEdit
 
 logger = logging.getLogger(__name__)
 
 STATS_NOTIFICATION = "$/quickdraft/stats"
-
-
-PREFETCH_SLOT = "#prefetch"
-"""Suffix of the KV cache slot prefetches compute in: a text the user may never type must not
-displace the caches of what they did type (the next keystroke would recompute it)."""
-
-
-def completion_request(
-    uri: str,
-    language_id: str | None,
-    text: str,
-    offset: int,
-    line: int,
-    column: int,
-    *,
-    slot: str | None = None,
-) -> CompletionRequest:
-    """The Completer's request for a place in a document (`column` in code points)."""
-    return CompletionRequest(
-        uri=uri,
-        text=text,
-        line=line,
-        character=column,
-        language_id=language_id,
-        offset=offset,
-        slot=slot,
-    )
 
 
 @dataclass(frozen=True)
@@ -126,18 +99,17 @@ class _Job:
 
 
 class CompletionService:
-    def __init__(self, server: QuickdraftServer):
+    def __init__(self, server: ServerApi, typed_ahead: TypedAheadCache, work_ahead: WorkAhead):
         self.server = server
-        self.typed_ahead = TypedAheadCache()
+        self.typed_ahead = typed_ahead
         """Answers on the event loop, so a typed-ahead hit never waits for the worker."""
+        self.work_ahead = work_ahead
+        """Prefetches the completion that follows accepting an answer."""
         self._inflight: dict[str, _Job] = {}
         self._alternatives: dict[str, _Alternatives] = {}
         """Per document, the alternatives for the place of its last answer."""
         self.accepted_by_index: dict[int, int] = {}
         """How often each item's index was accepted (0: the first suggestion)."""
-        self._prefetching: dict[str, dict[tuple[int, str], Future]] = {}
-        """The prefetches queued or running per document: (offset, text) -> the worker's job."""
-        """Per document, the (offset, text) of each prefetch submitted and not finished."""
 
     # --- the request ------------------------------------------------------------------
 
@@ -272,7 +244,7 @@ class CompletionService:
         # Prefetch not for a suggestion held back: it cannot be accepted (shown when asked
         # for, its acceptance prefetches).
         if not joined and config.cache.prefetch and local and not hidden:
-            self._prefetch(
+            self.work_ahead.prefetch(
                 uri, document.language_id, text, offset, position.line, column, suggestion
             )
         if hidden:
@@ -300,7 +272,7 @@ class CompletionService:
         person asked, computed now), less any that read like `first`, and (not asked) any
         below the confidence floor."""
         config = self.server.config.current
-        if config.decoding.candidates < 2 or config.model.backend != "local":
+        if config.decoding.candidates < 2 or not self.server.host.works_ahead:
             return []
         entry = self._alternatives.get(place.uri)
         if entry is None or not entry.serves(
@@ -398,64 +370,6 @@ class CompletionService:
         future.add_done_callback(finished)
         return job
 
-    # --- work ahead: the completion after accepting a suggestion ---------------------------
-
-    def _prefetch(
-        self,
-        uri: str,
-        language_id: str,
-        text: str,
-        offset: int,
-        line: int,
-        column: int,
-        suggestion: str,
-    ) -> None:
-        """Compute, in the background, the completion that follows accepting `suggestion`
-        whole (and its first line, when it has several), and keep it in the typed-ahead cache:
-        Tab then the next request costs no model time. A request of the user's stops it."""
-        accepted = [suggestion]
-        if "\n" in suggestion.strip("\n"):
-            accepted.append(suggestion.split("\n", 1)[0])
-        for inserted in accepted:
-            new_text = text[:offset] + inserted + text[offset:]
-            lines = inserted.split("\n")
-            new_line = line + len(lines) - 1
-            new_column = (column if len(lines) == 1 else 0) + len(lines[-1])
-            self._prefetch_at(
-                uri, language_id, new_text, offset + len(inserted), new_line, new_column
-            )
-
-    def _prefetch_at(
-        self, uri: str, language_id: str, text: str, offset: int, line: int, column: int
-    ) -> None:
-        """Compute the completion at `offset` of `text` in the background, into the typed-ahead
-        cache."""
-        # The document's own caches keep what is typed.
-        request = completion_request(
-            uri, language_id, text, offset, line, column, slot=uri + PREFETCH_SLOT
-        )
-        key = (offset, text)
-        loop = asyncio.get_running_loop()
-        future = self.server.worker.submit_background(self.server.host.complete, request)
-        running = self._prefetching.setdefault(uri, {})
-        running[key] = future
-
-        def finished() -> None:
-            if running.get(key) is future:
-                del running[key]
-
-        def done(fut, prefix=text[:offset], suffix=text[offset:]) -> None:
-            if fut.cancelled() or fut.exception() is not None:
-                loop.call_soon_threadsafe(finished)
-                return
-            completion = fut.result()
-            if completion is None or completion.stop_reason == "cancelled":
-                loop.call_soon_threadsafe(finished)
-                return
-            loop.call_soon_threadsafe(self._prefetched, uri, prefix, suffix, completion, key)
-
-        future.add_done_callback(done)
-
     def accepted(self, uri: str, line: int, character: int, text: str, *, index: int = 0) -> str:
         """A suggestion was accepted (its item's command, run by the editor after inserting
         it): `text` at (line, character), LSP units of the document before it went in, the
@@ -467,7 +381,7 @@ class CompletionService:
         self.accepted_by_index[index] = self.accepted_by_index.get(index, 0) + 1
         server = self.server
         config = server.config.current
-        if not (config.cache.prefetch and config.model.backend == "local"):
+        if not (config.cache.prefetch and server.host.works_ahead):
             return "prefetch off"
         document = server.documents.get(uri)
         if document is None:
@@ -481,46 +395,15 @@ class CompletionService:
         current = document.text
         if not text or current[start:end] != text:
             return "not there"
-        if (end, current) in self._prefetching.get(uri, {}):
+        if self.work_ahead.is_prefetching(uri, end, current):
             return "running"
         if self.typed_ahead.lookup(uri, current[:end], current[end:]) is not None:
             return "ready"
         lines = text.split("\n")
         end_line = line + len(lines) - 1
         end_column = (column if len(lines) == 1 else 0) + len(lines[-1])
-        self._prefetch_at(uri, document.language_id, current, end, end_line, end_column)
+        self.work_ahead.prefetch_at(uri, document.language_id, current, end, end_line, end_column)
         return "started"
-
-    def drop_prefetches(self, keep: str) -> int:
-        """The person moved to `keep`: other documents' queued prefetches are not run (the
-        running one stops through its cancel event, `ModelWorker.preempt_background`), so the
-        worker warms where they are now. Returns how many were dropped."""
-        dropped = 0
-        for uri, running in self._prefetching.items():
-            if uri == keep:
-                continue
-            for key, job in list(running.items()):
-                if job.cancel():
-                    dropped += 1
-                    del running[key]
-        return dropped
-
-    def _prefetched(
-        self, uri: str, prefix: str, suffix: str, completion: Any, key: tuple[int, str]
-    ) -> None:
-        running = self._prefetching.get(uri, {})
-        if key in running and running[key].done():  # not a newer job for the same spot
-            del running[key]
-        self.typed_ahead.remember(
-            uri, prefix, completion.text, suffix, "prefetch", confidence=completion.confidence
-        )
-        what = f"{len(completion.text)} chars" if completion.text else "nothing to add"
-        prefill = getattr(completion.stats, "prefill_tokens", 0)
-        self.server.log(
-            f"prefetch: {what} ready for {uri} after accepting a suggestion "
-            f"({prefill} tokens prefilled)",
-            "log",
-        )
 
     def _cancel_inflight(self, uri: str) -> None:
         previous = self._inflight.pop(uri, None)
@@ -530,8 +413,7 @@ class CompletionService:
     def forget(self, uri: str) -> None:
         self._cancel_inflight(uri)
         self._cancel_alternatives(uri)
-        for job in self._prefetching.pop(uri, {}).values():
-            job.cancel()
+        self.work_ahead.cancel_prefetches(uri)
         self.typed_ahead.invalidate(uri)
 
     # --- answers ----------------------------------------------------------------------
@@ -601,7 +483,7 @@ class NextEditService:
     worker, the answer in the version of the document asked about. A newer request for a
     document supersedes the one running for it (its generation stops at its next step)."""
 
-    def __init__(self, server: QuickdraftServer):
+    def __init__(self, server: ServerApi):
         self.server = server
         self._inflight: dict[str, threading.Event] = {}
 

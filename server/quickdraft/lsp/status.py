@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-if TYPE_CHECKING:
-    from quickdraft.lsp.server import QuickdraftServer
+from quickdraft.lsp.server_api import ServerApi
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +34,7 @@ STATES = ("loading", "ready", "error", "unavailable")
 class StatusReporter:
     """The server's current state, sent to the client whenever it changes."""
 
-    def __init__(self, server: QuickdraftServer):
+    def __init__(self, server: ServerApi):
         self.server = server
         self.state = "loading"
         self.message = "starting"
@@ -73,8 +71,15 @@ class LoadProgress:
     `step(message)` is the loader's progress callback (called on the worker thread).
     """
 
-    def __init__(self, server: QuickdraftServer, loop: asyncio.AbstractEventLoop, generation: int):
+    def __init__(
+        self,
+        server: ServerApi,
+        reporter: StatusReporter,
+        loop: asyncio.AbstractEventLoop,
+        generation: int,
+    ):
         self.server = server
+        self.reporter = reporter
         self.loop = loop
         self.token = f"quickdraft-load-{generation}"
         self.message = "loading models"
@@ -91,8 +96,8 @@ class LoadProgress:
     def start(self) -> None:
         """Announce the load: status now (held until `initialized`), progress once the client
         can take it."""
-        self.server.status.set("loading", self.message)
-        if self.server.status.client_ready:
+        self.reporter.set("loading", self.message)
+        if self.reporter.client_ready:
             self.client_initialized()
 
     def client_initialized(self) -> None:
@@ -134,7 +139,7 @@ class LoadProgress:
             return
         self.message = message
         self.server.log(f"loading: {message}")
-        self.server.status.set("loading", message)
+        self.reporter.set("loading", message)
         if self._progress:
             self.server.work_done_progress.report(
                 self.token, types.WorkDoneProgressReport(message=message)
@@ -147,9 +152,9 @@ class LoadProgress:
         `status` is False: a remote engine's watcher says whether it is reachable)."""
         self._finished = True
         if status:
-            self.server.status.set("ready" if ok else "error", message, models)
+            self.reporter.set("ready" if ok else "error", message, models)
         elif models is not None:
-            self.server.status.models = models
+            self.reporter.models = models
         if self._progress:
             self._progress = False
             self.server.work_done_progress.end(

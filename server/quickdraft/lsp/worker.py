@@ -14,7 +14,9 @@ prefill chunks and decoding steps (llama.cpp: inside a forward).
 documents it has been told about, so a model reload can hand them to the new Completer.
 
 Threads: the event loop owns the document store and the typed-ahead cache; the worker owns
-the ModelHost and everything in it. They meet only in the worker's queues (locked here).
+the ModelHost and everything in it. They meet only in the worker's queues: the jobs (locked
+here), and the values jobs take when they run (the pending document updates, server.py; the
+warm-up targets, work_ahead.py; each locked there).
 """
 
 from __future__ import annotations

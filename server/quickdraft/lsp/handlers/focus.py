@@ -1,6 +1,6 @@
 """`textDocument/didFocus`: the document the person now looks at (the Copilot language server's
 notification, `{textDocument: {uri}}`), and, as quickdraft's clients add, where the cursor is
-(`position`, LSP units). The server warms that document first (server.focus)."""
+(`position`, LSP units). The server warms that document first (work_ahead.WorkAhead.focus)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def did_focus(ls: QuickdraftServer, params: Any) -> None:
     except ValueError as exc:
         ls.log(f"{exc}; ignored", "warning")
         return
-    ls.focus(uri, position)
+    ls.work_ahead.focus(uri, position)
 
 
 def register(server: QuickdraftServer) -> None:

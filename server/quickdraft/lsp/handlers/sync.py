@@ -12,9 +12,9 @@ if TYPE_CHECKING:
 
 def did_open(ls: QuickdraftServer, params: types.DidOpenTextDocumentParams) -> None:
     item = params.text_document
-    ls.documents.open(item.uri, item.text, item.language_id, item.version)
+    document = ls.documents.open(item.uri, item.text, item.language_id, item.version)
     ls.completions.forget(item.uri)
-    ls.sync_document(item.uri, opened=True)
+    ls.sync_document(document, opened=True)
 
 
 def did_change(ls: QuickdraftServer, params: types.DidChangeTextDocumentParams) -> None:
@@ -39,8 +39,8 @@ def did_change(ls: QuickdraftServer, params: types.DidChangeTextDocumentParams) 
                     ),
                 )
             )
-    ls.documents.change(uri, changes, params.text_document.version)
-    ls.sync_document(uri)
+    document = ls.documents.change(uri, changes, params.text_document.version)
+    ls.sync_document(document)
 
 
 def did_close(ls: QuickdraftServer, params: types.DidCloseTextDocumentParams) -> None:
