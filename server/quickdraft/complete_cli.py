@@ -19,6 +19,7 @@ from quickdraft.config import load_config
 from quickdraft.context.syntax import language_id_for_path
 from quickdraft.errors import InputError
 from quickdraft.generation import CompletionRequest
+from quickdraft.text import read_text_file, split_lines
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -58,27 +59,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def language_of(path: Path) -> str:
-    return language_id_for_path(path.name)
-
-
-def read_source(path: Path) -> str:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, not a file") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-    if b"\x00" in data:
-        raise InputError(f"{path}: looks binary (contains NUL bytes)")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text") from None
-
-
 def workspace_root(file: Path) -> str:
     """The workspace an editor would have open for `file`, as the server is told it at
     `initialize` (a `file://` URI): the nearest folder above it holding `.git`, else the
@@ -94,12 +74,12 @@ def run(args: argparse.Namespace) -> int:
     # Cheap checks first: a bad path, position or setting should not wait for models to load.
     # (load_config checks the settings, --max-tokens among them: nothing here checks them again.)
     config = load_config(config_dict_from_args(args), config_file_from_args(args))
-    text = read_source(args.file)
-    others = [(path, read_source(path)) for path in args.open]
-    lines = text.split("\n")
+    text = read_text_file(args.file)
+    others = [(path, read_text_file(path)) for path in args.open]
+    lines, _ = split_lines(text)
     if not 1 <= args.line <= len(lines):
         raise InputError(f"--line {args.line} is out of range: {args.file} has {len(lines)} lines")
-    line_text = lines[args.line - 1].rstrip("\r")
+    line_text = lines[args.line - 1]
     if not 1 <= args.col <= len(line_text) + 1:
         raise InputError(
             f"--col {args.col} is out of range: line {args.line} has {len(line_text)} characters "
@@ -114,9 +94,9 @@ def run(args: argparse.Namespace) -> int:
     progress(f"ready: {completer.models.summary()}; completing")
     completer.root = workspace_root(args.file)  # as the server's, from the editor's workspace
     for path, other_text in others:
-        completer.set_document(path.resolve().as_uri(), other_text, language_of(path))
+        completer.set_document(path.resolve().as_uri(), other_text, language_id_for_path(path.name))
     uri = args.file.resolve().as_uri()
-    language = args.language or language_of(args.file)
+    language = args.language or language_id_for_path(args.file.name)
     completer.set_document(uri, text, language)
     request = CompletionRequest(uri, text, args.line - 1, args.col - 1, language)
     completion = completer.complete(request)

@@ -1,4 +1,5 @@
-"""Text rules every layer shares: what a line break is, and which documents can be completed.
+"""Text rules every layer shares: what a line break is, which documents can be completed, and
+how a source file is read as text (`read_text_file`: the CLI and the bench).
 
 Lines end at `\\r\\n`, `\\r` or `\\n`, as the LSP specification says. A document is unusable
 for completion when it is larger than `context.max_document_bytes` (in UTF-8) or holds a NUL
@@ -9,6 +10,9 @@ for completion when it is larger than `context.max_document_bytes` (in UTF-8) or
 from __future__ import annotations
 
 import re
+from pathlib import Path
+
+from quickdraft.errors import InputError
 
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 """One line break (LSP: CRLF, CR or LF)."""
@@ -36,6 +40,15 @@ def split_lines(text: str) -> tuple[list[str], list[str]]:
     return parts[0::2], parts[1::2] + [""]
 
 
+def position_after(line: int, column: int, inserted: str) -> tuple[int, int]:
+    """The (line, column) just past `inserted` written at (`line`, `column`): code points,
+    LSP's line breaks."""
+    lines, _ = split_lines(inserted)
+    if len(lines) == 1:
+        return line, column + len(lines[0])
+    return line + len(lines) - 1, len(lines[-1])
+
+
 def too_large(text: str, max_bytes: int) -> bool:
     """Whether `text` takes more than `max_bytes` in UTF-8 (without encoding it when the code
     point count alone decides: UTF-8 takes 1 to 4 bytes a code point)."""
@@ -53,3 +66,22 @@ def unusable_reason(text: str, max_bytes: int) -> str | None:
     if "\x00" in text:
         return "document contains NUL bytes (binary content)"
     return None
+
+
+def read_text_file(path: Path) -> str:
+    """A source file's text; InputError saying why it is none (missing, a directory,
+    unreadable, binary: NUL bytes, not UTF-8)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, not a file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    if b"\x00" in data:
+        raise InputError(f"{path}: looks binary (contains NUL bytes)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text") from None

@@ -30,7 +30,8 @@ from quickdraft.context.syntax import (
     get_parser,
     language_for_path,
 )
-from quickdraft.errors import ConfigError, QuickdraftError
+from quickdraft.errors import ConfigError, InputError, QuickdraftError
+from quickdraft.text import read_text_file
 
 KINDS: tuple[str, ...] = ("line", "block", "args")
 
@@ -211,14 +212,8 @@ def read_source(path: Path) -> str | None:
     try:
         if path.stat().st_size > MAX_FILE_BYTES or path.is_symlink():
             return None
-        data = path.read_bytes()
-    except OSError:
-        return None
-    if b"\0" in data[:8192]:
-        return None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
+        text = read_text_file(path)
+    except (OSError, InputError):
         return None
     if not text.strip():
         return None

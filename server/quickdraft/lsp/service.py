@@ -24,6 +24,7 @@ from quickdraft.lsp.documents import Document, completion_request
 from quickdraft.lsp.server_api import ServerApi
 from quickdraft.lsp.typed_ahead import TypedAheadCache
 from quickdraft.lsp.work_ahead import WorkAhead
+from quickdraft.text import position_after
 
 if TYPE_CHECKING:
     from quickdraft.completer import Completion
@@ -399,9 +400,7 @@ class CompletionService:
             return "running"
         if self.typed_ahead.lookup(uri, current[:end], current[end:]) is not None:
             return "ready"
-        lines = text.split("\n")
-        end_line = line + len(lines) - 1
-        end_column = (column if len(lines) == 1 else 0) + len(lines[-1])
+        end_line, end_column = position_after(line, column, text)
         self.work_ahead.prefetch_at(uri, document.language_id, current, end, end_line, end_column)
         return "started"
 

@@ -37,6 +37,7 @@ from quickdraft.lsp.documents import completion_request
 from quickdraft.lsp.server_api import ServerApi
 from quickdraft.lsp.typed_ahead import TypedAheadCache
 from quickdraft.lsp.worker import describe_error
+from quickdraft.text import position_after
 
 if TYPE_CHECKING:
     from quickdraft.completer import Completion
@@ -224,9 +225,7 @@ class WorkAhead:
             accepted.append(suggestion.split("\n", 1)[0])
         for inserted in accepted:
             new_text = text[:offset] + inserted + text[offset:]
-            lines = inserted.split("\n")
-            new_line = line + len(lines) - 1
-            new_column = (column if len(lines) == 1 else 0) + len(lines[-1])
+            new_line, new_column = position_after(line, column, inserted)
             self.prefetch_at(
                 uri, language_id, new_text, offset + len(inserted), new_line, new_column
             )
