@@ -136,6 +136,19 @@ def test_variants_are_every_combination_with_their_settings():
             parse_variants(*bad)
 
 
+def test_candidates_are_a_variant_axis_only_when_asked_for():
+    [one, three] = parse_variants("pinned", "hybrid", "on", "1,3")
+    assert one.name == "pinned/hybrid/ahead-on/candidates-1"
+    assert three.settings()["decoding"] == {"strategy": "hybrid", "candidates": 3}
+    [plain] = parse_variants("pinned", "hybrid", "on")
+    assert (
+        plain.name == "pinned/hybrid/ahead-on" and "candidates" not in plain.settings()["decoding"]
+    )
+    for bad in ("0", "two", ""):
+        with pytest.raises(ConfigError, match="--typing-candidates"):
+            parse_variants("pinned", "hybrid", "on", bad)
+
+
 def test_settings_merge_section_by_section():
     base = {"decoding": {"maxNewTokens": 8}, "context": {"layout": "append"}}
     merged = merge_settings(base, {"context": {"layout": "classic"}, "cache": {"warmup": True}})

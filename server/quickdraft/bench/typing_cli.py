@@ -69,18 +69,34 @@ def parse_names(value: str | None, default: str, allowed: tuple[str, ...], flag:
     return list(dict.fromkeys(names))
 
 
+def parse_counts(value: str | None, flag: str) -> list[int | None]:
+    """A comma-separated list of counts of at least 1, each once, in order; [None] when the
+    flag is not given (the setting stays as it is)."""
+    if value is None:
+        return [None]
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if not names or not all(n.isdigit() and int(n) >= 1 for n in names):
+        raise ConfigError(f"{flag}: {value!r} is not a list of counts of at least 1 (e.g. 1,3)")
+    return list(dict.fromkeys(int(n) for n in names))
+
+
 def parse_variants(
-    layouts: str | None, strategies: str | None, work_ahead: str | None
+    layouts: str | None,
+    strategies: str | None,
+    work_ahead: str | None,
+    candidates: str | None = None,
 ) -> list[Variant]:
     """Every combination of the comma-separated choices, layouts outermost."""
     chosen_layouts = parse_names(layouts, DEFAULT_TYPING_LAYOUTS, LAYOUTS, "--typing-layouts")
     chosen_strategies = parse_names(strategies, "ar,hybrid", STRATEGIES, "--strategies")
     ahead = parse_names(work_ahead, "on,off", tuple(WORK_AHEAD), "--typing-work-ahead")
+    counts = parse_counts(candidates, "--typing-candidates")
     return [
-        Variant(layout, strategy, WORK_AHEAD[on])
+        Variant(layout, strategy, WORK_AHEAD[on], count)
         for layout in chosen_layouts
         for strategy in chosen_strategies
         for on in ahead
+        for count in counts
     ]
 
 
@@ -104,6 +120,12 @@ def add_typing_arguments(parser: argparse.ArgumentParser) -> None:
         "--typing-work-ahead",
         metavar="on,off",
         help="cache.warmup and cache.prefetch on and/or off (default on,off)",
+    )
+    group.add_argument(
+        "--typing-candidates",
+        metavar="N,N",
+        help="decoding.candidates values side by side (e.g. 1,3: does computing the "
+        "alternatives after each answer delay the next keystroke's?); default: as configured",
     )
     group.add_argument(
         "--typing-scenario",
@@ -247,7 +269,9 @@ def run_typing(args: argparse.Namespace) -> int:
     )
     if wanted < 1:
         raise ConfigError(f"--holes: must be at least 1, got {wanted}")
-    variants = parse_variants(args.typing_layouts, args.strategies, args.typing_work_ahead)
+    variants = parse_variants(
+        args.typing_layouts, args.strategies, args.typing_work_ahead, args.typing_candidates
+    )
     settings = base_settings(args)
     for variant in variants:
         load_config(merge_settings(settings, variant.settings()))

@@ -95,17 +95,23 @@ class Variant:
     layout: str
     strategy: str
     work_ahead: bool
+    candidates: int | None = None
+    """`decoding.candidates`; None: the setting as it is (the default's, or --config's)."""
 
     @property
     def name(self) -> str:
-        return f"{self.layout}/{self.strategy}/ahead-{'on' if self.work_ahead else 'off'}"
+        name = f"{self.layout}/{self.strategy}/ahead-{'on' if self.work_ahead else 'off'}"
+        return name if self.candidates is None else f"{name}/candidates-{self.candidates}"
 
     def settings(self) -> dict[str, Any]:
         """The part of the settings tree this variant sets."""
+        decoding: dict[str, Any] = {"strategy": self.strategy}
+        if self.candidates is not None:
+            decoding["candidates"] = self.candidates
         return {
             "context": {"layout": self.layout},
             "cache": {"warmup": self.work_ahead, "prefetch": self.work_ahead},
-            "decoding": {"strategy": self.strategy},
+            "decoding": decoding,
         }
 
 
