@@ -6,6 +6,7 @@ import asyncio
 import json
 import threading
 import time
+from types import SimpleNamespace
 
 from lsprotocol import types
 
@@ -14,7 +15,7 @@ from quickdraft.lsp.assembly import create_server
 from quickdraft.lsp.handlers.completion import completion_item
 from quickdraft.lsp.server import MalformedRequest
 from quickdraft.lsp.service import Answer, stats_payload
-from quickdraft.lsp.worker import ModelHost, ModelWorker
+from quickdraft.lsp.worker import Loaded, ModelHost, ModelWorker
 
 
 def test_worker_runs_jobs_in_order_on_its_thread():
@@ -48,9 +49,12 @@ def test_worker_skips_jobs_cancelled_before_they_start():
 def test_model_host_keeps_the_old_completer_when_a_reload_fails():
     class Completer:
         works_ahead = True
+        engine_status = None
+        compute = {"runtime": "fake"}
 
         def __init__(self, name):
             self.name, self.docs = name, {}
+            self.models = SimpleNamespace(describe=lambda: {"target": name})
 
         def set_document(self, uri, text, language_id):
             self.docs[uri] = text
@@ -85,8 +89,11 @@ def test_model_host_keeps_the_old_completer_when_a_reload_fails():
     assert host.completer.name == "one" and host.load_error is None
     two = QuickdraftConfig()
     two.model.target = "two"
-    host.load(two)
+    loaded = host.load(two)
     assert host.completer.name == "two"
+    # What the event loop is told, as values: it never reads the ModelHost.
+    assert loaded.summary == "fake two" and loaded.models == {"target": "two"}
+    assert loaded.config is two and loaded.works_ahead and loaded.engine_status is None
     assert host.completer.docs == {"file:///a": "text"}  # handed over to the new Completer
 
 
@@ -322,6 +329,19 @@ async def warm_ups_done(server) -> None:
         await asyncio.sleep(0.01)  # pacing: polls the worker's warm-up state
 
 
+def loaded(*, works_ahead: bool) -> Loaded:
+    """What a finished load would have told the event loop, for a server driven by hand."""
+    return Loaded(
+        summary="fake models",
+        config=QuickdraftConfig(),
+        models={},
+        compute={},
+        works_ahead=works_ahead,
+        engine_status=None,
+        loaded_at=0.0,
+    )
+
+
 def test_warm_up_builds_no_prompt_for_a_serving_engine():
     """A backend that does not work ahead (a serving engine keeps no caches of ours) gets no
     idle warm-up: no prompt is built and tokenized for it (counted here); local models warm."""
@@ -339,7 +359,7 @@ def test_warm_up_builds_no_prompt_for_a_serving_engine():
         server = create_server(QuickdraftConfig(), loader=lambda config, progress=None: None)
         counting = Counting(works_ahead)
         server.host.completer = counting
-        server.host.works_ahead = counting.works_ahead  # as ModelHost.load sets it
+        server.serving = loaded(works_ahead=counting.works_ahead)
         server.documents.open("file:///a.py", "x = 1\n", "python", 1)
 
         async def scenario():
@@ -398,7 +418,7 @@ def test_a_stopped_warm_up_goes_on_first_unless_the_person_moved_on():
     def order(focused) -> list[str]:
         server = create_server(QuickdraftConfig(), loader=lambda config, progress=None: None)
         server.host.completer = StoppedOnce()
-        server.host.works_ahead = True  # local models, as ModelHost.load would say
+        server.serving = loaded(works_ahead=True)  # local models
         for name in ("a", "b"):
             server.documents.open(f"file:///{name}.py", "x = 1\n", "python", 1)
         server.work_ahead.focused = focused

@@ -11,17 +11,14 @@ without completions, saying why.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 from quickdraft.config import QuickdraftConfig
 from quickdraft.lsp.server_api import ServerApi
 from quickdraft.lsp.status import LoadProgress, StatusReporter
 from quickdraft.lsp.typed_ahead import TypedAheadCache
 from quickdraft.lsp.work_ahead import WorkAhead
+from quickdraft.lsp.worker import Loaded
 from quickdraft.models.presets import describe_plan
-
-if TYPE_CHECKING:
-    from quickdraft.completer import Completer
 
 
 class ModelLoading:
@@ -73,21 +70,20 @@ class ModelLoading:
         exc = future.exception()
         if exc is None:
             self.typed_ahead.clear()
-            summary = future.result()
-            server.log(f"models ready: {summary}")
-            completer = server.host.completer
-            models = completer.models.describe() if completer is not None else None
-            engine = completer.engine_status if completer is not None else None
-            progress.finish(True, summary, status=engine is None, models=models)
-            self._watch_engine(server.host.completer)
+            loaded: Loaded = future.result()
+            server.serving = loaded
+            server.log(f"models ready: {loaded.summary}")
+            status = loaded.engine_status is None  # a serving engine's state is its own
+            progress.finish(True, loaded.summary, status=status, models=loaded.models)
+            self._watch_engine(loaded)
             # The documents opened while the models loaded (a fresh engine holds no cache).
             self.work_ahead.warm_open_documents()
             return
-        running = server.host.config
+        running = server.serving
         if generation == self.generation and running is not None:
             # A reload failed: the previous models keep serving, and the configuration says so;
             # the settings that came with the new models still apply.
-            server.config.revert_models(running.model)
+            server.config.revert_models(running.config.model)
             server.worker.submit(server.host.update_config, server.config.current)
             progress.finish(True, f"ready (the new models failed to load: {exc})")
         else:
@@ -96,22 +92,22 @@ class ModelLoading:
 
     # --- a remote engine's state -------------------------------------------------------
 
-    def _watch_engine(self, completer: Completer) -> None:
+    def _watch_engine(self, loaded: Loaded) -> None:
         """Tell the client the remote engine's state now and at every change (not per request:
         one `showMessage` per failure state; each failed request is logged by the service)."""
-        status = completer.engine_status
+        status = loaded.engine_status
         if status is None:
             return
         loop = asyncio.get_running_loop()
 
         def changed(state: str, message: str) -> None:  # any thread
-            loop.call_soon_threadsafe(self._engine_state, completer, state, message)
+            loop.call_soon_threadsafe(self._engine_state, loaded, state, message)
 
         state, message = status.subscribe(changed)
-        self._engine_state(completer, state, message)
+        self._engine_state(loaded, state, message)
 
-    def _engine_state(self, completer: Completer, state: str, message: str) -> None:
-        if completer is not self.server.host.completer:
+    def _engine_state(self, loaded: Loaded, state: str, message: str) -> None:
+        if loaded is not self.server.serving:
             return  # replaced by a reload meanwhile
         self.status.set(state, message)
         if state == "unavailable":

@@ -42,7 +42,7 @@ from quickdraft.lsp.service import CompletionService, NextEditService
 from quickdraft.lsp.status import StatusReporter
 from quickdraft.lsp.typed_ahead import TypedAheadCache
 from quickdraft.lsp.work_ahead import WorkAhead
-from quickdraft.lsp.worker import CompleterLoader, ModelHost, ModelWorker, load_completer
+from quickdraft.lsp.worker import CompleterLoader, Loaded, ModelHost, ModelWorker, load_completer
 from quickdraft.text import unusable_reason
 
 logger = logging.getLogger(__name__)
@@ -178,6 +178,8 @@ class QuickdraftServer(LanguageServer):
         self.documents = DocumentStore(UTF16)
         self.worker = ModelWorker()
         self.host = ModelHost(loader)
+        self.serving: Loaded | None = None
+        """The models serving, as their load told the event loop (`ModelLoading` sets it)."""
         typed_ahead = TypedAheadCache()
         self.work_ahead = WorkAhead(self, typed_ahead)
         self.completions = CompletionService(self, typed_ahead, self.work_ahead)

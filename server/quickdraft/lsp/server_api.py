@@ -15,7 +15,7 @@ from pygls.protocol import LanguageServerProtocol
 
 from quickdraft.lsp.configuration import ConfigurationManager
 from quickdraft.lsp.documents import DocumentStore
-from quickdraft.lsp.worker import ModelHost, ModelWorker
+from quickdraft.lsp.worker import Loaded, ModelHost, ModelWorker
 
 
 class ServerApi(Protocol):
@@ -26,6 +26,9 @@ class ServerApi(Protocol):
     documents: DocumentStore
     worker: ModelWorker
     host: ModelHost
+    """Owned by the worker: submit its methods to `worker`, never read it here."""
+    serving: Loaded | None
+    """The models serving, as their load told the event loop (None: none loaded yet)."""
 
     @property
     def protocol(self) -> LanguageServerProtocol: ...

@@ -218,13 +218,13 @@ class CompletionService:
         confidence = completion.confidence
         # A request that joined another did no model work of its own: reported as cached.
         # Waiting for the models to load is not part of a completion's latency.
-        loaded_at = server.host.loaded_at
+        serving = server.serving
         hidden = bool(suggestion) and self._below_floor(confidence, invoked, request_id, feature)
         self._report(
             request_id,
             uri,
             feature,
-            max(started, loaded_at) if loaded_at is not None else started,
+            max(started, serving.loaded_at) if serving is not None else started,
             None if joined else completion,
             source="shared" if joined else "model",
             text="" if hidden else suggestion,
@@ -238,7 +238,7 @@ class CompletionService:
         # Work ahead (alternatives, prefetch) where the backend pays for it: a local engine. A
         # serving engine's capacity is for the requests of everyone who shares it, and its
         # failures must not show twice.
-        local = server.host.works_ahead
+        local = server.serving is not None and server.serving.works_ahead
         if not joined and local and config.decoding.candidates > 1 and not invoked:
             # Right after the answer (it is sent first): its forks, for the next request here.
             self._start_alternatives(place())
@@ -273,7 +273,9 @@ class CompletionService:
         person asked, computed now), less any that read like `first`, and (not asked) any
         below the confidence floor."""
         config = self.server.config.current
-        if config.decoding.candidates < 2 or not self.server.host.works_ahead:
+        if config.decoding.candidates < 2 or not (
+            self.server.serving is not None and self.server.serving.works_ahead
+        ):
             return []
         entry = self._alternatives.get(place.uri)
         if entry is None or not entry.serves(
@@ -382,7 +384,9 @@ class CompletionService:
         self.accepted_by_index[index] = self.accepted_by_index.get(index, 0) + 1
         server = self.server
         config = server.config.current
-        if not (config.cache.prefetch and server.host.works_ahead):
+        if not (
+            config.cache.prefetch and server.serving is not None and server.serving.works_ahead
+        ):
             return "prefetch off"
         document = server.documents.get(uri)
         if document is None:
@@ -447,9 +451,8 @@ class CompletionService:
                 for i in range(max(self.accepted_by_index, default=-1) + 1)
             ],
         )
-        completer = self.server.host.completer
-        if completer is not None:
-            payload["compute"] = completer.compute
+        if self.server.serving is not None:
+            payload["compute"] = self.server.serving.compute
         self.server.protocol.notify(STATS_NOTIFICATION, payload)
         cached = payload["cached"]
         what = source if cached else f"{payload['tokens']} tokens"
@@ -556,12 +559,12 @@ class NextEditService:
         if current is None or current.version != version:
             server.log(f"[{request_id}] {feature}: {uri} changed meanwhile; no edit")
             items = []
-        loaded_at = server.host.loaded_at
+        serving = server.serving
         self._report(
             request_id,
             uri,
             feature,
-            max(started, loaded_at) if loaded_at is not None else started,
+            max(started, serving.loaded_at) if serving is not None else started,
             result,
             items,
         )
@@ -601,9 +604,8 @@ class NextEditService:
             vetoed=dict(result.vetoed),
             abstained=result.abstained,
         )
-        completer = self.server.host.completer
-        if completer is not None:
-            payload["compute"] = completer.compute
+        if self.server.serving is not None:
+            payload["compute"] = self.server.serving.compute
         self.server.protocol.notify(STATS_NOTIFICATION, payload)
         why = f" ({result.rejected})" if result.rejected else ""
         if payload["rule"] or payload["candidates"]:

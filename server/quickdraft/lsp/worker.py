@@ -27,11 +27,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from quickdraft.config import QuickdraftConfig
 from quickdraft.errors import ModelError, QuickdraftError
-from quickdraft.generation import CompletionRequest, NextEditRequest
+from quickdraft.generation import CompletionRequest, EngineState, NextEditRequest
 
 if TYPE_CHECKING:
     from quickdraft.completer import Completer, Completion
@@ -172,28 +173,46 @@ class ModelWorker:
                         self._running_background = None
 
 
+@dataclass(frozen=True)
+class Loaded:
+    """What a finished load tells the event loop, as values (`ModelHost.load`'s result): the
+    event loop keeps it (`server.serving`) and never reads the ModelHost itself."""
+
+    summary: str
+    """One line: what runs, where, with which draft."""
+    config: QuickdraftConfig
+    """The settings the models were loaded with (a failed reload reverts to its models)."""
+    models: dict[str, Any]
+    """`Models.describe()`: what was loaded."""
+    compute: dict[str, Any]
+    """How the models run and why (`Backend.compute`), for `$/quickdraft/stats`."""
+    works_ahead: bool
+    """Whether warm-up, prefetch and alternatives pay here (`Backend.works_ahead`)."""
+    engine_status: EngineState | None
+    """A serving engine's state, which the server follows; None for this machine's models."""
+    loaded_at: float
+    """time.monotonic() when the models became ready (waiting for them is not a request's
+    latency)."""
+
+
 class ModelHost:
     """What the worker thread owns. Call its methods only through `ModelWorker.submit`."""
 
     def __init__(self, loader: CompleterLoader):
         self._loader = loader
         self.completer: Completer | None = None
-        self.config: QuickdraftConfig | None = None
         self.load_error: str | None = None
-        self.loaded_at: float | None = None
-        """time.monotonic() when the current models became ready."""
-        self.works_ahead = False
-        """Whether the current backend pays for work ahead (`Backend.works_ahead`). Set with
-        `loaded_at` when a load finishes; the event loop reads both after that load's future
-        resolved."""
         self.root: str | None = None
         """The workspace folder (prompts show paths relative to it)."""
         self._documents: dict[str, tuple[str, str]] = {}
 
     # --- models ----------------------------------------------------------------------
 
-    def load(self, config: QuickdraftConfig, progress: Callable[[str], None] | None = None) -> str:
-        """Load the models for `config` and build a Completer; return a one-line summary.
+    def load(
+        self, config: QuickdraftConfig, progress: Callable[[str], None] | None = None
+    ) -> Loaded:
+        """Load the models for `config` and build a Completer; return what the event loop
+        needs to know of them.
 
         On failure the previous Completer (if any) stays in service and the error is raised
         with a message meant for a person.
@@ -213,13 +232,18 @@ class ModelHost:
             except Exception:  # a document the new models cannot index is no reason to fail
                 logger.exception("set_document failed for %s after reload", uri)
         previous, self.completer = self.completer, completer
-        self.config = config
         self.load_error = None
-        self.loaded_at = time.monotonic()
-        self.works_ahead = completer.works_ahead
         if previous is not None:
             previous.close()  # a remote engine's client: its connections and probe thread
-        return self.describe()
+        return Loaded(
+            summary=self.describe(),
+            config=config,
+            models=completer.models.describe(),
+            compute=completer.compute,
+            works_ahead=completer.works_ahead,
+            engine_status=completer.engine_status,
+            loaded_at=time.monotonic(),
+        )
 
     def describe(self) -> str:
         """One line: what runs, where, with which draft."""
@@ -233,7 +257,6 @@ class ModelHost:
             self.completer.root = root
 
     def update_config(self, config: QuickdraftConfig) -> None:
-        self.config = config
         if self.completer is not None:
             self.completer.update_config(config)
 
