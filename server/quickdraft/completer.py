@@ -453,26 +453,10 @@ class Completer:
         ]
 
     def build_prompt(self, request: CompletionRequest) -> Prompt:
-        """The request's prompt. With the workspace head, the current file's own chunk (its
-        first lines) stays in the head, which is then the same for every document, and the
-        file's text starts after it (the pinned layout's top starts at the chunk's end). When
-        the file's text would show the chunk's lines anyway (a cursor among them, a short
-        file), the chunk is left out of the head instead: the model reads no line twice."""
-        workspace = self.config.context.head == "workspace"
-        head = self.head.snippets() if workspace else None
-        own = self.head.chunk_of(request.uri) if head else None
-        if own is None:
-            return self._build_prompt(request, head)
-        prompt = self._build_prompt(request, head, top_from=own.end_line)
-        if own.text not in {chunk.text for chunk in prompt.snippets}:
-            return self._build_prompt(request, head)  # the head's budget left it out
-        if prompt.prefix_start_line < own.end_line:
-            prompt = self._build_prompt(request, [chunk for chunk in head if chunk is not own])
-        return prompt
-
-    def _build_prompt(
-        self, request: CompletionRequest, head: list | None, *, top_from: int = 0
-    ) -> Prompt:
+        """The request's prompt. With the workspace head, context.prompt decides where the
+        file's own chunk goes."""
+        context = self.config.context
+        workspace = context.head == "workspace"
         return build_prompt(
             request.text,
             request.line,
@@ -481,12 +465,12 @@ class Completer:
             [doc for _, doc in self._other_documents(request.uri)],
             self.template,
             self.count_tokens,
-            self.config.context,
+            context,
             path=uri_to_path(request.uri),
             offset=request.offset,
             root=self.root,
-            head=head,
-            top_from=top_from,
+            head=self.head.snippets() if workspace else None,
+            own_chunk=self.head.chunk_of(request.uri) if workspace else None,
         )
 
     def anchored_draft(self, request: CompletionRequest, healed: str = "") -> list[int] | None:
