@@ -445,6 +445,8 @@ class Completer:
         return None if refused is None else refused.reason
 
     def _other_documents(self, uri: str) -> list[tuple[str, OpenDocument]]:
+        """The open documents but `uri`'s that can be context (not too large, not binary),
+        by uri: `prepare` reads them once for the prompt and the anchored draft."""
         max_bytes = self.config.context.max_document_bytes
         return [
             (other, doc)
@@ -452,17 +454,25 @@ class Completer:
             if other != uri and unusable_reason(doc.text, max_bytes) is None
         ]
 
-    def build_prompt(self, request: CompletionRequest) -> Prompt:
-        """The request's prompt. With the workspace head, context.prompt decides where the
-        file's own chunk goes."""
+    def build_prompt(
+        self,
+        request: CompletionRequest,
+        others: list[tuple[str, OpenDocument]] | None = None,
+    ) -> Prompt:
+        """The request's prompt. `others`: the other documents it may show
+        (`_other_documents`, which `prepare` reads once for this and the anchored draft); None:
+        read them here. With the workspace head, context.prompt decides where the file's own
+        chunk goes."""
         context = self.config.context
+        if others is None:
+            others = self._other_documents(request.uri)
         workspace = context.head == "workspace"
         return build_prompt(
             request.text,
             request.line,
             request.character,
             request.language_id,
-            [doc for _, doc in self._other_documents(request.uri)],
+            [doc for _, doc in others],
             self.template,
             self.count_tokens,
             context,
@@ -473,16 +483,22 @@ class Completer:
             own_chunk=self.head.chunk_of(request.uri) if workspace else None,
         )
 
-    def anchored_draft(self, request: CompletionRequest, healed: str = "") -> list[int] | None:
-        """What followed the text before the cursor elsewhere (context.continuation), as the
-        tokens the model would write for it, starting with the `healed` characters the
-        completion must write first; None when there is nothing to propose."""
+    def anchored_draft(
+        self,
+        request: CompletionRequest,
+        others: list[tuple[str, OpenDocument]],
+        healed: str = "",
+    ) -> list[int] | None:
+        """What followed the text before the cursor in this document or one of `others`
+        (context.continuation), as the tokens the model would write for it, starting with the
+        `healed` characters the completion must write first; None when there is nothing to
+        propose."""
         offset = cursor_offset(request)
-        others = [(uri, doc.text, None) for uri, doc in self._other_documents(request.uri)]
+        sources = [(uri, doc.text, None) for uri, doc in others]
         window_start = max(0, offset - CONTINUATION_WINDOW)
         found = find_continuation(
             request.text[window_start:offset],
-            [(request.uri, request.text, offset), *others],
+            [(request.uri, request.text, offset), *sources],
         )
         if found is None and not healed:
             return None
@@ -504,13 +520,14 @@ class Completer:
         clock = clock or StageClock()
         request = _readable(request)
         language = request.language_id
-        prompt = self.build_prompt(request)
+        others = self._other_documents(request.uri)
+        prompt = self.build_prompt(request, others)
         limit = max_new_tokens or self.config.max_new_tokens_for(language)
         context = CursorContext.parse(prompt.prefix, prompt.suffix, language)
         mode = decide_mode(context, self.config.language(language).multiline)
         clock.lap("context_ms")
         tokens = self.prompts.tokenize(prompt, heal=prompt.layout != "classic")
-        anchored = self.anchored_draft(request, tokens.healed)
+        anchored = self.anchored_draft(request, others, tokens.healed)
         clock.lap("tokenize_ms")
         return PreparedCompletion(
             request=request,
