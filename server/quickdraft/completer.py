@@ -274,6 +274,8 @@ class Completer:
         return None if refused is None else refused.reason
 
     def _other_documents(self, uri: str) -> list[tuple[str, OpenDocument]]:
+        """The open documents but `uri`'s that can be context (not too large, not binary),
+        by uri: `prepare` reads them once for the prompt and the anchored draft."""
         max_bytes = self.config.context.max_document_bytes
         return [
             (other, doc)
@@ -281,53 +283,51 @@ class Completer:
             if other != uri and unusable_reason(doc.text, max_bytes) is None
         ]
 
-    def build_prompt(self, request: CompletionRequest) -> Prompt:
-        """The request's prompt. With the workspace head, the current file's own chunk (its
-        first lines) stays in the head, which is then the same for every document, and the
-        file's text starts after it (the pinned layout's top starts at the chunk's end). When
-        the file's text would show the chunk's lines anyway (a cursor among them, a short
-        file), the chunk is left out of the head instead: the model reads no line twice."""
-        workspace = self.config.context.head == "workspace"
-        head = self.head.snippets() if workspace else None
-        own = self.head.chunk_of(request.uri) if head else None
-        if own is None:
-            return self._build_prompt(request, head)
-        prompt = self._build_prompt(request, head, top_from=own.end_line)
-        if own.text not in {chunk.text for chunk in prompt.snippets}:
-            return self._build_prompt(request, head)  # the head's budget left it out
-        if prompt.prefix_start_line < own.end_line:
-            prompt = self._build_prompt(request, [chunk for chunk in head if chunk is not own])
-        return prompt
-
-    def _build_prompt(
-        self, request: CompletionRequest, head: list | None, *, top_from: int = 0
+    def build_prompt(
+        self,
+        request: CompletionRequest,
+        others: list[tuple[str, OpenDocument]] | None = None,
     ) -> Prompt:
+        """The request's prompt. `others`: the other documents it may show
+        (`_other_documents`, which `prepare` reads once for this and the anchored draft); None:
+        read them here. With the workspace head, context.prompt decides where the file's own
+        chunk goes."""
+        context = self.config.context
+        if others is None:
+            others = self._other_documents(request.uri)
+        workspace = context.head == "workspace"
         return build_prompt(
             request.text,
             request.line,
             request.character,
             request.language_id,
-            [doc for _, doc in self._other_documents(request.uri)],
+            [doc for _, doc in others],
             self.template,
             self.count_tokens,
-            self.config.context,
+            context,
             path=uri_to_path(request.uri),
             offset=request.offset,
             root=self.root,
-            head=head,
-            top_from=top_from,
+            head=self.head.snippets() if workspace else None,
+            own_chunk=self.head.chunk_of(request.uri) if workspace else None,
         )
 
-    def anchored_draft(self, request: CompletionRequest, healed: str = "") -> list[int] | None:
-        """What followed the text before the cursor elsewhere (context.continuation), as the
-        tokens the model would write for it, starting with the `healed` characters the
-        completion must write first; None when there is nothing to propose."""
+    def anchored_draft(
+        self,
+        request: CompletionRequest,
+        others: list[tuple[str, OpenDocument]],
+        healed: str = "",
+    ) -> list[int] | None:
+        """What followed the text before the cursor in this document or one of `others`
+        (context.continuation), as the tokens the model would write for it, starting with the
+        `healed` characters the completion must write first; None when there is nothing to
+        propose."""
         offset = cursor_offset(request)
-        others = [(uri, doc.text, None) for uri, doc in self._other_documents(request.uri)]
+        sources = [(uri, doc.text, None) for uri, doc in others]
         window_start = max(0, offset - CONTINUATION_WINDOW)
         found = find_continuation(
             request.text[window_start:offset],
-            [(request.uri, request.text, offset), *others],
+            [(request.uri, request.text, offset), *sources],
         )
         if found is None and not healed:
             return None
@@ -349,13 +349,14 @@ class Completer:
         clock = clock or StageClock()
         request = _readable(request)
         language = request.language_id
-        prompt = self.build_prompt(request)
+        others = self._other_documents(request.uri)
+        prompt = self.build_prompt(request, others)
         limit = max_new_tokens or self.config.max_new_tokens_for(language)
         context = CursorContext.parse(prompt.prefix, prompt.suffix, language)
         mode = decide_mode(context, self.config.language(language).multiline)
         clock.lap("context_ms")
         tokens = self.prompts.tokenize(prompt, heal=prompt.layout != "classic")
-        anchored = self.anchored_draft(request, tokens.healed)
+        anchored = self.anchored_draft(request, others, tokens.healed)
         clock.lap("tokenize_ms")
         return PreparedCompletion(
             request=request,

@@ -1,6 +1,6 @@
 """Build the prompt for one completion request: current file around the cursor, plus snippets.
 
-Two layouts (`context.layout`):
+Three layouts (`context.layout`):
 
     classic   <prefix: text before the cursor> <suffix marker> <suffix> <middle marker>
     append    <prefix: text before the anchor line> <suffix marker> <suffix> <middle marker>
@@ -34,6 +34,12 @@ than its share leaves the rest to the other). In the append layout the middle ha
 allowance (MIDDLE_SHARE) taken from the prefix's share, so the prefix does not shrink as the
 middle grows while the user types.
 
+The builder goes in steps: the snippets (the workspace head, or windows chosen for the cursor),
+then the budget step (`_budget`: every part's share, once the snippets' cost is known), then
+one function per layout (`_classic`, `_append`, `_pinned`) fits the document's text to its
+shares, shaving the prefix while the whole prompt is over budget (`_within_total`). With the
+workspace head, `_head_prompt` decides once whether the document's own chunk stays in it.
+
 Trimming removes whole lines: the prefix loses lines at the top, the suffix at the bottom. The
 prefix's first line is picked to be *stable*: the earliest line that fits is rounded up to a
 grid of G lines (G: a power of two worth about half the slack below), and from that grid line
@@ -59,7 +65,8 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple
 
 import quickdraft.context.syntax as syntax
 from quickdraft.config import FIXED_PROMPT_TOKENS, ContextConfig, QuickdraftConfig
@@ -452,10 +459,21 @@ def _fit_top(text: str, budget: int, count: TokenCounter, first_line: int = 0) -
     return lines
 
 
+class _Suffix(NamedTuple):
+    """The text after the cursor, as `_fit_suffix` fit it."""
+
+    text: str
+    end: int
+    """The window row after its last line."""
+    truncated: bool
+    tokens: int
+    """The tokens its lines were counted at."""
+
+
 def _fit_suffix(
     doc: _Window, row: int, character: int, budget: int, count: TokenCounter
-) -> tuple[str, int, bool, int]:
-    """(suffix, end row, truncated, tokens used) for the text after the cursor."""
+) -> _Suffix:
+    """The text after the cursor within `budget` tokens."""
     rest = doc.contents[row][character:] + doc.endings[row]
     total_rows = len(doc.contents)
     tail_chars = len(rest) + sum(map(len, doc.full[row + 1 :]))
@@ -463,11 +481,11 @@ def _fit_suffix(
         whole = rest + "".join(doc.full[row + 1 :])
         used = count(whole)
         if used <= budget:
-            return whole, total_rows, False, used
+            return _Suffix(whole, total_rows, False, used)
     used = count(rest)
     if used > budget:
         head = _keep_head(rest, budget, count)
-        return head, row + 1, True, count(head)
+        return _Suffix(head, row + 1, True, count(head))
     costs: dict[int, int] = {}
     r = row + 1
     while r < total_rows:
@@ -479,7 +497,8 @@ def _fit_suffix(
         r += 1
     end = _choose_suffix_end(doc, r, row, costs, budget)
     used -= sum(costs.get(x, 0) for x in range(end, r))
-    return rest + "".join(doc.full[row + 1 : end]), end, end < total_rows or not doc.at_end, used
+    truncated = end < total_rows or not doc.at_end
+    return _Suffix(rest + "".join(doc.full[row + 1 : end]), end, truncated, used)
 
 
 def check_position(text: str, line: int, character: int) -> None:
@@ -525,37 +544,402 @@ def _snippet_query(
     return "".join(doc.full[query_end:row])
 
 
-def _fit_head(
-    head: Sequence[Snippet],
-    budget: int,
-    root_dir: str,
-    bare: int,
-    count: TokenCounter,
-    render: Callable[..., str],
-) -> list[Snippet]:
-    """The workspace head's chunks that fit `budget` (the markers and header included), in
-    order: the first chunk that does not fit ends the head, so the head only ever loses its
-    tail."""
+def anchor_line(line: int, anchor_lines: int) -> int:
+    """The append layout's anchor for a cursor on `line`: the line at or above it whose number
+    is a multiple of `anchor_lines`."""
+    return line - line % max(anchor_lines, 1)
+
+
+@dataclass(frozen=True)
+class _Fitted:
+    """The document's text as one layout fit it, and the prompt it renders to."""
+
+    top: str
+    """Pinned: the file's first lines, ahead of `section` ("" in the other layouts)."""
+    section: str
+    """The text before the cursor (classic) or the lines above the anchor (append, pinned)."""
+    start: int
+    """The window row `section` starts at."""
+    truncated: bool
+    """Lines above `section` (and the top) are left out."""
+    suffix: _Suffix
+    parts: list[PromptPart]
+    tokens: int
+    """The tokens of `parts`, counted part by part."""
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One `build_prompt` call, read once: the window of the document around the cursor, the
+    settings, and how the prompt's parts render. Every step of the builder reads it; fitting
+    the file again without its own chunk in the head (`_head_prompt`) starts from it too."""
+
+    text: str
+    doc: _Window
+    row: int
+    """The cursor's row in `doc`."""
+    character: int
+    anchor_row: int
+    """The anchor's row in `doc` (the window's first row when the anchor is above it)."""
+    config: ContextConfig
+    total: int
+    """The whole prompt's budget in tokens."""
+    count: TokenCounter
+    template: FimTemplate
+    repo_name: str | None
+    root_dir: str
+    """The folder paths are shown relative to (`_display_root`)."""
+    shown_path: str | None
+    """The document's path as the prompt shows it."""
+    language_id: str | None
+
+    @property
+    def layout(self) -> str:
+        """`context.layout`: "append", "pinned", or else "classic"."""
+        return self.config.layout if self.config.layout in ("append", "pinned") else "classic"
+
+    @property
+    def snippet_budget(self) -> int:
+        """The tokens the snippets or the workspace head may take, the repository header
+        included."""
+        return int(self.total * self.config.snippet_share)
+
+    def parts(
+        self, snippets: Sequence[Snippet], prefix: str, suffix: str, middle: str = "", top: str = ""
+    ) -> list[PromptPart]:
+        """The prompt's parts with `snippets` and these sections of the document."""
+        return self.template.render_parts(
+            prefix, suffix, snippets, self.repo_name, self.shown_path, self.language_id, middle, top
+        )
+
+    def without_file(self, snippets: Sequence[Snippet]) -> str:
+        """The prompt with `snippets` and none of the document's text: the head and the
+        markers."""
+        return "".join(part.text for part in self.parts(snippets, "", ""))
+
+    def snippets_cost(self, snippets: Sequence[Snippet]) -> int:
+        """The tokens `snippets` add to the prompt (their markers and the repository header
+        included): what the snippet budget bounds."""
+        return self.count(self.without_file(snippets)) - self.count(self.without_file([]))
+
+    def fitted(
+        self,
+        snippets: Sequence[Snippet],
+        top: str,
+        section: str,
+        start: int,
+        truncated: bool,
+        suffix: _Suffix,
+        middle: str = "",
+    ) -> _Fitted:
+        """The document's text as a layout fit it, rendered after `snippets` and counted."""
+        parts = self.parts(snippets, section, suffix.text, middle, top)
+        tokens = sum(self.count(part.text) for part in parts)
+        return _Fitted(top, section, start, truncated, suffix, parts, tokens)
+
+
+@dataclass(frozen=True)
+class _Budget:
+    """The budget step: the prompt's tokens shared out once the snippets' cost is known, so
+    every part of the document's text has its share before any of it is fit."""
+
+    total: int
+    """The whole prompt."""
+    file: int
+    """The document's text: what the snippets and the markers leave of `total`."""
+    near: int
+    """The part that moves with the cursor: all of `file`, a share of `total` in the pinned
+    layout (`context.near_share`)."""
+    top: int
+    """Pinned: the most the file's top may take (what `near` leaves of `file`)."""
+    suffix: int
+    """The text after the cursor's share of `near` (`context.suffix_share`)."""
+
+
+def _budget(config: ContextConfig, total: int, overhead: int) -> _Budget:
+    """How `total` tokens are shared out when the snippets and markers cost `overhead`."""
+    file_budget = max(total - overhead, 0)
+    pinned = config.layout == "pinned"
+    near = min(file_budget, int(total * config.near_share)) if pinned else file_budget
+    suffix = int(near * config.suffix_share)
+    return _Budget(total, file_budget, near, max(file_budget - near, 0), suffix)
+
+
+@dataclass(frozen=True)
+class _Middle:
+    """Append and pinned layouts: the text from the anchor line to the cursor."""
+
+    text: str
+    tokens: int
+
+    def reserve(self, budget: _Budget) -> int:
+        """The tokens the middle is counted at: its allowance (MIDDLE_SHARE of the file
+        budget, at most half the moving part), plus what it needs beyond that in MIDDLE_STEP
+        steps."""
+        allowance = min(int(budget.file * MIDDLE_SHARE), budget.near // 2)
+        excess = max(0, self.tokens - allowance)
+        return allowance + -(-excess // MIDDLE_STEP) * MIDDLE_STEP
+
+
+@dataclass(frozen=True)
+class _Room:
+    """What a layout may give the text before the cursor; less after each fit whose prompt
+    does not fit the whole budget (`_within_total`)."""
+
+    prefix: int
+    """The prefix (append, pinned: the lines above the anchor)."""
+    top: int = 0
+    """Pinned: the most the file's top may take."""
+
+    def shaved(self, fitted: _Fitted, total: int) -> _Room:
+        """The room for a fit that takes off what `fitted` is over `total`, and a token more:
+        from the prefix, and from the top too when no prefix is left to take it from."""
+        over = fitted.tokens - total + 1
+        top = self.top if fitted.section else max(self.top - over, 0)
+        return _Room(max(self.prefix - over, 0), top)
+
+
+def _within_total(
+    fitted: _Fitted, refit: Callable[[_Room], _Fitted], room: _Room, total: int
+) -> _Fitted:
+    """`fitted` (made with `room`), or the layout's `refit` with less room until the whole
+    prompt is within `total` tokens: token counts of lines don't add up exactly to a
+    section's (merges across line boundaries)."""
+    for _ in range(4):
+        if fitted.tokens <= total or not (fitted.section or fitted.top):
+            break
+        room = room.shaved(fitted, total)
+        fitted = refit(room)
+    return fitted
+
+
+def _classic(
+    request: _Request, snippets: Sequence[Snippet], budget: _Budget, suffix: _Suffix
+) -> _Fitted:
+    """The classic layout: the text before the cursor, up to the cursor, gets what the suffix
+    leaves of the file budget (a cut suffix leaves its share); when it needs less, a cut
+    suffix gets the rest."""
+    doc, row, count = request.doc, request.row, request.count
+    room = _Room(budget.file - (suffix.tokens if not suffix.truncated else budget.suffix))
+    tail = doc.contents[row][: request.character]
+    prefix, start, truncated, used = _fit_prefix(doc, row, tail, room.prefix, count)
+    if suffix.truncated and not truncated and used < room.prefix:
+        suffix = _fit_suffix(doc, row, request.character, budget.file - used, count)
+    fitted = request.fitted(snippets, "", prefix, start, truncated, suffix)
+    refit = partial(_classic_prefix, request, snippets, suffix)
+    return _within_total(fitted, refit, room, budget.total)
+
+
+def _classic_prefix(
+    request: _Request, snippets: Sequence[Snippet], suffix: _Suffix, room: _Room
+) -> _Fitted:
+    """The classic layout with the text before the cursor fit to `room` again, the suffix
+    kept."""
+    doc, row = request.doc, request.row
+    tail = doc.contents[row][: request.character]
+    prefix, start, truncated, _ = _fit_prefix(doc, row, tail, room.prefix, request.count)
+    return request.fitted(snippets, "", prefix, start, truncated, suffix)
+
+
+def _above_anchor(request: _Request, budget: int) -> tuple[str, int, bool, int]:
+    """(text, first row, truncated, tokens used) for the lines above the anchor within
+    `budget` (append and pinned layouts)."""
+    doc, anchor_row = request.doc, request.anchor_row
+    section, first, truncated, used = _fit_prefix(
+        doc, anchor_row, "", max(budget, 0), request.count
+    )
+    if not doc.at_start and section == "" and anchor_row == 0:
+        truncated = True
+    return section, first, truncated, used
+
+
+def _append(
+    request: _Request,
+    snippets: Sequence[Snippet],
+    budget: _Budget,
+    suffix: _Suffix,
+    middle: _Middle,
+) -> _Fitted:
+    """The append layout: the lines above the anchor get what the suffix and the middle's
+    reserve leave of the file budget; the middle goes after the middle marker."""
+    room = _Room(budget.near - suffix.tokens - middle.reserve(budget))
+    refit = partial(_append_prefix, request, snippets, suffix, middle.text)
+    return _within_total(refit(room), refit, room, budget.total)
+
+
+def _append_prefix(
+    request: _Request, snippets: Sequence[Snippet], suffix: _Suffix, middle: str, room: _Room
+) -> _Fitted:
+    """The append layout with the lines above the anchor fit to `room`."""
+    section, start, truncated, _ = _above_anchor(request, room.prefix)
+    return request.fitted(snippets, "", section, start, truncated, suffix, middle)
+
+
+def _pinned(
+    request: _Request,
+    snippets: Sequence[Snippet],
+    budget: _Budget,
+    suffix: _Suffix,
+    middle: _Middle,
+    top_from: int,
+) -> _Fitted:
+    """The pinned layout: as the append layout within the moving part's budget, with the
+    file's top (its lines from `top_from`) ahead of the lines above the anchor."""
+    moving = suffix.tokens + middle.reserve(budget)
+    room = _Room(budget.near - moving, budget.top)
+    refit = partial(
+        _pinned_prefix, request, snippets, suffix, middle.text, budget.file - moving, top_from
+    )
+    return _within_total(refit(room), refit, room, budget.total)
+
+
+def _pinned_prefix(
+    request: _Request,
+    snippets: Sequence[Snippet],
+    suffix: _Suffix,
+    middle: str,
+    unmoved: int,
+    top_from: int,
+    room: _Room,
+) -> _Fitted:
+    """The pinned layout with its top and the lines above the anchor fit to `room`.
+    `unmoved`: what the suffix and the middle's reserve leave of the file budget; the top gets
+    what the lines above the anchor leave of that (the reserve grows in steps, so a long
+    middle shrinks the top only when it passes one, not at every keystroke)."""
+    doc = request.doc
+    section, start, truncated, used = _above_anchor(request, room.prefix)
+    lines = _fit_top(request.text, min(room.top, unmoved - used), request.count, top_from)
+    top_stop = top_from + len(lines)
+    top_end = min(top_stop, doc.first_line + request.anchor_row)
+    if top_end <= top_from:
+        return request.fitted(snippets, "", section, start, truncated, suffix, middle)
+    if doc.first_line + start <= top_stop:
+        # The window reaches into the top: one run of lines from the first, split where the
+        # top ends (so the top's tokens are the same whatever the cursor's line).
+        start = top_end - doc.first_line
+        top = "".join(lines[: top_end - top_from])
+        section, truncated = "".join(doc.full[start : request.anchor_row]), False
+    else:
+        top, truncated = "".join(lines), True
+    return request.fitted(snippets, top, section, start, truncated, suffix, middle)
+
+
+def _file_prompt(request: _Request, snippets: list[Snippet], top_from: int) -> Prompt:
+    """The prompt with `snippets` ahead of the document's text: the budget step, then the
+    layout's function. `top_from`: the line the pinned layout's top starts at."""
+    doc, row, count = request.doc, request.row, request.count
+    budget = _budget(request.config, request.total, count(request.without_file(snippets)))
+    suffix = _fit_suffix(doc, row, request.character, budget.suffix, count)
+    layout = request.layout
+    middle = _Middle("", 0)
+    if layout != "classic":
+        text = "".join(doc.full[request.anchor_row : row]) + doc.contents[row][: request.character]
+        middle = _Middle(text, count.uncached(text))
+        if middle.tokens > (budget.file - suffix.tokens) // 2:
+            # One huge line (minified code, data) or a long stretch since the anchor: no
+            # room for a prefix. The classic layout cuts the text before the cursor to fit.
+            layout, middle = "classic", _Middle("", 0)
+    if layout == "classic":
+        fitted = _classic(request, snippets, budget, suffix)
+    elif layout == "append":
+        fitted = _append(request, snippets, budget, suffix, middle)
+    else:
+        fitted = _pinned(request, snippets, budget, suffix, middle, top_from)
+    return Prompt(
+        text="".join(part.text for part in fitted.parts),
+        prefix=fitted.top + fitted.section + middle.text,
+        suffix=fitted.suffix.text,
+        snippets=snippets,
+        prefix_start_line=top_from if fitted.top else doc.first_line + fitted.start,
+        suffix_end_line=doc.first_line + fitted.suffix.end,
+        language=doc.grammar,
+        prompt_tokens=fitted.tokens,
+        prefix_truncated=fitted.truncated,
+        suffix_truncated=fitted.suffix.truncated,
+        layout=layout,
+        middle=middle.text,
+        anchor_line=doc.first_line + request.anchor_row if layout != "classic" else None,
+        parts=fitted.parts,
+        top=fitted.top,
+    )
+
+
+def _fit_head(request: _Request, head: Sequence[Snippet]) -> list[Snippet]:
+    """The workspace head's chunks that fit the snippet budget (the markers and header
+    included), in order: the first chunk that does not fit ends the head, so the head only
+    ever loses its tail."""
     chosen: list[Snippet] = []
     for chunk in head:
         shown = Snippet(
-            _show(chunk.path, root_dir),
+            _show(chunk.path, request.root_dir),
             chunk.text,
             chunk.start_line,
             chunk.end_line,
             chunk.score,
             chunk.language_id,
         )
-        if count(render("", "", [*chosen, shown])) - bare > budget:
+        if request.snippets_cost([*chosen, shown]) > request.snippet_budget:
             break
         chosen.append(shown)
     return chosen
 
 
-def anchor_line(line: int, anchor_lines: int) -> int:
-    """The append layout's anchor for a cursor on `line`: the line at or above it whose number
-    is a multiple of `anchor_lines`."""
-    return line - line % max(anchor_lines, 1)
+def _head_prompt(request: _Request, head: Sequence[Snippet], own_chunk: Snippet | None) -> Prompt:
+    """The prompt that starts with the workspace head. The document's own chunk (its first
+    lines) stays in the head, which is then the same for every document, and the document's
+    text starts after it (the pinned layout's top starts at the chunk's end). When the
+    document's text would show the chunk's lines anyway (a cursor among them, a short file),
+    the chunk is left out of the head instead: the model reads no line twice. Decided here,
+    once: a chunk the head's budget leaves out changes nothing, and one it shows stays unless
+    the document's text, fit after it, starts above its end; then the document is fit once
+    more, the head cut to its budget without it."""
+    shown = _fit_head(request, head)
+    if own_chunk is None or own_chunk.text not in {chunk.text for chunk in shown}:
+        return _file_prompt(request, shown, top_from=0)
+    prompt = _file_prompt(request, shown, top_from=own_chunk.end_line)
+    if prompt.prefix_start_line >= own_chunk.end_line:
+        return prompt
+    others = [chunk for chunk in head if chunk is not own_chunk]
+    return _file_prompt(request, _fit_head(request, others), top_from=0)
+
+
+def _cursor_snippets(
+    request: _Request, documents: Sequence[Any], path: str | None
+) -> list[Snippet]:
+    """`context.head: cursor`: the windows of other documents most like the lines above the
+    anchor (append layouts) or the cursor's line (classic), so typing on the line, or Enter
+    inside the anchor's window, leaves them (the start of the prompt) be; within the snippet
+    budget, the weakest dropped first."""
+    config, root_dir = request.config, request.root_dir
+    budget = request.snippet_budget
+    if budget <= 0 or config.max_snippets <= 0 or not documents:
+        return []
+    append = request.layout != "classic"
+    query_end = request.anchor_row if append else request.row
+    query = _snippet_query(
+        request.doc, request.row, request.character, query_end, config.snippet_lines, append
+    )
+    selected = select_snippets(
+        query,
+        documents,
+        current_path=uri_to_path(path) if path else None,
+        current_text=request.text,
+        max_snippets=config.max_snippets,
+        snippet_lines=config.snippet_lines,
+        token_budget=budget,
+        cost=lambda s: request.count(
+            request.template.render_snippet(_show(s.path, root_dir), s.text, request.language_id)
+        ),
+        max_document_bytes=config.max_document_bytes,
+    )
+    snippets = [
+        Snippet(_show(s.path, root_dir), s.text, s.start_line, s.end_line, s.score, s.language_id)
+        for s in selected
+    ]
+    # The repository header costs a little too; drop the weakest until everything fits.
+    while snippets and request.snippets_cost(snippets) > budget:
+        snippets.remove(min(snippets, key=lambda s: s.score))
+    return snippets
 
 
 def build_prompt(
@@ -573,7 +957,7 @@ def build_prompt(
     offset: int | None = None,
     root: str | None = None,
     head: Sequence[Snippet] | None = None,
-    top_from: int = 0,
+    own_chunk: Snippet | None = None,
 ) -> Prompt:
     """The prompt for a completion at (`line`, `character`) of `text` (0-based; character in
     code points). `open_documents`: objects or dicts with `path` or `uri`, `text`,
@@ -582,9 +966,8 @@ def build_prompt(
     into `text` when the caller knows it (then the position is not re-checked and only a window
     of the text is read). `root`: the workspace folder paths are shown relative to. `head`: the
     workspace head (context.workspace), used instead of snippets chosen for this cursor: the
-    same chunks for every document, cut to the snippet budget from the end. `top_from`: the
-    line the pinned layout's top starts at (the end of this document's own chunk when the head
-    shows it: its first lines are there already).
+    same chunks for every document, cut to the snippet budget from the end. `own_chunk`: this
+    document's chunk in `head`, if it has one (`_head_prompt` decides where its lines go).
 
     Raises PositionError when the position is outside the document.
     """
@@ -599,165 +982,23 @@ def build_prompt(
             f"character {character} is outside line {line}, which has "
             f"{len(doc.contents[row])} characters"
         )
-    append = config.layout in ("append", "pinned")
-    pinned = config.layout == "pinned"
     documents = list(open_documents or ())
     root_dir = _display_root(path, documents, root)
-    shown_path = _show(uri_to_path(path), root_dir) if path else None
-
-    def parts_of(prefix: str, suffix: str, snippets: Sequence[Snippet], middle: str, top: str = ""):
-        return template.render_parts(
-            prefix, suffix, snippets, repo_name, shown_path, language_id, middle, top
-        )
-
-    def render(prefix: str, suffix: str, snippets: Sequence[Snippet], middle: str = "") -> str:
-        return "".join(part.text for part in parts_of(prefix, suffix, snippets, middle))
-
-    # -- snippets --------------------------------------------------------------------------
-    # Chosen by the lines above the anchor (append) or the cursor's line (classic): typing on
-    # the line, or Enter inside the anchor's window, leaves them (the start of the prompt) be.
-    first_middle_row = max(row - (line - anchor_line(line, config.anchor_lines)), 0)
-    query_end = first_middle_row if append else row
-    snippets: list[Snippet] = []
-    bare = count(render("", "", []))
-    snippet_budget = int(total * config.snippet_share)
-    if head is not None:
-        snippets = _fit_head(head, snippet_budget, root_dir, bare, count, render)
-    elif snippet_budget > 0 and config.max_snippets > 0 and documents:
-        query = _snippet_query(doc, row, character, query_end, config.snippet_lines, append)
-        snippets = select_snippets(
-            query,
-            documents,
-            current_path=uri_to_path(path) if path else None,
-            current_text=text,
-            max_snippets=config.max_snippets,
-            snippet_lines=config.snippet_lines,
-            token_budget=snippet_budget,
-            cost=lambda s: count(
-                template.render_snippet(_show(s.path, root_dir), s.text, language_id)
-            ),
-            max_document_bytes=config.max_document_bytes,
-        )
-        snippets = [
-            Snippet(
-                _show(s.path, root_dir), s.text, s.start_line, s.end_line, s.score, s.language_id
-            )
-            for s in snippets
-        ]
-        # The repository header costs a little too; drop the weakest until everything fits.
-        while snippets and count(render("", "", snippets)) - bare > snippet_budget:
-            snippets.remove(min(snippets, key=lambda s: s.score))
-    overhead = count(render("", "", snippets))
-
-    # -- current document ------------------------------------------------------------------
-    file_budget = max(total - overhead, 0)
-    # The part that moves with the cursor: all of the file's in the append layout, a share of
-    # the whole budget in the pinned one (the rest pins the file's top).
-    near_budget = min(file_budget, int(total * config.near_share)) if pinned else file_budget
-    top_budget = max(file_budget - near_budget, 0)
-    top_lines_budget = top_budget
-    top_lines = _fit_top(text, top_budget, count, top_from) if pinned else []
-    suffix_budget = int(near_budget * config.suffix_share)
-    suffix, end, suffix_cut, suffix_used = _fit_suffix(doc, row, character, suffix_budget, count)
-    middle = ""
-    if append:
-        middle = "".join(doc.full[first_middle_row:row]) + doc.contents[row][:character]
-        middle_tokens = count.uncached(middle)
-        if middle_tokens > (file_budget - suffix_used) // 2:
-            # One huge line (minified code, data) or a long stretch since the anchor: no
-            # room for a prefix. The classic layout cuts the text before the cursor to fit.
-            append, pinned, middle = False, False, ""
-    top = ""
-
-    def fit_append(budget: int) -> tuple[str, str, int, bool]:
-        """(top, prefix section, first row, truncated) with `budget` tokens for the lines
-        above the anchor (pinned: besides the top's own budget)."""
-        section, first, cut, used = _fit_prefix(doc, first_middle_row, "", max(budget, 0), count)
-        if not doc.at_start and section == "" and first_middle_row == 0:
-            cut = True
-        if not pinned:
-            return "", section, first, cut
-        # The top gets what the moving part leaves of the file budget. The middle counts as
-        # its allowance plus 64-token steps, so a long middle shrinks the top only when it
-        # passes a step (rarely), not at every keystroke.
-        room = min(top_budget, file_budget - suffix_used - allowance - excess - used)
-        pinned_lines = (
-            top_lines if room >= top_lines_budget else _fit_top(text, room, count, top_from)
-        )
-        anchor_doc = doc.first_line + first_middle_row
-        top_stop = top_from + len(pinned_lines)
-        pinned_end = min(top_stop, anchor_doc)
-        if pinned_end <= top_from:
-            return "", section, first, cut
-        if doc.first_line + first <= top_stop:
-            # The window reaches into the top: one run of lines from the first, split where
-            # the top ends (so the top's tokens are the same whatever the cursor's line).
-            join = pinned_end - doc.first_line
-            return (
-                "".join(pinned_lines[: pinned_end - top_from]),
-                "".join(doc.full[join:first_middle_row]),
-                join,
-                False,
-            )
-        return "".join(pinned_lines), section, first, True
-
-    if append:
-        allowance = min(int(file_budget * MIDDLE_SHARE), near_budget // 2)
-        excess = max(0, middle_tokens - allowance)
-        excess = -(-excess // MIDDLE_STEP) * MIDDLE_STEP
-        prefix_budget = near_budget - suffix_used - allowance - excess
-        top, prefix_section, start, prefix_cut = fit_append(prefix_budget)
-        rendered_parts = parts_of(prefix_section, suffix, snippets, middle, top)
-        prefix = top + prefix_section + middle
-    else:
-        prefix_budget = file_budget - (suffix_used if not suffix_cut else suffix_budget)
-        prefix, start, prefix_cut, prefix_used = _fit_prefix(
-            doc, row, doc.contents[row][:character], prefix_budget, count
-        )
-        if suffix_cut and not prefix_cut and prefix_used < prefix_budget:
-            suffix, end, suffix_cut, suffix_used = _fit_suffix(
-                doc, row, character, file_budget - prefix_used, count
-            )
-        rendered_parts = parts_of(prefix, suffix, snippets, "")
-        prefix_section = prefix
-
-    rendered = "".join(part.text for part in rendered_parts)
-    tokens = sum(count(part.text) for part in rendered_parts)
-    # Token counts of lines don't add up exactly to a section's (merges across line
-    # boundaries); shave the prefix until the whole prompt fits.
-    for _ in range(4):
-        if tokens <= total or not (prefix_section or top):
-            break
-        prefix_budget = max(prefix_budget - (tokens - total) - 1, 0)
-        if append:
-            if pinned and not prefix_section:
-                top_budget = max(top_budget - (tokens - total) - 1, 0)
-            top, prefix_section, start, prefix_cut = fit_append(prefix_budget)
-            prefix = top + prefix_section + middle
-            rendered_parts = parts_of(prefix_section, suffix, snippets, middle, top)
-        else:
-            prefix, start, prefix_cut, _ = _fit_prefix(
-                doc, row, doc.contents[row][:character], prefix_budget, count
-            )
-            prefix_section = prefix
-            rendered_parts = parts_of(prefix, suffix, snippets, "")
-        rendered = "".join(part.text for part in rendered_parts)
-        tokens = sum(count(part.text) for part in rendered_parts)
-
-    return Prompt(
-        text=rendered,
-        prefix=prefix,
-        suffix=suffix,
-        snippets=snippets,
-        prefix_start_line=top_from if top else doc.first_line + start,
-        suffix_end_line=doc.first_line + end,
-        language=grammar,
-        prompt_tokens=tokens,
-        prefix_truncated=prefix_cut,
-        suffix_truncated=suffix_cut,
-        layout=("pinned" if pinned else "append") if append else "classic",
-        middle=middle,
-        anchor_line=doc.first_line + first_middle_row if append else None,
-        parts=rendered_parts,
-        top=top,
+    request = _Request(
+        text=text,
+        doc=doc,
+        row=row,
+        character=character,
+        anchor_row=max(row - (line - anchor_line(line, config.anchor_lines)), 0),
+        config=config,
+        total=total,
+        count=count,
+        template=template,
+        repo_name=repo_name,
+        root_dir=root_dir,
+        shown_path=_show(uri_to_path(path), root_dir) if path else None,
+        language_id=language_id,
     )
+    if head is not None:
+        return _head_prompt(request, head, own_chunk)
+    return _file_prompt(request, _cursor_snippets(request, documents, path), top_from=0)
