@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
+from pygls.protocol.json_rpc import MsgId
 
 from quickdraft.admission import refusal
 from quickdraft.errors import PositionError, QuickdraftError
@@ -120,7 +121,7 @@ class CompletionService:
         position: types.Position,
         *,
         feature: str,
-        request_id: Any,
+        request_id: MsgId,
         invoked: bool = False,
     ) -> Answer | None:
         """The suggestions at `position` in `uri`, or None when there is none to give.
@@ -256,7 +257,7 @@ class CompletionService:
     # --- several suggestions, and silence when unsure -------------------------------------
 
     def _below_floor(
-        self, confidence: float | None, invoked: bool, request_id: Any, feature: str
+        self, confidence: float | None, invoked: bool, request_id: MsgId, feature: str
     ) -> bool:
         """Whether a suggestion the editor asked for by itself is too unsure to show."""
         floor = self.server.config.current.decoding.min_confidence
@@ -423,7 +424,7 @@ class CompletionService:
 
     def _report(
         self,
-        request_id: Any,
+        request_id: MsgId,
         uri: str,
         feature: str,
         started: float,
@@ -495,7 +496,7 @@ class NextEditService:
         version: int,
         position: tuple[int, int],
         *,
-        request_id: Any,
+        request_id: MsgId,
         feature: str = "inlineEdit",
     ) -> list[dict[str, Any]]:
         """The edits to show for `uri` at `version`, cursor at `position` (LSP units); empty
@@ -578,7 +579,7 @@ class NextEditService:
 
     def _report(
         self,
-        request_id: Any,
+        request_id: MsgId,
         uri: str,
         feature: str,
         started: float,
