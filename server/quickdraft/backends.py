@@ -36,14 +36,14 @@ def edit_sources(completer: Completer) -> EditSources:
     """What a next edit reads, as `completer` holds it now: its backend, settings and open
     documents (the language server's worker owns both pipelines' state in one place)."""
     return EditSources(
-        backend=completer.backend,
-        prompts=completer.prompts,
-        config=completer.config,
-        documents=completer.documents,
-        head=completer.head,
-        root=completer.root,
-        count_tokens=completer.count_tokens,
-        model_names=completer.models.names(),
+        completer.backend,
+        completer.prompts,
+        completer.config,
+        completer.documents,
+        completer.head,
+        completer.root,
+        completer.count_tokens,
+        completer.models.names(),
     )
 
 
