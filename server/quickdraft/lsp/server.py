@@ -196,6 +196,10 @@ class QuickdraftServer(LanguageServer):
         """Guards `_pending_sync`: the event loop hands the latest text over, the worker's job
         takes it when it runs (`_flush_sync`). The threads meet nowhere else here."""
 
+    @property
+    def works_ahead(self) -> bool:
+        return self.serving is not None and self.serving.works_ahead
+
     # --- messages to the client -------------------------------------------------------
 
     def log(self, message: str, level: str = "info") -> None:

@@ -31,6 +31,10 @@ class ServerApi(Protocol):
     """The models serving, as their load told the event loop (None: none loaded yet)."""
 
     @property
+    def works_ahead(self) -> bool:
+        """Whether models serve and work ahead pays with them (`Loaded.works_ahead`)."""
+
+    @property
     def protocol(self) -> LanguageServerProtocol: ...
 
     @property

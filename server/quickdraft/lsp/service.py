@@ -239,7 +239,7 @@ class CompletionService:
         # Work ahead (alternatives, prefetch) where the backend pays for it: a local engine. A
         # serving engine's capacity is for the requests of everyone who shares it, and its
         # failures must not show twice.
-        local = server.serving is not None and server.serving.works_ahead
+        local = server.works_ahead
         if not joined and local and config.decoding.candidates > 1 and not invoked:
             # Right after the answer (it is sent first): its forks, for the next request here.
             self._start_alternatives(place())
@@ -274,9 +274,7 @@ class CompletionService:
         person asked, computed now), less any that read like `first`, and (not asked) any
         below the confidence floor."""
         config = self.server.config.current
-        if config.decoding.candidates < 2 or not (
-            self.server.serving is not None and self.server.serving.works_ahead
-        ):
+        if config.decoding.candidates < 2 or not self.server.works_ahead:
             return []
         entry = self._alternatives.get(place.uri)
         if entry is None or not entry.serves(
@@ -385,9 +383,7 @@ class CompletionService:
         self.accepted_by_index[index] = self.accepted_by_index.get(index, 0) + 1
         server = self.server
         config = server.config.current
-        if not (
-            config.cache.prefetch and server.serving is not None and server.serving.works_ahead
-        ):
+        if not (config.cache.prefetch and server.works_ahead):
             return "prefetch off"
         document = server.documents.get(uri)
         if document is None:

@@ -98,8 +98,7 @@ class WorkAhead:
         # A serving engine keeps no caches of ours to warm (RemoteBackend.warm does nothing):
         # building and tokenizing the prompt for it would be work for nothing. Before the models
         # are loaded nothing is warmed either: the load warms every open document when done.
-        serving = self.server.serving
-        if document is None or not config.cache.warmup or not (serving and serving.works_ahead):
+        if document is None or not config.cache.warmup or not self.server.works_ahead:
             return
         at = document.cursor_at
         if at is not None and at <= len(document.text):
