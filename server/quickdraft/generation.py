@@ -117,7 +117,7 @@ class PreparedCompletion:
         return raw, finalize(raw, self.context, self.mode)
 
 
-def cursor_offset(request: CompletionRequest) -> int:
+def cursor_offset(request: CompletionRequest | NextEditRequest) -> int:
     """The request's cursor as an index into its text (reads the text up to the cursor's line
     when the caller did not say)."""
     if request.offset is not None:

@@ -48,7 +48,7 @@ from quickdraft.context.edit_prompt import (
 )
 from quickdraft.context.edit_rules import FLOOR, latest_edit, propose
 from quickdraft.context.edit_vetoes import Decision, vet
-from quickdraft.context.prompt import TokenCounter, offset_of, prompt_tokens
+from quickdraft.context.prompt import TokenCounter, prompt_tokens
 from quickdraft.context.workspace import WorkspaceHead
 from quickdraft.decoding import GenerationStats
 from quickdraft.generation import (
@@ -56,6 +56,7 @@ from quickdraft.generation import (
     NextEditRequest,
     PreparedEdit,
     StageClock,
+    cursor_offset,
     generate_step,
     stages_of,
 )
@@ -309,9 +310,7 @@ def prepare(
     """The region, the prompt and its tokens for `request`. Raises PositionError for a cursor
     outside the document."""
     clock = clock or StageClock()
-    offset = request.offset
-    if offset is None:
-        offset = offset_of(request.text, request.line, request.character)
+    offset = cursor_offset(request)
     config = sources.config.edits
     path = display_path(request.uri, sources.root)
     region = choose_region(
