@@ -36,7 +36,13 @@ from quickdraft.bench.runner import (
     parse_lengths,
     parse_strategies,
 )
-from quickdraft.bench.typing_cli import LAYOUTS, add_typing_arguments, parse_names, run_typing
+from quickdraft.bench.typing_cli import (
+    LAYOUTS,
+    add_typing_arguments,
+    parse_counts,
+    parse_names,
+    run_typing,
+)
 from quickdraft.bench.variants import with_variants
 from quickdraft.cli_args import (
     REMOTE_MODEL_KEYS,
@@ -321,14 +327,7 @@ def parse_budgets(value: str | None) -> list[int]:
     """`--budgets 1536,768`: whole numbers of at least 64 tokens, each once."""
     if not value:
         return []
-    budgets: list[int] = []
-    for item in value.split(","):
-        item = item.strip()
-        if not item.isdigit() or int(item) < 64:
-            raise ConfigError(f"--budgets: {item!r} is not a number of tokens >= 64")
-        if int(item) not in budgets:
-            budgets.append(int(item))
-    return budgets
+    return parse_counts(value, "--budgets", minimum=64, what="a number of tokens")
 
 
 def parse_layouts(value: str | None) -> list[str]:

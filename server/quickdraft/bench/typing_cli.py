@@ -69,15 +69,16 @@ def parse_names(value: str | None, default: str, allowed: tuple[str, ...], flag:
     return list(dict.fromkeys(names))
 
 
-def parse_counts(value: str | None, flag: str) -> list[int | None]:
-    """A comma-separated list of counts of at least 1, each once, in order; [None] when the
-    flag is not given (the setting stays as it is)."""
-    if value is None:
-        return [None]
-    names = [n.strip() for n in value.split(",") if n.strip()]
-    if not names or not all(n.isdigit() and int(n) >= 1 for n in names):
-        raise ConfigError(f"{flag}: {value!r} is not a list of counts of at least 1 (e.g. 1,3)")
-    return list(dict.fromkeys(int(n) for n in names))
+def parse_counts(value: str, flag: str, *, minimum: int = 1, what: str = "a count") -> list[int]:
+    """A comma-separated flag's whole numbers of at least `minimum`, each once, in order; a
+    ConfigError naming `flag` and the item for anything else."""
+    counts: list[int] = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item.isdigit() or int(item) < minimum:
+            raise ConfigError(f"{flag}: {item!r} is not {what} >= {minimum}")
+        if int(item) not in counts:
+            counts.append(int(item))
+    return counts
 
 
 def parse_variants(
@@ -90,7 +91,10 @@ def parse_variants(
     chosen_layouts = parse_names(layouts, DEFAULT_TYPING_LAYOUTS, LAYOUTS, "--typing-layouts")
     chosen_strategies = parse_names(strategies, "ar,hybrid", STRATEGIES, "--strategies")
     ahead = parse_names(work_ahead, "on,off", tuple(WORK_AHEAD), "--typing-work-ahead")
-    counts = parse_counts(candidates, "--typing-candidates")
+    # Not given: the setting stays as it is (the default's, or --config's).
+    counts: list[int | None] = (
+        [None] if candidates is None else list(parse_counts(candidates, "--typing-candidates"))
+    )
     return [
         Variant(layout, strategy, WORK_AHEAD[on], count)
         for layout in chosen_layouts
