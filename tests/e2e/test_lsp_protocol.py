@@ -63,6 +63,8 @@ tests check that the server's `$/quickdraft/stats` carries them, not how they we
 
 
 class FakeStats:
+    prefill_tokens = 0  # what the prefetch's log line reads
+
     def to_dict(self):
         return copy.deepcopy(ENGINE_STATS)
 
@@ -93,6 +95,8 @@ class FakeCompleter:
         self.documents: dict[str, tuple[str, str]] = {}
         self.calls = 0
         self.slow_endings: list[str] = []
+        self.jobs: list[str] = []
+        """The model work asked of it, in the order the worker ran it."""
 
     def set_document(self, uri, text, language_id):
         self.documents[uri] = (text, language_id)
@@ -128,6 +132,7 @@ class FakeCompleter:
         """CHOICES: one that reads like the first, then two more, less likely ones (and a
         fourth past any count the server asks for)."""
         self.alternative_calls = getattr(self, "alternative_calls", 0) + 1
+        self.jobs.append("alternatives")
         line = request.text.split("\n")[request.line]
         if "CHOICES" not in line[: request.character]:
             return []
@@ -143,6 +148,9 @@ class FakeCompleter:
         self.calls += 1
         line = request.text.split("\n")[request.line]
         prefix = line[: request.character]
+        self.jobs.append(f"complete {prefix.split()[0] if prefix.split() else ''}")
+        if "JOBS" in prefix:
+            return FakeCompletion(", ".join(self.jobs))
         if "SLOW" in prefix:  # generate until cancelled (30 s at most)
             deadline = time.monotonic() + 30
             while not cancel.is_set() and time.monotonic() < deadline:
@@ -804,6 +812,25 @@ async def test_alternatives_follow_the_first_answer_and_an_invoked_request_waits
         await inline(client, URI, 2, 6)
         await wait_for(lambda: bool(client.stats) and plain(client.stats[-1])["acceptedByIndex"])
         assert list(plain(client.stats[-1])["acceptedByIndex"]) == [0, 1]
+
+
+async def test_the_prefetch_after_an_answer_runs_before_its_alternatives(session):
+    # Tab is likelier than cycling: the completion after accepting comes first on the worker.
+    options = {"cache": {"prefetch": True, "warmup": False}}
+    async with session(fake_command(), init_options=options) as client:
+        open_doc(client, URI, "CHOICES \nJOBS \n")
+        [item] = items_of(await inline(client, URI, 0, 8))
+        assert item.insert_text == "choice_one()"
+        await wait_for(
+            lambda: (
+                any("alternatives: 3 ready" in m.message for m in client.log_messages)
+                and any(m.message.startswith("prefetch: ") for m in client.log_messages)
+            )
+        )
+        # The answer, the prefetch of the text after accepting it, then the alternatives.
+        assert await inline_text(client, URI, 1, 5) == (
+            "complete CHOICES, complete CHOICES, alternatives, complete JOBS"
+        )
 
 
 async def test_a_suggestion_below_the_floor_is_shown_only_when_asked_for(session):

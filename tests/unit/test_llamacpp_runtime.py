@@ -97,6 +97,35 @@ def test_cancel_stops_a_prefill_within_the_running_forward(tiny, model, caplog):
     assert (reused, computed) == (8, 12)
 
 
+def test_a_cancel_stops_a_decode_step_within_its_forward(tiny, model):
+    from quickdraft.decoding import Engine, GenerationRequest
+
+    _, _, _, tokenizer = tiny
+    engine = Engine(model, stop_token_ids=[])
+    runner = engine.target
+    cancel = threading.Event()
+    calls = []
+    original = runner.forward
+
+    def counting(tokens, **kwargs):
+        calls.append(len(tokens))
+        if len(calls) == 4:
+            cancel.set()  # a newer request arrives while the third step runs
+        return original(tokens, **kwargs)
+
+    runner.forward = counting
+    prompt = tokenizer.encode(TEXT)
+    result = engine.generate(
+        GenerationRequest(prompt, max_new_tokens=20, strategy="ar", cancel=cancel)
+    )
+    # The prefill (one forward), two steps, and the third stopped by llama.cpp's abort
+    # callback inside its forward: the cache holds the prompt and the two steps' tokens.
+    assert calls == [len(prompt) - 1, 1, 1, 1]
+    assert result.stop_reason == "cancelled" and len(result.tokens) == 2
+    assert result.stats.target_forwards == 2
+    assert runner.tokens == prompt + result.tokens[:1]
+
+
 def test_engine_runs_every_strategy_on_llamacpp(tiny, model):
     from quickdraft.decoding import Engine, GenerationRequest
 

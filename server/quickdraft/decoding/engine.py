@@ -43,6 +43,7 @@ from quickdraft.decoding.ngram import LIVE, LIVE_AFTER, NgramIndex, NgramMatch
 from quickdraft.decoding.runner import (
     DEFAULT_SLOT_BYTES,
     PREFILL_CHUNK,
+    ForwardCancelled,
     ModelRunner,
     Runner,
     StaticModelRunner,
@@ -287,8 +288,8 @@ class Engine:
         cancel: threading.Event | None = None,
     ) -> Warmed:
         """Extend `slot`'s caches toward a prompt a request will likely send (the idle warm-up):
-        the target's, and the draft model's when `draft`. Stops between chunks (llama.cpp:
-        inside a forward) when `cancel` is set. What it computed or adopted is credited to
+        the target's, and the draft model's when `draft`. Stops part way through a forward
+        when `cancel` is set (`Runner.stopping_at`). What it computed or adopted is credited to
         the slot's next answer (`GenerationStats.reused_warm_tokens`, `reused_shared_tokens`)."""
         self.select_slot(slot)
         prompt = [int(t) for t in prompt_ids]
@@ -341,7 +342,8 @@ class Engine:
     def generate(self, request: GenerationRequest) -> GenerationResult:
         self._check(request)
         self.select_slot(request.slot)
-        return self._generate(request)
+        with self.target.stopping_at(request.cancel):
+            return self._generate(request)
 
     def _check(self, request: GenerationRequest) -> None:
         if len(request.prompt_ids) == 0:
@@ -393,44 +395,45 @@ class Engine:
         lookup = list(request.lookup_context if request.lookup_context is not None else prompt)
         found: list[GenerationResult] = []
         points = branch_points(choices, count, self.stop_token_ids)
-        for i in sorted(points, reverse=True):
-            if self._stopped(request) is not None:
-                break
-            start = len(prompt) + i  # the cache must hold prompt + tokens[:i]
-            if self.target.tokens[:start] != prompt + tokens[:i]:
-                break  # another request used the slot meanwhile
-            choice = choices[i]
-            head = [*tokens[:i], choice.runner_up]
-            branched = [
-                *choices[:i],
-                TokenChoice(choice.runner_up_logprob, tokens[i], choice.logprob),
-            ]
-            if request.stop is not None and request.stop(head):
-                found.append(GenerationResult(head, "stop", GenerationStats(), branched))
-                continue
-            if len(head) >= request.max_new_tokens:
-                found.append(GenerationResult(head, "max_tokens", GenerationStats(), branched))
-                continue
-            owed = request.required_prefix
-            for token in head:
-                if owed:
-                    owed = self.token_bytes.advance(owed, token)
-            fork = dataclasses.replace(
-                request,
-                prompt_ids=prompt + head,
-                max_new_tokens=request.max_new_tokens - len(head),
-                lookup_context=lookup + head,
-                required_prefix=owed,
-                anchored_draft=None,
-                stop=_after(head, request.stop),
-            )
-            self.target.keep(start)
-            tail = self._generate(fork, forked=True)
-            found.append(
-                GenerationResult(
-                    head + tail.tokens, tail.stop_reason, tail.stats, branched + tail.choices
+        with self.target.stopping_at(request.cancel):
+            for i in sorted(points, reverse=True):
+                if self._stopped(request) is not None:
+                    break
+                start = len(prompt) + i  # the cache must hold prompt + tokens[:i]
+                if self.target.tokens[:start] != prompt + tokens[:i]:
+                    break  # another request used the slot meanwhile
+                choice = choices[i]
+                head = [*tokens[:i], choice.runner_up]
+                branched = [
+                    *choices[:i],
+                    TokenChoice(choice.runner_up_logprob, tokens[i], choice.logprob),
+                ]
+                if request.stop is not None and request.stop(head):
+                    found.append(GenerationResult(head, "stop", GenerationStats(), branched))
+                    continue
+                if len(head) >= request.max_new_tokens:
+                    found.append(GenerationResult(head, "max_tokens", GenerationStats(), branched))
+                    continue
+                owed = request.required_prefix
+                for token in head:
+                    if owed:
+                        owed = self.token_bytes.advance(owed, token)
+                fork = dataclasses.replace(
+                    request,
+                    prompt_ids=prompt + head,
+                    max_new_tokens=request.max_new_tokens - len(head),
+                    lookup_context=lookup + head,
+                    required_prefix=owed,
+                    anchored_draft=None,
+                    stop=_after(head, request.stop),
                 )
-            )
+                self.target.keep(start)
+                tail = self._generate(fork, forked=True)
+                found.append(
+                    GenerationResult(
+                        head + tail.tokens, tail.stop_reason, tail.stats, branched + tail.choices
+                    )
+                )
         return found
 
     def _generate(self, request: GenerationRequest, *, forked: bool = False) -> GenerationResult:
@@ -507,15 +510,22 @@ class Engine:
             tree_size = self._tree_size(tree_tokens, owed, budget, proposal)
             tree = tree_path = None
             before = sequence[-2] if len(sequence) > 1 else None
-            if tree_size:
-                tree = build_tree(before, sequence[-1], drafts, self.recycled, tree_size, budget)
-                logits = self.target.forward_tree(tree.tokens, tree.parents)
+            try:  # a cancel stops the forward part way (`Runner.stopping_at`)
+                if tree_size:
+                    tree = build_tree(
+                        before, sequence[-1], drafts, self.recycled, tree_size, budget
+                    )
+                    logits = self.target.forward_tree(tree.tokens, tree.parents)
+                else:
+                    chain = [sequence[-1], *drafts]
+                    logits = self.target.forward(chain)
+            except ForwardCancelled:
+                reason = "cancelled"
+                break
+            if tree is not None:
                 self.recycled.update(tree.tokens, tree.previous(before), logits)
-            else:
-                chain = [sequence[-1], *drafts]
-                logits = self.target.forward(chain)
-                if tree_tokens:  # later steps of this request may grow trees from them
-                    self.recycled.update(chain, [before, *chain[:-1]], logits)
+            elif tree_tokens:  # later steps of this request may grow trees from them
+                self.recycled.update(chain, [before, *chain[:-1]], logits)
             if owed:
                 logits = constrain(logits, self.token_bytes, owed, drafts)
             stats.target_forwards += 1

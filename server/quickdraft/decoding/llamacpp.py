@@ -34,7 +34,7 @@ import logging
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy
@@ -42,6 +42,7 @@ import torch
 
 from quickdraft.decoding.runner import (
     PREFILL_CHUNK,
+    ForwardCancelled,
     best_shared_prefix,
     common_prefix_length,
     extend_in_chunks,
@@ -194,7 +195,6 @@ class LlamaCppRunner:
         self._memory = lib.llama_get_memory(self._ctx)
         self._batch = lib.llama_batch_init(params.n_batch, 0, 1)
         self._batch_capacity = params.n_batch
-        self._abort = threading.Event()
         self._cancel: threading.Event | None = None
 
         @lib.ggml_abort_callback
@@ -338,12 +338,22 @@ class LlamaCppRunner:
         As `ModelRunner.extend`; a cancel also stops the forward that is running (llama.cpp
         checks it between graph nodes), leaving the cache holding a prefix of `tokens`.
         """
-        self._cancel = cancel
-        try:
+        with self.stopping_at(cancel):
             reused = self._adopt_shared_prefix(tokens)
             return extend_in_chunks(
                 self, tokens, self._prefill_forward, reused=reused, cancel=cancel, deadline=deadline
             )
+
+    @contextlib.contextmanager
+    def stopping_at(self, cancel: threading.Event | None) -> Iterator[None]:
+        """As `Runner.stopping_at`: llama.cpp's abort callback reads `cancel` between the
+        graph's nodes. An outer hold is kept as it is."""
+        if cancel is None or self._cancel is not None:
+            yield
+            return
+        self._cancel = cancel
+        try:
+            yield
         finally:
             self._cancel = None
 
@@ -398,7 +408,3 @@ class LlamaCppRunner:
     def __del__(self) -> None:  # pragma: no cover
         with contextlib.suppress(Exception):
             self.close()
-
-
-class ForwardCancelled(Exception):
-    """llama.cpp stopped a forward because its request was cancelled."""

@@ -19,12 +19,13 @@ do nothing for it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -69,6 +70,15 @@ class Runner(Protocol):
 
     def forward(self, new_tokens: Sequence[int], *, last_only: bool = False) -> torch.Tensor: ...
 
+    def stopping_at(
+        self, cancel: threading.Event | None
+    ) -> contextlib.AbstractContextManager[None]:
+        """Within it, a forward that is running stops part way once `cancel` is set (torch:
+        at the next decoder layer; llama.cpp: between graph nodes) and raises
+        `ForwardCancelled`, the cache as it was before that forward. Where a runtime cannot
+        stop part way, forwards run whole and the caller's checks between them stop it."""
+        ...
+
     supports_tree: bool
     """Whether `forward_tree` and `keep_tree_path` (ModelRunner's) are there and exact."""
 
@@ -92,6 +102,12 @@ class Runner(Protocol):
 SHARED_PREFIX_MIN = 16
 """Another slot's cache is adopted when it shares at least this many more leading tokens with
 a request than the slot's own cache does: a shorter gain is not worth dropping the own cache."""
+
+
+class ForwardCancelled(Exception):
+    """A forward stopped part way because its request was cancelled (`Runner.stopping_at`):
+    the runner's cache is as it was before the forward. The engine turns it into the stop
+    reason "cancelled"; it never leaves decoding."""
 
 
 def best_shared_prefix(
@@ -179,8 +195,8 @@ def synchronize(device: torch.device) -> None:
 
 
 PREFILL_CHUNK = 128
-"""Tokens per prefill forward on a CPU: cancellation is checked between chunks, so a
-superseding request waits for at most one chunk. Accelerators take larger chunks."""
+"""Tokens per prefill forward on a CPU. A cancel stops a chunk part way (`stopping_at`); the
+chunks before it stay cached. Accelerators take larger chunks."""
 
 
 DEFAULT_SLOT_BYTES = 256 << 20
@@ -292,6 +308,9 @@ class ModelRunner:
         kv_dtype = getattr(model.config, "dtype", None)  # the activations' dtype
         kv_dtype = kv_dtype if isinstance(kv_dtype, torch.dtype) else torch.float32
         self._token_bytes = kv_bytes_per_token(model.config, torch.finfo(kv_dtype).bits // 8)
+        self._layers: list[torch.nn.Module] = _decoder_layers(model)
+        """Where a forward may stop part way (`stopping_at`): before each decoder layer."""
+        self._stop: threading.Event | None = None
 
     def select(self, slot: str | None) -> None:
         """Use the cache of `slot` (a new, empty one the first time); the one in use is kept,
@@ -391,7 +410,8 @@ class ModelRunner:
         tree = TreeKeys(base, depths, tails)
         input_ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
         positions = torch.tensor([[base + d for d in depths]], dtype=torch.long, device=self.device)
-        out = self.model(
+        out = self._run_model(
+            base,
             input_ids=input_ids,
             position_ids=positions,
             **{self._cache_arg: self.cache, "use_cache": True, TREE_KWARG: tree},
@@ -424,6 +444,42 @@ class ModelRunner:
         self.tokens.extend(kept)
         self.prefilled = min(self.prefilled, base)
 
+    @contextlib.contextmanager
+    def stopping_at(self, cancel: threading.Event | None) -> Iterator[None]:
+        """As `Runner.stopping_at`: a check of `cancel` before every decoder layer (a hook
+        each, there only while this holds; a layer is 1/28 of the 1.5B's step), so a request
+        that must run waits for one layer of the job it stops, not for its whole forward (a
+        128-token prefill chunk is about 0.4 s on 2 cores). An outer hold is kept as it is."""
+        if cancel is None or self._stop is not None or not self._layers:
+            yield
+            return
+
+        def check(_module: torch.nn.Module, _args: Any) -> None:
+            if cancel.is_set():
+                raise ForwardCancelled()
+
+        handles = [layer.register_forward_pre_hook(check) for layer in self._layers]
+        self._stop = cancel
+        try:
+            yield
+        finally:
+            self._stop = None
+            for handle in handles:
+                handle.remove()
+
+    def _run_model(self, start: int, **kwargs: Any) -> Any:
+        """`self.model(**kwargs)` for a forward appending at `start`; stopped part way
+        (`stopping_at`), the layers it reached are cut back to `start` and ForwardCancelled
+        is raised."""
+        try:
+            return self.model(**kwargs)
+        except ForwardCancelled:
+            for layer in getattr(self.cache, "layers", ()):
+                held = layer.keys.shape[-2] if getattr(layer, "is_initialized", False) else 0
+                if held > start:
+                    layer.crop(start - held)
+            raise
+
     def _appended(self, start: int, prefill: bool) -> None:
         if prefill and self.prefilled == start:
             self.prefilled = len(self.tokens)
@@ -447,8 +503,8 @@ class ModelRunner:
         kwargs = {self._cache_arg: self.cache, "use_cache": True, **self._step_kwargs(prefill)}
         if last_only and self._has_logits_to_keep:
             kwargs["logits_to_keep"] = 1
-        out = self.model(input_ids=input_ids, **kwargs)
         start = len(self.tokens)
+        out = self._run_model(start, input_ids=input_ids, **kwargs)
         self.tokens.extend(int(t) for t in new_tokens)
         self._appended(start, prefill)
         logits = out.logits[0]
@@ -466,8 +522,9 @@ class ModelRunner:
         """Make the cache hold exactly `tokens`, computing only what is not cached yet.
 
         Returns (reused, computed, logits after the last token or None if nothing was computed).
-        Long tails are computed in chunks, checking `cancel` and `deadline` between chunks; a
-        stopped extend leaves the cache valid, holding a prefix of `tokens`. With row-wise
+        Long tails are computed in chunks, checking `deadline` between chunks and `cancel`
+        also inside each (`stopping_at`); a stopped extend leaves the cache valid, holding a
+        prefix of `tokens`. With row-wise
         attention only what a prefill computed is reused (decode steps compute a row another
         way), so the cache then holds bitwise what a cold prefill of `tokens` would.
         """
@@ -497,9 +554,10 @@ class ModelRunner:
         if found is not None and self._adopt(found[1], found[0]):
             self.last_adopted = found[0] - reused
             reused = found[0]
-        return extend_in_chunks(
-            self, tokens, self._prefill_forward, reused=reused, cancel=cancel, deadline=deadline
-        )
+        with self.stopping_at(cancel):
+            return extend_in_chunks(
+                self, tokens, self._prefill_forward, reused=reused, cancel=cancel, deadline=deadline
+            )
 
     def _usable(self, held: Sequence[int], prefilled: int, reuse_steps: bool) -> int:
         """How many leading tokens of a cache holding `held` an `extend` may keep: all, or with
@@ -523,8 +581,12 @@ class ModelRunner:
         self._parked.move_to_end(slot)  # a prefix others use is worth keeping
         return True
 
-    def _prefill_forward(self, chunk: Sequence[int]) -> torch.Tensor:
-        return self.forward(chunk, last_only=True, prefill=True)[-1]
+    def _prefill_forward(self, chunk: Sequence[int]) -> torch.Tensor | None:
+        """The last logits of one prefill chunk; None when a cancel stopped it part way."""
+        try:
+            return self.forward(chunk, last_only=True, prefill=True)[-1]
+        except ForwardCancelled:
+            return None
 
     def logits_after(
         self,
@@ -572,6 +634,9 @@ class StaticModelRunner(ModelRunner):
     ) -> None:
         self.capacity = capacity
         super().__init__(model, prefill_chunk=prefill_chunk)
+        # Forwards run whole (stopped between them): a compiled step cannot stop part way, and
+        # static layers count the positions written, which a part-way stop would leave unequal.
+        self._layers = []
         self.compiled = compile_steps
         self._step = model.forward
         if compile_steps:
@@ -732,6 +797,13 @@ class StaticModelRunner(ModelRunner):
 
 def _has_packed_int8(model: torch.nn.Module) -> bool:
     return getattr(model, "_quickdraft_int8", {}).get("backend") in ("onednn", "onednn7")
+
+
+def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The decoder layers of a transformers causal LM (`model.model.layers`), in order; [] for
+    a model not laid out so (its forwards then run whole)."""
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    return list(layers) if isinstance(layers, torch.nn.ModuleList) else []
 
 
 def _plain_layers(cache: Any, kind: str) -> list[Any] | None:

@@ -240,15 +240,18 @@ class CompletionService:
         # serving engine's capacity is for the requests of everyone who shares it, and its
         # failures must not show twice.
         local = server.works_ahead
-        if not joined and local and config.decoding.candidates > 1 and not invoked:
-            # Right after the answer (it is sent first): its forks, for the next request here.
-            self._start_alternatives(place())
-        # Prefetch not for a suggestion held back: it cannot be accepted (shown when asked
-        # for, its acceptance prefetches).
+        # Prefetch first: accepting a suggestion is likelier than cycling through others, and
+        # a request right after Tab should find its answer ready. (The prefetch runs in a slot
+        # of its own, so the alternatives still find this answer's cache.) Not for a
+        # suggestion held back: it cannot be accepted (shown when asked for, its acceptance
+        # prefetches).
         if not joined and config.cache.prefetch and local and not hidden:
             self.work_ahead.prefetch(
                 uri, document.language_id, text, offset, position.line, column, suggestion
             )
+        if not joined and local and config.decoding.candidates > 1 and not invoked:
+            # After the answer (it is sent first): its forks, for the next request here.
+            self._start_alternatives(place())
         if hidden:
             return None
         others = await self._others(place(), suggestion, invoked)

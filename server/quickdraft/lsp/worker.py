@@ -7,8 +7,8 @@ document change submitted before a completion is seen by that completion.
 Work ahead of the user (idle warm-up, prefetch) is submitted as *background* jobs
 (`submit_background`): they run only when no other job waits, and a job that must run for the
 user (`submit(..., preempt=True)`: a completion request, a model load) stops the background job
-that is running within one forward: its cancel event is set, and the engine checks it between
-prefill chunks and decoding steps (llama.cpp: inside a forward).
+that is running within one decoder layer: its cancel event is set, and the running forward
+stops at the next layer (llama.cpp: between its graph's nodes; `Runner.stopping_at`).
 
 `ModelHost` is the state the worker owns: the Completer (which owns the n-gram index) and the
 documents it has been told about, so a model reload can hand them to the new Completer.
