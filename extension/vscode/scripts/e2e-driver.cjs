@@ -381,19 +381,27 @@ async function cycleCandidates(page, file) {
   await page.keyboard.press("Alt+]");
   const second = await waitFor(async () => ((await ghostText(page)) === "choice_two()" ? "choice_two()" : null), 20000);
   check("candidates: Alt+] shows the second (VS Code asked again, explicitly)", second, await ghostText(page));
+  const saysSecond = await waitFor(async () => ((await statusText(page)) || "").endsWith("· 2/3") || null, 10000);
+  check("candidates: the status item says 2/3", saysSecond, await statusText(page));
   const asked = fakeEvents("inlineCompletion").filter((e) => e.prefix.endsWith("choose"));
   check("candidates: the second request was explicit (triggerKind Invoked)", asked.some((e) => e.trigger === 1), asked);
   await page.keyboard.press("Alt+]");
   const third = await waitFor(async () => ((await ghostText(page)) === "choice_three()" ? true : null), 10000);
   check("candidates: Alt+] again shows the third", third, await ghostText(page));
+  const saysThird = await waitFor(async () => ((await statusText(page)) || "").endsWith("· 3/3") || null, 10000);
+  check("candidates: the status item says 3/3", saysThird, await statusText(page));
   await page.keyboard.press("Alt+[");
   const back = await waitFor(async () => ((await ghostText(page)) === "choice_two()" ? true : null), 10000);
   check("candidates: Alt+[ goes back to the second", back, await ghostText(page));
+  const saysBack = await waitFor(async () => ((await statusText(page)) || "").endsWith("· 2/3") || null, 10000);
+  check("candidates: the status item says 2/3 again", saysBack, await statusText(page));
   await page.screenshot({ path: path.join(artifacts, "candidates.png") });
   await page.keyboard.press("Tab");
   const saved = await saveAndRead(page, file, before);
   const expected = before + "\nchoose" + "choice_two()";
   check("candidates: Tab accepts the second; the saved file has it", saved === expected, { saved, expected });
+  const cleared = await waitFor(async () => (/\d\/3$/.test((await statusText(page)) || "") ? null : true), 10000);
+  check("candidates: after Tab the status item no longer counts suggestions", cleared, await statusText(page));
   const accepted = await waitFor(() => {
     const events = fakeEvents("accepted");
     return events.length ? events[events.length - 1] : null;

@@ -32,7 +32,8 @@ Modes:
                  that comes after the document changed never drawn nor applied; ghost text and
                  a next edit at once: Tab takes the ghost text, the next Tab the edit; and
                  three candidates: Alt+] asks again explicitly and shows the second, Alt+] /
-                 Alt+[ cycle, Tab accepts the second, the server hears its index.
+                 Alt+[ cycle, the status item says which (2/3, 3/3), Tab accepts the second,
+                 the server hears its index.
   --preset P     a real model preset (e.g. qwen2.5-coder-0.5b; fetch it first with `quickdraft
                  models fetch P`) with the server's defaults: prints the time to the first ghost
                  text (from code-server's start, from the editor opening and from the first

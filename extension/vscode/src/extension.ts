@@ -16,6 +16,7 @@ import {
   TransportKind,
 } from "vscode-languageclient/node";
 
+import { CandidateCycle } from "./candidates";
 import { cleanInsertTexts } from "./completionText";
 import {
   buildConfigTree,
@@ -58,6 +59,13 @@ let focus: FocusReporter<vscode.TextEditor>;
 let nextEdits: NextEdits;
 /** the last `$/quickdraft/stats` with feature "inlineEdit" (never counted as a completion) */
 let lastNextEdit: QuickdraftStats | undefined;
+/** which of the shown suggestions VS Code has on screen ("2/3"; see candidates.ts) */
+const candidates = new CandidateCycle();
+/** whether the last list of suggestions answered an automatic request (VS Code then asks again
+ * explicitly before it moves to another item) */
+let lastAnswerAutomatic = true;
+/** a move (Alt+] / Alt+[) waiting for the explicit list VS Code asks for first */
+let pendingMove: 1 | -1 | undefined;
 
 /**
  * Reads only what the user set (user, workspace or folder settings), never the contributed
@@ -85,10 +93,13 @@ function updateStatus(): void {
     statusItem.hide();
     return;
   }
-  const view = statusView(clientState, serverStatus, totals, {
-    visible: nextEdits?.visible ?? false,
-    last: lastNextEdit,
-  });
+  const view = statusView(
+    clientState,
+    serverStatus,
+    totals,
+    { visible: nextEdits?.visible ?? false, last: lastNextEdit },
+    candidates.label(),
+  );
   statusItem.text = view.text;
   statusItem.tooltip = view.tooltip;
   statusItem.backgroundColor =
@@ -155,14 +166,57 @@ async function provideInlineCompletionItems(
   const automatic = context.triggerKind === vscode.InlineCompletionTriggerKind.Automatic;
   const result = await debounced(automatic, quietMs, token, () => next(document, position, context, token));
   if (!result) {
+    if (!token.isCancellationRequested) {
+      answered([], automatic);
+    }
     return result;
   }
   // accepting one asks for a next edit at once (quickdraft.inlineCompletionAccepted)
-  if (Array.isArray(result)) {
-    return nextEdits.wrapCommands(cleanInsertTexts(result));
+  const items = nextEdits.wrapCommands(cleanInsertTexts(Array.isArray(result) ? result : result.items));
+  if (!token.isCancellationRequested) {
+    answered(items, automatic);
   }
-  result.items = nextEdits.wrapCommands(cleanInsertTexts(result.items));
+  if (Array.isArray(result)) {
+    return items;
+  }
+  result.items = items;
   return result;
+}
+
+/** A list of suggestions goes to VS Code: the status item follows which one it shows. */
+function answered(items: vscode.InlineCompletionItem[], automatic: boolean): void {
+  candidates.answered(items.map((item) => (typeof item.insertText === "string" ? item.insertText : item.insertText.value)));
+  lastAnswerAutomatic = automatic;
+  if (!automatic && pendingMove !== undefined) {
+    candidates.moved(pendingMove);
+    pendingMove = undefined;
+  }
+  updateStatus();
+}
+
+/**
+ * Alt+] / Alt+[: VS Code's own move to the next or previous suggestion, followed in the status
+ * item. From a list an automatic request answered VS Code first asks again explicitly and moves
+ * once that list is in (candidates.ts), so the move waits for it.
+ */
+async function moveSuggestion(delta: 1 | -1): Promise<void> {
+  if (lastAnswerAutomatic) {
+    pendingMove = delta;
+  } else {
+    candidates.moved(delta);
+  }
+  updateStatus();
+  const command = delta === 1 ? "editor.action.inlineSuggest.showNext" : "editor.action.inlineSuggest.showPrevious";
+  await vscode.commands.executeCommand(command);
+}
+
+/** The suggestion is gone (the text or the cursor changed, or Escape): no "2/3" any more. */
+function suggestionGone(): void {
+  if (candidates.label() !== undefined || pendingMove !== undefined) {
+    candidates.clear();
+    pendingMove = undefined;
+    updateStatus();
+  }
 }
 
 /** The cursor of `editor` when quickdraft serves its document, else undefined. */
@@ -203,6 +257,9 @@ function onSelectionChanged(event: vscode.TextEditorSelectionChangeEvent): void 
   const point = focusPoint(event.textEditor);
   if (point) {
     focus.selectionChanged(point, event.kind !== undefined);
+  }
+  if (event.kind !== undefined) {
+    suggestionGone(); // a click or a cursor key hides the ghost text (typing asks again)
   }
   nextEdits.selectionChanged(event);
 }
@@ -338,14 +395,24 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     statusItem,
     vscode.commands.registerCommand("quickdraft.restartServer", restart),
     vscode.commands.registerCommand("quickdraft.showLog", () => output.show(true)),
+    vscode.commands.registerCommand("quickdraft.nextSuggestion", () => moveSuggestion(1)),
+    vscode.commands.registerCommand("quickdraft.previousSuggestion", () => moveSuggestion(-1)),
+    vscode.commands.registerCommand("quickdraft.hideSuggestion", async () => {
+      suggestionGone();
+      await vscode.commands.executeCommand("editor.action.inlineSuggest.hide");
+    }),
     vscode.workspace.onDidChangeConfiguration((event) => void onConfigurationChanged(event)),
     vscode.window.onDidChangeActiveTextEditor((editor) => {
+      suggestionGone();
       focus.focusChanged(focusPoint(editor));
       nextEdits.editorChanged(editor);
     }),
     vscode.window.onDidChangeTextEditorSelection(onSelectionChanged),
     vscode.workspace.onDidChangeTextDocument((event) => {
       if (event.contentChanges.length > 0) {
+        if (event.document === vscode.window.activeTextEditor?.document) {
+          suggestionGone(); // accepted, or typed over (a new answer follows)
+        }
         focus.documentChanged(event.document.uri.toString());
         nextEdits.documentChanged(event.document.uri.toString());
       }

@@ -96,6 +96,7 @@ export function statusView(
   server: ServerStatus | undefined,
   totals: StatsTotals,
   nextEdit?: NextEditStatus,
+  candidate?: string,
 ): StatusView {
   let text: string;
   let headline: string;
@@ -138,6 +139,10 @@ export function statusView(
   if (nextEdit?.visible && serving) {
     // an edit is shown: the item says so (its latency and speed), Tab applies it
     text = `$(zap) ${formatNextEdit(nextEdit.last)} · Tab`;
+  } else if (candidate !== undefined && serving) {
+    // one of several suggestions is shown ("2/3"): Alt+] / Alt+[ cycle through them
+    text += ` · ${candidate}`;
+    tooltip += `\nSuggestion ${candidate.replace("/", " of ")}: Alt+] / Alt+[ show the others.`;
   }
   if (nextEdit?.last) {
     tooltip += `\nNext edit: ${formatNextEditDetails(nextEdit.last)}`;

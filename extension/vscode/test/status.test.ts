@@ -141,3 +141,15 @@ test("a next edit shown: the item says so with its latency and speed; the toolti
   const loading = statusView("running", { state: "loading", message: "" }, totals, { visible: true, last });
   assert.equal(loading.text, "$(loading~spin) quickdraft loading");
 });
+
+test("one of several suggestions shown: the item says which, and how to see the others", () => {
+  const totals = new StatsTotals();
+  totals.add(computed);
+  const ready = { state: "ready" as const, message: "" };
+  const view = statusView("running", ready, totals, { visible: false }, "2/3");
+  assert.equal(view.text, "$(zap) 84 ms · copied 12 of 15 tokens · 2/3");
+  assert.match(view.tooltip, /Suggestion 2 of 3: Alt\+\] \/ Alt\+\[ show the others\./);
+  // not while loading, and a next edit shown takes the item
+  assert.doesNotMatch(statusView("running", { state: "loading", message: "" }, totals, undefined, "2/3").text, /2\/3/);
+  assert.doesNotMatch(statusView("running", ready, totals, { visible: true }, "2/3").text, /2\/3/);
+});
