@@ -72,21 +72,28 @@ def test_keep_extend_and_reuse(tiny, model):
     assert torch.allclose(runner.logits_after(ids[:12]), whole[11], atol=1e-3)
 
 
+def cancel_in_forward(runner, nth: int, cancel: threading.Event) -> list[int]:
+    """Count `runner`'s forwards (their sizes, in the list returned) and set `cancel` as the
+    `nth` one starts: llama.cpp then aborts it from its callback."""
+    calls: list[int] = []
+    original = runner.forward
+
+    def counting(tokens, **kwargs):
+        calls.append(len(tokens))
+        if len(calls) == nth:
+            cancel.set()
+        return original(tokens, **kwargs)
+
+    runner.forward = counting
+    return calls
+
+
 def test_cancel_stops_a_prefill_within_the_running_forward(tiny, model, caplog):
     _, _, _, tokenizer = tiny
     runner = llamacpp.LlamaCppRunner(model, n_ctx=512, prefill_chunk=8)
     ids = tokenizer.encode(TEXT * 4)
     cancel = threading.Event()
-    calls = []
-    original = runner.forward
-
-    def counting(tokens, **kwargs):
-        calls.append(len(tokens))
-        if len(calls) == 2:
-            cancel.set()  # a newer request arrives while the second chunk runs
-        return original(tokens, **kwargs)
-
-    runner.forward = counting
+    calls = cancel_in_forward(runner, 2, cancel)  # a newer request, while the second chunk runs
     reused, computed, _ = runner.extend(ids, cancel=cancel)
     # llama.cpp's abort callback stopped the second chunk inside its forward: the cache keeps
     # the first chunk only, and no third chunk started.
@@ -104,16 +111,7 @@ def test_a_cancel_stops_a_decode_step_within_its_forward(tiny, model):
     engine = Engine(model, stop_token_ids=[])
     runner = engine.target
     cancel = threading.Event()
-    calls = []
-    original = runner.forward
-
-    def counting(tokens, **kwargs):
-        calls.append(len(tokens))
-        if len(calls) == 4:
-            cancel.set()  # a newer request arrives while the third step runs
-        return original(tokens, **kwargs)
-
-    runner.forward = counting
+    calls = cancel_in_forward(runner, 4, cancel)  # a newer request, while the third step runs
     prompt = tokenizer.encode(TEXT)
     result = engine.generate(
         GenerationRequest(prompt, max_new_tokens=20, strategy="ar", cancel=cancel)

@@ -11,21 +11,8 @@ import torch
 
 from quickdraft.decoding import Engine, GenerationRequest
 from quickdraft.decoding.runner import ForwardCancelled, ModelRunner, StaticModelRunner
-from quickdraft.models.quantize import quantize_model
-from quickdraft.testing import build_tiny_model, build_tiny_tokenizer
 
 PROMPT = list(range(10, 150))
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tiny_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def int8_model(tokenizer):
-    shape = dict(dtype=torch.float32, hidden=256, heads=8, kv_heads=2)
-    return quantize_model(build_tiny_model(len(tokenizer), seed=0, layers=3, **shape))
 
 
 class LayerCounter:
@@ -51,12 +38,12 @@ def layer_lengths(runner: ModelRunner) -> list[int]:
     return [layer.keys.shape[-2] for layer in runner.cache.layers]
 
 
-def test_a_cancel_stops_a_forward_at_the_next_layer_and_leaves_the_cache_as_before(int8_model):
-    runner = ModelRunner(int8_model)
+def test_a_cancel_stops_a_forward_at_the_next_layer_and_leaves_the_cache_as_before(int8_target):
+    runner = ModelRunner(int8_target)
     runner.extend(PROMPT)
     before = [(layer.keys.clone(), layer.values.clone()) for layer in runner.cache.layers]
     cancel = threading.Event()
-    counter = LayerCounter(int8_model, cancel, at=1)  # set while layer 0 runs
+    counter = LayerCounter(int8_target, cancel, at=1)  # set while layer 0 runs
     try:
         with runner.stopping_at(cancel), pytest.raises(ForwardCancelled):
             runner.forward([5, 6, 7])
@@ -68,7 +55,7 @@ def test_a_cancel_stops_a_forward_at_the_next_layer_and_leaves_the_cache_as_befo
     for layer, (keys, values) in zip(runner.cache.layers, before, strict=True):
         assert torch.equal(layer.keys, keys) and torch.equal(layer.values, values)
     # What runs next is what a runner that never saw the stopped forward computes.
-    fresh = ModelRunner(int8_model)
+    fresh = ModelRunner(int8_target)
     fresh.extend(PROMPT)
     assert torch.equal(runner.forward([5, 6, 7]), fresh.forward([5, 6, 7]))
     # Outside `stopping_at` a set event stops nothing: forwards run whole.
@@ -76,12 +63,12 @@ def test_a_cancel_stops_a_forward_at_the_next_layer_and_leaves_the_cache_as_befo
     assert runner.forward([8]).shape[0] == 1
 
 
-def test_a_stopped_tree_forward_leaves_the_cache_as_before(int8_model):
-    runner = ModelRunner(int8_model)
+def test_a_stopped_tree_forward_leaves_the_cache_as_before(int8_target):
+    runner = ModelRunner(int8_target)
     runner.extend(PROMPT)
     runner.forward([5])
     cancel = threading.Event()
-    counter = LayerCounter(int8_model, cancel, at=2)
+    counter = LayerCounter(int8_target, cancel, at=2)
     try:
         with runner.stopping_at(cancel), pytest.raises(ForwardCancelled):
             runner.forward_tree([6, 7, 8, 9], [-1, 0, 0, 1])
@@ -90,16 +77,16 @@ def test_a_stopped_tree_forward_leaves_the_cache_as_before(int8_model):
     assert counter.ran == 2
     assert runner.tokens == [*PROMPT, 5]
     assert layer_lengths(runner) == [len(PROMPT) + 1] * 3
-    chain = ModelRunner(int8_model)
+    chain = ModelRunner(int8_target)
     chain.extend(PROMPT)
     chain.forward([5])
     assert torch.equal(runner.forward_tree([6, 7], [-1, 0]), chain.forward_tree([6, 7], [-1, 0]))
 
 
-def test_a_cancel_inside_a_prefill_chunk_keeps_the_chunks_before_it(int8_model):
-    runner = ModelRunner(int8_model, prefill_chunk=64)
+def test_a_cancel_inside_a_prefill_chunk_keeps_the_chunks_before_it(int8_target):
+    runner = ModelRunner(int8_target, prefill_chunk=64)
     cancel = threading.Event()
-    counter = LayerCounter(int8_model, cancel, at=3 + 1)  # inside the second chunk
+    counter = LayerCounter(int8_target, cancel, at=3 + 1)  # inside the second chunk
     try:
         reused, computed, logits = runner.extend(PROMPT, cancel=cancel)
     finally:
@@ -110,18 +97,18 @@ def test_a_cancel_inside_a_prefill_chunk_keeps_the_chunks_before_it(int8_model):
     # Extending again computes only the rest, and gives a cold prefill's logits.
     reused, computed, logits = runner.extend(PROMPT)
     assert (reused, computed) == (64, len(PROMPT) - 64)
-    cold = ModelRunner(int8_model, prefill_chunk=64)
+    cold = ModelRunner(int8_target, prefill_chunk=64)
     _, _, cold_logits = cold.extend(PROMPT)
     assert torch.equal(logits, cold_logits)
 
 
-def test_the_engine_stops_a_verify_forward_part_way_and_says_cancelled(tokenizer, int8_model):
+def test_the_engine_stops_a_verify_forward_part_way_and_says_cancelled(int8_target):
     request = dict(prompt_ids=PROMPT, max_new_tokens=12, strategy="ar")
-    plain = Engine(int8_model, stop_token_ids=[]).generate(GenerationRequest(**request)).tokens
-    engine = Engine(int8_model, stop_token_ids=[])
+    plain = Engine(int8_target, stop_token_ids=[]).generate(GenerationRequest(**request)).tokens
+    engine = Engine(int8_target, stop_token_ids=[])
     cancel = threading.Event()
     # The prefill's 2 chunks (3 layers each), 2 steps, then a stop inside the third.
-    counter = LayerCounter(int8_model, cancel, at=3 * 2 + 3 * 2 + 2)
+    counter = LayerCounter(int8_target, cancel, at=3 * 2 + 3 * 2 + 2)
     try:
         stopped = engine.generate(GenerationRequest(**request, cancel=cancel))
     finally:
@@ -135,8 +122,8 @@ def test_the_engine_stops_a_verify_forward_part_way_and_says_cancelled(tokenizer
     assert again.tokens == plain and again.stats.prefill_tokens == 0
 
 
-def test_a_compiled_runner_runs_its_forwards_whole(int8_model):
-    runner = StaticModelRunner(int8_model, capacity=256)
+def test_a_compiled_runner_runs_its_forwards_whole(int8_target):
+    runner = StaticModelRunner(int8_target, capacity=256)
     runner.extend(PROMPT)
     cancel = threading.Event()
     cancel.set()

@@ -31,12 +31,6 @@ def tokenizer():
     return build_tiny_tokenizer()
 
 
-@pytest.fixture(scope="module")
-def int8_target(tokenizer):
-    shape = dict(dtype=torch.float32, hidden=256, heads=8, kv_heads=2)
-    return quantize_model(build_tiny_model(len(tokenizer), seed=0, layers=3, **shape))
-
-
 def path_to(node: int) -> list[int]:
     path = []
     while node > 0:
