@@ -130,3 +130,20 @@ def test_a_compiled_runner_runs_its_forwards_whole(int8_target):
     with runner.stopping_at(cancel):
         logits = runner.forward([5, 6])
     assert logits.shape[0] == 2 and runner.tokens == [*PROMPT, 5, 6]
+
+
+def test_a_draft_model_that_is_the_target_module_stops_with_it(int8_target):
+    # The hooks sit on the target's layers: a draft runner over the same module meets them too.
+    engine = Engine(int8_target, int8_target, stop_token_ids=[])
+    cancel = threading.Event()
+    request = dict(prompt_ids=PROMPT, max_new_tokens=12, strategy="draft", draft_length=3)
+    counter = LayerCounter(int8_target, cancel, at=3 * 2 + 3 * 2 + 1)  # the draft's catch-up
+    try:
+        stopped = engine.generate(GenerationRequest(**request, cancel=cancel))
+    finally:
+        counter.remove()
+    assert stopped.stop_reason == "cancelled" and stopped.tokens == []
+    plain = Engine(int8_target, stop_token_ids=[]).generate(
+        GenerationRequest(PROMPT, max_new_tokens=12, strategy="ar")
+    )
+    assert engine.generate(GenerationRequest(**request)).tokens == plain.tokens

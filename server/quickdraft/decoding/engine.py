@@ -494,9 +494,13 @@ class Engine:
             # Drafts past the token budget could never be emitted: the last slot is the
             # target's own token.
             budget = request.max_new_tokens - len(new) - 1
-            proposal = self._propose(
-                sequence, lookup_context, new, request, budget, generator, owed, aligner
-            )
+            try:  # a draft model that is the target's own module stops with it
+                proposal = self._propose(
+                    sequence, lookup_context, new, request, budget, generator, owed, aligner
+                )
+            except ForwardCancelled:
+                reason = "cancelled"
+                break
             drafts = proposal.tokens if proposal is not None else []
             if proposal is not None and proposal.source == "draft":
                 # The draft model stops at a cancel or the deadline; then so does the step.

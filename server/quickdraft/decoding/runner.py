@@ -449,7 +449,7 @@ class ModelRunner:
         """As `Runner.stopping_at`: a check of `cancel` before every decoder layer (a hook
         each, there only while this holds; a layer is 1/28 of the 1.5B's step), so a request
         that must run waits for one layer of the job it stops, not for its whole forward (a
-        128-token prefill chunk is about 0.4 s on 2 cores). An outer hold is kept as it is."""
+        128-token prefill chunk is 0.4-1.0 s on 2 cores). An outer hold is kept as it is."""
         if cancel is None or self._stop is not None or not self._layers:
             yield
             return
@@ -524,9 +524,9 @@ class ModelRunner:
         Returns (reused, computed, logits after the last token or None if nothing was computed).
         Long tails are computed in chunks, checking `deadline` between chunks and `cancel`
         also inside each (`stopping_at`); a stopped extend leaves the cache valid, holding a
-        prefix of `tokens`. With row-wise
-        attention only what a prefill computed is reused (decode steps compute a row another
-        way), so the cache then holds bitwise what a cold prefill of `tokens` would.
+        prefix of `tokens`. With row-wise attention only what a prefill computed is reused
+        (decode steps compute a row another way), so the cache then holds bitwise what a cold
+        prefill of `tokens` would.
         """
         return self._extend(tokens, cancel=cancel, deadline=deadline, reuse_steps=False)
 
