@@ -24,6 +24,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache, PreTrai
 
 from quickdraft.models.cpu_kernels import score
 from quickdraft.models.loading import LoadedModels
+from quickdraft.models.quantize import quantize_model
 
 # The Qwen2.5-Coder special tokens, so the `qwen2.5-coder` FIM template works on tiny models.
 TINY_SPECIAL_TOKENS = [
@@ -93,6 +94,14 @@ def build_tiny_model(
     with torch.no_grad():
         model.lm_head.weight.mul_(40.0)
     return model.to(dtype).eval()
+
+
+def build_tiny_int8_model(vocab_size: int, *, seed: int = 0, layers: int = 3):
+    """A tiny qwen2 model in quickdraft's exact int8 with row-wise attention
+    (`models.quantize.quantize_model`): the runner's exact paths (trees, part-way stops) run on
+    it."""
+    shape = dict(dtype=torch.float32, hidden=256, heads=8, kv_heads=2)
+    return quantize_model(build_tiny_model(vocab_size, seed=seed, layers=layers, **shape))
 
 
 def save_tiny_pair(

@@ -11,8 +11,14 @@ import torch
 
 from quickdraft.decoding import Engine, GenerationRequest
 from quickdraft.decoding.runner import ForwardCancelled, ModelRunner, StaticModelRunner
+from quickdraft.testing import build_tiny_int8_model, build_tiny_tokenizer
 
 PROMPT = list(range(10, 150))
+
+
+@pytest.fixture(scope="module")
+def int8_target():
+    return build_tiny_int8_model(len(build_tiny_tokenizer()))
 
 
 class LayerCounter:

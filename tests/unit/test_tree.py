@@ -14,7 +14,7 @@ from quickdraft.decoding.runner import ModelRunner
 from quickdraft.decoding.tree import DraftTree, TokenRecycler, accept_tree, build_tree
 from quickdraft.errors import ConfigError
 from quickdraft.models.quantize import quantize_model
-from quickdraft.testing import build_tiny_model, build_tiny_tokenizer
+from quickdraft.testing import build_tiny_int8_model, build_tiny_model, build_tiny_tokenizer
 
 CODE = (
     "def area(width, height):\n    product = width * height\n    return abs(product)\n\n\n"
@@ -29,6 +29,11 @@ PARENTS = [-1, 0, 0, 1, 1, 3, 2]
 @pytest.fixture(scope="module")
 def tokenizer():
     return build_tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def int8_target():
+    return build_tiny_int8_model(len(build_tiny_tokenizer()))
 
 
 def path_to(node: int) -> list[int]:

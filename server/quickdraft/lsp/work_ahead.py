@@ -184,7 +184,13 @@ class WorkAhead:
                     self._warm_targets[uri] = target
                     # first again, unless the person has moved to another document
                     self._warm_targets.move_to_end(uri, last=self.focused not in (None, uri))
-        if computed:
+        if computed and stopped:
+            self.server.log(
+                f"warm-up: stopped after {computed} tokens of {uri} ({target.where}); the rest"
+                " later",
+                "log",
+            )
+        elif computed:
             self.server.log(
                 f"warm-up: {computed} tokens of {uri} computed ahead ({target.where})", "log"
             )
