@@ -471,9 +471,9 @@ def test_idle_warm_up_leaves_the_request_only_its_last_tokens(models):
     assert completion.stats.prefill_tokens <= 2
 
 
-def test_a_warm_up_stops_inside_its_forward_when_a_request_comes(models):
-    """Preemption: the background job's cancel event is set while it prefills; the forward
-    running stops at its next layer (its chunk not kept) and no other starts."""
+def test_a_warm_up_stops_after_its_chunk_when_a_request_comes(models):
+    """Preemption: the background job's cancel event is set while it prefills; the chunk
+    running finishes (the next request reuses it), and no other starts."""
     import threading
 
     completer = make(models)
@@ -492,8 +492,8 @@ def test_a_warm_up_stops_inside_its_forward_when_a_request_comes(models):
     text = FILE * 6 + "value = f_"
     line = text.count("\n")
     computed = completer.warm(request(text, line, len("value = f_")), cancel)
-    assert sizes == [128, 128] and computed == 128
-    assert len(runner.tokens) == 128  # the first chunk, a valid prefix for the request
+    assert sizes == [128, 128] and computed == 256
+    assert len(runner.tokens) == 256  # both chunks, a valid prefix for the request
 
 
 def test_a_request_computes_in_the_slot_it_names_and_leaves_the_documents_cache(models):

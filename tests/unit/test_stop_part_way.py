@@ -89,20 +89,22 @@ def test_a_stopped_tree_forward_leaves_the_cache_as_before(int8_target):
     assert torch.equal(runner.forward_tree([6, 7], [-1, 0]), chain.forward_tree([6, 7], [-1, 0]))
 
 
-def test_a_cancel_inside_a_prefill_chunk_keeps_the_chunks_before_it(int8_target):
+def test_a_prefill_chunk_runs_whole_and_the_next_does_not_start(int8_target):
+    # A chunk's work is the prefix the next request reuses: stopping it part way would lose it.
     runner = ModelRunner(int8_target, prefill_chunk=64)
     cancel = threading.Event()
     counter = LayerCounter(int8_target, cancel, at=3 + 1)  # inside the second chunk
     try:
-        reused, computed, logits = runner.extend(PROMPT, cancel=cancel)
+        with runner.stopping_at(cancel):
+            reused, computed, logits = runner.extend(PROMPT, cancel=cancel)
     finally:
         counter.remove()
-    assert counter.ran == 4  # the first chunk's 3 layers, then one of the second
-    assert (reused, computed, logits) == (0, 64, None)
-    assert runner.tokens == PROMPT[:64] and layer_lengths(runner) == [64] * 3
+    assert counter.ran == 6  # two chunks of 3 layers, no third
+    assert (reused, computed) == (0, 128) and logits is not None
+    assert runner.tokens == PROMPT[:128] and layer_lengths(runner) == [128] * 3
     # Extending again computes only the rest, and gives a cold prefill's logits.
     reused, computed, logits = runner.extend(PROMPT)
-    assert (reused, computed) == (64, len(PROMPT) - 64)
+    assert (reused, computed) == (128, len(PROMPT) - 128)
     cold = ModelRunner(int8_target, prefill_chunk=64)
     _, _, cold_logits = cold.extend(PROMPT)
     assert torch.equal(logits, cold_logits)

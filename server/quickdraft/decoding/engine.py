@@ -288,8 +288,8 @@ class Engine:
         cancel: threading.Event | None = None,
     ) -> Warmed:
         """Extend `slot`'s caches toward a prompt a request will likely send (the idle warm-up):
-        the target's, and the draft model's when `draft`. Stops part way through a forward
-        when `cancel` is set (`Runner.stopping_at`). What it computed or adopted is credited to
+        the target's, and the draft model's when `draft`. Stops between chunks (llama.cpp:
+        inside a forward) when `cancel` is set. What it computed or adopted is credited to
         the slot's next answer (`GenerationStats.reused_warm_tokens`, `reused_shared_tokens`)."""
         self.select_slot(slot)
         prompt = [int(t) for t in prompt_ids]

@@ -74,7 +74,8 @@ class Runner(Protocol):
         self, cancel: threading.Event | None
     ) -> contextlib.AbstractContextManager[None]:
         """Within it, a forward that is running stops part way once `cancel` is set (torch:
-        at the next decoder layer; llama.cpp: between graph nodes) and raises
+        at the next decoder layer of a decode or verify forward, prefill chunks running whole;
+        llama.cpp: between graph nodes, prefill chunks too) and raises
         `ForwardCancelled`, the cache as it was before that forward. Where a runtime cannot
         stop part way, forwards run whole and the caller's checks between them stop it."""
         ...
@@ -195,8 +196,9 @@ def synchronize(device: torch.device) -> None:
 
 
 PREFILL_CHUNK = 128
-"""Tokens per prefill forward on a CPU. A cancel stops a chunk part way (`stopping_at`); the
-chunks before it stay cached. Accelerators take larger chunks."""
+"""Tokens per prefill forward on a CPU: cancellation is checked between chunks (a chunk's work
+is the prefix the next request reuses), so a superseding request waits for at most one chunk.
+Accelerators take larger chunks."""
 
 
 DEFAULT_SLOT_BYTES = 256 << 20
@@ -311,6 +313,8 @@ class ModelRunner:
         self._layers: list[torch.nn.Module] = _decoder_layers(model)
         """Where a forward may stop part way (`stopping_at`): before each decoder layer."""
         self._stop: threading.Event | None = None
+        self._prefilling = False
+        """Set during a prefill chunk's forward, which runs whole (see `stopping_at`)."""
 
     def select(self, slot: str | None) -> None:
         """Use the cache of `slot` (a new, empty one the first time); the one in use is kept,
@@ -446,16 +450,20 @@ class ModelRunner:
 
     @contextlib.contextmanager
     def stopping_at(self, cancel: threading.Event | None) -> Iterator[None]:
-        """As `Runner.stopping_at`: a check of `cancel` before every decoder layer (a hook
-        each, there only while this holds; a layer is 1/28 of the 1.5B's step), so a request
-        that must run waits for one layer of the job it stops, not for its whole forward (a
-        128-token prefill chunk is 0.4-1.0 s on 2 cores). An outer hold is kept as it is."""
+        """As `Runner.stopping_at`: a check of `cancel` before every decoder layer of a decode
+        or verify forward (a hook each, there only while this holds; a layer is 1/28 of the
+        1.5B's step), so a request that must run waits for one layer of the job it stops, not
+        for its whole step, whose tokens it would throw away. A prefill chunk runs whole
+        (cancel is checked between chunks): what it computes is the prefix the next request
+        reuses, and stopping it part way would lose it; with keystrokes closer together than
+        a chunk (0.4-1.0 s on 2 cores) a cold prompt would never get prefilled. An outer hold
+        is kept as it is."""
         if cancel is None or self._stop is not None or not self._layers:
             yield
             return
 
         def check(_module: torch.nn.Module, _args: Any) -> None:
-            if cancel.is_set():
+            if cancel.is_set() and not self._prefilling:
                 raise ForwardCancelled()
 
         handles = [layer.register_forward_pre_hook(check) for layer in self._layers]
@@ -504,7 +512,11 @@ class ModelRunner:
         if last_only and self._has_logits_to_keep:
             kwargs["logits_to_keep"] = 1
         start = len(self.tokens)
-        out = self._run_model(start, input_ids=input_ids, **kwargs)
+        self._prefilling = prefill
+        try:
+            out = self._run_model(start, input_ids=input_ids, **kwargs)
+        finally:
+            self._prefilling = False
         self.tokens.extend(int(t) for t in new_tokens)
         self._appended(start, prefill)
         logits = out.logits[0]
@@ -522,9 +534,8 @@ class ModelRunner:
         """Make the cache hold exactly `tokens`, computing only what is not cached yet.
 
         Returns (reused, computed, logits after the last token or None if nothing was computed).
-        Long tails are computed in chunks, checking `deadline` between chunks and `cancel`
-        also inside each (`stopping_at`); a stopped extend leaves the cache valid, holding a
-        prefix of `tokens`. With row-wise attention only what a prefill computed is reused
+        Long tails are computed in chunks, checking `cancel` and `deadline` between chunks; a
+        stopped extend leaves the cache valid, holding a prefix of `tokens`. With row-wise attention only what a prefill computed is reused
         (decode steps compute a row another way), so the cache then holds bitwise what a cold
         prefill of `tokens` would.
         """
@@ -554,10 +565,9 @@ class ModelRunner:
         if found is not None and self._adopt(found[1], found[0]):
             self.last_adopted = found[0] - reused
             reused = found[0]
-        with self.stopping_at(cancel):
-            return extend_in_chunks(
-                self, tokens, self._prefill_forward, reused=reused, cancel=cancel, deadline=deadline
-            )
+        return extend_in_chunks(
+            self, tokens, self._prefill_forward, reused=reused, cancel=cancel, deadline=deadline
+        )
 
     def _usable(self, held: Sequence[int], prefilled: int, reuse_steps: bool) -> int:
         """How many leading tokens of a cache holding `held` an `extend` may keep: all, or with
@@ -581,12 +591,8 @@ class ModelRunner:
         self._parked.move_to_end(slot)  # a prefix others use is worth keeping
         return True
 
-    def _prefill_forward(self, chunk: Sequence[int]) -> torch.Tensor | None:
-        """The last logits of one prefill chunk; None when a cancel stopped it part way."""
-        try:
-            return self.forward(chunk, last_only=True, prefill=True)[-1]
-        except ForwardCancelled:
-            return None
+    def _prefill_forward(self, chunk: Sequence[int]) -> torch.Tensor:
+        return self.forward(chunk, last_only=True, prefill=True)[-1]
 
     def logits_after(
         self,

@@ -9,7 +9,8 @@
   costs no model time.
 
 Both run as background jobs on the model worker (worker.py): only while nothing else waits, and
-a job that must run for the user stops the one running within one decoder layer. Moving to another
+a job that must run for the user stops the one running (a decode step within one decoder
+layer, a prefill chunk when it is done). Moving to another
 document drops the other documents' queued prefetches and stops the running job, so the worker
 warms where the person is now.
 
@@ -92,7 +93,7 @@ class WorkAhead:
         a request), or, when none is known, its file-level part. One target per document, the
         latest; documents are warmed one at a time while the worker is idle, `first` ones
         (the focused or edited document) ahead of the rest, and a real request stops the
-        warm-up that is running within one decoder layer."""
+        warm-up that is running after its prefill chunk."""
         document = self.server.documents.get(uri)
         config = self.server.config.current
         # A serving engine keeps no caches of ours to warm (RemoteBackend.warm does nothing):

@@ -7,8 +7,9 @@ document change submitted before a completion is seen by that completion.
 Work ahead of the user (idle warm-up, prefetch) is submitted as *background* jobs
 (`submit_background`): they run only when no other job waits, and a job that must run for the
 user (`submit(..., preempt=True)`: a completion request, a model load) stops the background job
-that is running within one decoder layer: its cancel event is set, and the running forward
-stops at the next layer (llama.cpp: between its graph's nodes; `Runner.stopping_at`).
+that is running: its cancel event is set, and a decode step stops at its next decoder layer, a
+prefill chunk when it is done (its work is the prefix the next request reuses; llama.cpp stops
+both between its graph's nodes; `Runner.stopping_at`).
 
 `ModelHost` is the state the worker owns: the Completer (which owns the n-gram index) and the
 documents it has been told about, so a model reload can hand them to the new Completer.
