@@ -120,6 +120,52 @@ def test_a_renamed_import_proposes_its_uses():
     assert seen == [("import", 70, "ReportPrinter")]
 
 
+def insert_line(text: str, after_line: int, line: str) -> str:
+    """`text` with `line` inserted after 1-based `after_line`."""
+    lines = text.split("\n")
+    lines.insert(after_line, line)
+    return "\n".join(lines)
+
+
+def test_an_import_of_a_name_another_import_binds_removes_the_other():
+    # `Runner` now comes from `agents.run`: the old binding goes from line 12's list.
+    after = insert_line(MANAGER, 13, "from agents.run import Runner")
+    edit, _ = edited(MANAGER, after)
+    candidates = propose(edit)
+    assert [(c.rule, line_of(after, c.edit.start)) for c in candidates] == [("import", 12)]
+    fixed = applied(after, vet(edit, candidates).shown)
+    assert fixed.split("\n")[11] == (
+        "from agents import RunResult, RunResultStreaming, custom_span, gen_trace_id, trace"
+    )
+    # The only name of its statement: the statement's line goes.
+    after = insert_line(MANAGER, 20, "from .report_printer import Printer")
+    edit, _ = edited(MANAGER, after)
+    candidates = propose(edit)
+    assert [(c.rule, line_of(after, c.edit.start), c.edit.text) for c in candidates] == [
+        ("import", 22, "")
+    ]
+    fixed = applied(after, candidates[0])
+    assert "from .printer import Printer" not in fixed
+    assert fixed.count("from .report_printer import Printer") == 1
+
+
+def test_a_builtin_the_change_keeps_is_part_of_the_pattern_not_a_hole():
+    text = (
+        "def a(lines):\n"
+        '    total = len("".join(lines))\n'
+        "    return total\n"
+        "\n"
+        "\n"
+        "def b(parts):\n"
+        '    size = len("".join(parts))\n'
+        "    return size\n"
+    )
+    after = text.replace('len("".join(lines))', "sum(len(line) for line in lines)")
+    edit, _ = edited(text, after)
+    seen = [(c.rule, line_of(after, c.edit.start), c.edit.text) for c in propose(edit)]
+    assert seen == [("repeat", 7, "sum(len(line) for line in parts)")]
+
+
 def test_a_one_off_change_proposes_nothing():
     after = replace_line(MANAGER, 88, "Report summary", "Summary of the report")
     edit, _ = edited(MANAGER, after)
