@@ -89,6 +89,34 @@ def test_next_edit_shown_jumped_to_and_applied(tmp_path: Path):
 
 
 @pytest.mark.slow
+def test_the_rename_rule_is_drawn_use_after_use_and_tab_applies_each(tmp_path: Path):
+    """The default settings (rules first; the scripted backend never writes a rewrite): the
+    rename of a parameter is drawn at its next use, <Tab><Tab> applies it, the next answer is
+    the use after it, then no edit; the file on disk is the whole rename."""
+    source = tmp_path / "shapes.py"
+    source.write_text(SHAPES)
+    env = {"QD_CMD": json.dumps([*RENAMING_SERVER, "--rules"]), "QD_FILE": str(source)}
+    result = run_scenario("e2e_nextedit_rules.lua", tmp_path, env, timeout=180)
+    assert {
+        "first use: an edit is drawn",
+        "first use: <Tab> moves the cursor to it",
+        "first use: the second <Tab> applies it",
+        "second use: an edit is drawn",
+        "second use: <Tab> moves the cursor to it",
+        "second use: the second <Tab> applies it",
+        "then the answer is no edit",
+        "and nothing is drawn",
+    } <= passed(result)
+    data = result["data"]
+    # Each answer is the rule's one edit, `width` -> `w` at the next use.
+    assert [(d["range"]["start"], d["text"]) for d in (data["first use"], data["second use"])] == [
+        ({"line": 1, "character": len("    scale = ")}, "w"),
+        ({"line": 2, "character": len("    return ")}, "w"),
+    ], data
+    assert data["on_disk"] == SHAPES.replace("width", "w")
+
+
+@pytest.mark.slow
 def test_next_edit_after_accepting_a_suggestion(tmp_path: Path):
     source = tmp_path / "main.py"
     source.write_text("def add(a, b):\n    return a + b\n")
