@@ -377,6 +377,13 @@ test('next edit stats are kept apart and formatted', function()
     stats.format_edit(stats.normalize({ latencyMs = 12, editCount = 0, tokens = 0,
       rejected = 'replaced more than half of the region' })))
   eq('2 edits', stats.format_edit({ edit_count = 2 }))
+  -- A rule's edit: the rule and its confidence, the vetoes that removed other candidates.
+  eq('rename 0.90 · 38 ms · 1 edit · vetoed: parse 2, undo 1',
+    stats.format_edit(stats.normalize({ latencyMs = 38.2, tokensPerForward = 0, editCount = 1, tokens = 0,
+      rule = 'rename', confidence = 0.9, vetoed = { undo = 1, parse = 2, floor = 0 } })))
+  eq('4 ms · 0 edits · no edit: no rule candidate survived the vetoes',
+    stats.format_edit(stats.normalize({ latencyMs = 4, editCount = 0, tokens = 0,
+      abstained = 'no rule candidate survived the vetoes' })))
 end)
 
 io.stdout:write(('%d passed, %d failed\n'):format(passed, failed))

@@ -202,14 +202,43 @@ function tokensPerForward(stats: QuickdraftStats): string | undefined {
   return tpf !== undefined ? `${tpf.toFixed(1)} tokens/forward` : undefined;
 }
 
-/** The last next edit for the status bar: `next edit · 45 ms · 3.2 tokens/forward`. */
+/** The rule that made a next edit and its confidence (`rename 0.90`), when a rule did. */
+function ruleOf(stats: QuickdraftStats): string | undefined {
+  if (typeof stats.rule !== "string" || stats.rule === "") {
+    return undefined;
+  }
+  const confidence = finite(stats.confidence);
+  return confidence !== undefined ? `${stats.rule} ${confidence.toFixed(2)}` : stats.rule;
+}
+
+/** The vetoes that removed candidates (`undo 1, parse 2`), when any did. */
+function vetoesOf(stats: QuickdraftStats): string | undefined {
+  const vetoed = stats.vetoed;
+  if (!vetoed || typeof vetoed !== "object" || Array.isArray(vetoed)) {
+    return undefined;
+  }
+  const parts = Object.entries(vetoed as Record<string, unknown>)
+    .filter(([, n]) => (finite(n) ?? 0) > 0)
+    .map(([name, n]) => `${name} ${String(n)}`);
+  return parts.length > 0 ? parts.join(", ") : undefined;
+}
+
+/**
+ * The last next edit for the status bar: `next edit · rename 0.90 · 38 ms` for one a rule made
+ * (no model work, so no tokens per forward), `next edit · 45 ms · 3.2 tokens/forward` for the
+ * model's rewrite.
+ */
 export function formatNextEdit(stats: QuickdraftStats | undefined): string {
   const parts = ["next edit"];
+  const rule = stats && ruleOf(stats);
+  if (rule) {
+    parts.push(rule);
+  }
   const latency = stats && finite(stats.latency_ms);
   if (latency !== undefined) {
     parts.push(milliseconds(latency));
   }
-  const tpf = stats && tokensPerForward(stats);
+  const tpf = stats && !rule && (finite(stats.target_forwards) ?? 1) > 0 ? tokensPerForward(stats) : undefined;
   if (tpf) {
     parts.push(tpf);
   }
@@ -226,6 +255,14 @@ export function formatNextEditDetails(stats: QuickdraftStats): string {
   if (edits !== undefined) {
     parts.push(edits === 1 ? "1 edit" : `${edits} edits`);
   }
+  const rule = ruleOf(stats);
+  if (rule) {
+    parts.push(`rule ${rule}`);
+  }
+  const vetoes = vetoesOf(stats);
+  if (vetoes) {
+    parts.push(`vetoed: ${vetoes}`);
+  }
   const tokens = finite(stats.tokens);
   if (tokens !== undefined) {
     const copied = finite(stats.copied_tokens);
@@ -235,7 +272,7 @@ export function formatNextEditDetails(stats: QuickdraftStats): string {
   if (forwards !== undefined && forwards > 0) {
     parts.push(`${forwards} forwards of the model`);
   }
-  const tpf = tokensPerForward(stats);
+  const tpf = forwards !== 0 ? tokensPerForward(stats) : undefined;
   if (tpf) {
     parts.push(tpf);
   }
@@ -246,6 +283,9 @@ export function formatNextEditDetails(stats: QuickdraftStats): string {
   }
   if (typeof stats.rejected === "string" && stats.rejected !== "") {
     parts.push(`refused: ${stats.rejected}`);
+  }
+  if (typeof stats.abstained === "string" && stats.abstained !== "") {
+    parts.push(`no edit: ${stats.abstained}`);
   }
   const latency = finite(stats.latency_ms);
   const head = latency !== undefined ? `${milliseconds(latency)}: ` : "";

@@ -182,3 +182,32 @@ test("next edit stats: told apart from completions, latency and tokens per forwa
   const refused = normalizeStats({ feature: "inlineEdit", latencyMs: 90, editCount: 0, rejected: "unclosed" });
   assert.equal(formatNextEditDetails(refused), "90 ms: 0 edits, refused: unclosed");
 });
+
+test("next edit stats of a rule: the rule and its confidence, not tokens per forward", () => {
+  const rule = normalizeStats({
+    feature: "inlineEdit",
+    latencyMs: 38.2,
+    tokens: 0,
+    tokensPerForward: 0,
+    targetForwards: 0,
+    editCount: 1,
+    rule: "rename",
+    confidence: 0.9,
+    candidates: 3,
+    vetoed: { undo: 1, parse: 0 },
+  });
+  assert.equal(formatNextEdit(rule), "next edit · rename 0.90 · 38 ms");
+  assert.equal(formatNextEditDetails(rule), "38 ms: 1 edit, rule rename 0.90, vetoed: undo 1, 0 tokens");
+  const silent = normalizeStats({
+    feature: "inlineEdit",
+    latencyMs: 4,
+    editCount: 0,
+    tokens: 0,
+    targetForwards: 0,
+    tokensPerForward: 0,
+    rule: null,
+    abstained: "no rule candidate survived the vetoes",
+  });
+  assert.equal(formatNextEdit(silent), "next edit · 4 ms");
+  assert.equal(formatNextEditDetails(silent), "4 ms: 0 edits, 0 tokens, no edit: no rule candidate survived the vetoes");
+});

@@ -158,7 +158,8 @@ function M.is_next_edit(raw)
 end
 
 --- One line for the last next edit: `140 ms · 3.20 tokens per forward · 1 edit (40 of 52
---- tokens copied)`, with why the model's answer was refused when it was.
+--- tokens copied)` for the model's rewrite, `rename 0.90 · 38 ms · 1 edit · vetoed: undo 1`
+--- for a rule's edit, with why the model's answer was refused, or why no edit was proposed.
 ---@param stats table|nil normalized
 ---@return string
 function M.format_edit(stats)
@@ -166,6 +167,10 @@ function M.format_edit(stats)
     return 'no next edit yet'
   end
   local parts = {}
+  if type(stats.rule) == 'string' and stats.rule ~= '' then
+    local confidence = number(stats.confidence)
+    table.insert(parts, confidence and ('%s %.2f'):format(stats.rule, confidence) or stats.rule)
+  end
   local latency = number(stats.latency_ms)
   if latency then
     table.insert(parts, ms(latency))
@@ -181,8 +186,23 @@ function M.format_edit(stats)
     edits = edits .. (' (%d of %d tokens copied)'):format(copied, tokens)
   end
   table.insert(parts, edits)
+  if type(stats.vetoed) == 'table' then
+    local vetoes = {}
+    for name, n in pairs(stats.vetoed) do
+      if type(n) == 'number' and n > 0 then
+        table.insert(vetoes, ('%s %d'):format(name, n))
+      end
+    end
+    table.sort(vetoes)
+    if #vetoes > 0 then
+      table.insert(parts, 'vetoed: ' .. table.concat(vetoes, ', '))
+    end
+  end
   if type(stats.rejected) == 'string' and stats.rejected ~= '' then
     table.insert(parts, 'refused: ' .. stats.rejected)
+  end
+  if type(stats.abstained) == 'string' and stats.abstained ~= '' then
+    table.insert(parts, 'no edit: ' .. stats.abstained)
   end
   return table.concat(parts, ' · ')
 end
