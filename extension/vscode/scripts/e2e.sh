@@ -204,7 +204,12 @@ BIG_FILE="$WORK/workspace/sqlite_session.py"
 cp "$EXT_DIR/test/fixtures/sqlite_session.py.txt" "$BIG_FILE"
 # Where next edits are tried (--fake: the scripted server finishes its renames).
 RENAME_FILE="$WORK/workspace/rename.py"
-printf 'def area(width, height):\n    return width * height\n\n\nprint(area(2, 3))\n' >"$RENAME_FILE"
+if [[ "$SERVER_KIND" == preset ]]; then
+  # Two uses of the parameter below its def: the rename rule's edits come one at a time.
+  printf 'def area(width, height):\n    scale = width * height\n    return width * height\n\n\nprint(area(2, 3))\n' >"$RENAME_FILE"
+else
+  printf 'def area(width, height):\n    return width * height\n\n\nprint(area(2, 3))\n' >"$RENAME_FILE"
+fi
 
 # Settings of each mode (JSON members after the editor's own).
 if [[ "$SERVER_KIND" == fake ]]; then
