@@ -68,6 +68,7 @@ REPEAT_CONTEXT = 3
 HOLE_SPAN = 12
 """The most tokens one hole matches at another site."""
 MAX_CANDIDATES = 64
+
 BUILTINS = frozenset(dir(builtins))
 """Names a rename never touches: one replaced by a builtin (`Exception` -> `BaseException`) is
 a switch to another thing, not a new name for the same one."""
@@ -883,21 +884,23 @@ def _import_bindings(statement: Any, tree: Tree) -> list[tuple[str, Any]]:
                 found.append((tree.node_text(alias), child))
         elif child.type == "dotted_name":
             names = [c for c in child.named_children if c.type == "identifier"]
-            if names:
+            if len(names) == 1:  # `import a.b` binds `a` too, but adds `a.b`: no move of `a`
                 found.append((tree.node_text(names[0]), child))
     return found
 
 
-def _conditional(node: Any) -> bool:
-    return any(
-        a.type in ("try_statement", "if_statement", "function_definition") for a in _ancestors(node)
-    )
+def _line_span(text: str, start: int, end: int) -> tuple[int, int]:
+    """`start`..`end` widened to whole lines, the last line's break included."""
+    start = text.rfind("\n", 0, start) + 1
+    end = text.find("\n", end)
+    return start, len(text) if end < 0 else end + 1
 
 
 def duplicate_import_candidates(edit: LatestEdit) -> list[Candidate]:
-    """`import`: the hunk added an import of a name another import (at the module's top level,
-    not under a `try` or `if`) binds too -> that other binding removed (its statement's lines
-    when it is the statement's only name)."""
+    """`import`: the hunk added an import of a name another import at the module's top level
+    binds too (imports under a `try` or `if` are not top level: they may be alternatives) ->
+    that other binding removed: its statement's lines when it is the statement's only name, its
+    line of a parenthesized list when it stands alone there, else the name and its comma."""
     if edit.grammar != "python" or _inserted_lines(edit) is None:
         return []
     tree = Tree(edit.after, edit.grammar)
@@ -916,22 +919,22 @@ def duplicate_import_candidates(edit: LatestEdit) -> list[Candidate]:
             elif start >= edit.new_end or end <= edit.start:
                 others.append((name, node, statement))
     candidates = []
+    text = edit.after
     for name, node, statement in others:
-        if name not in added or _conditional(statement) or _conditional(added[name]):
+        if name not in added:
             continue
-        bound = _import_bindings(statement, tree)
-        text = edit.after
-        if len(bound) == 1:
-            start, end = tree.span(statement)
-            start = text.rfind("\n", 0, start) + 1
-            end = text.find("\n", end)
-            end = len(text) if end < 0 else end + 1
+        if len(_import_bindings(statement, tree)) == 1:
+            start, end = _line_span(text, *tree.span(statement))
         else:
             start, end = tree.span(node)
             following = text[end:].lstrip(" \t")
             if following.startswith(","):
-                end = end + (len(text[end:]) - len(following)) + 1
-                end += len(text[end:]) - len(text[end:].lstrip(" \t"))
+                end = len(text) - len(following) + 1
+                rest = text[end:]
+                end += len(rest) - len(rest.lstrip(" \t"))
+                line_start, line_end = _line_span(text, start, end)
+                if not text[line_start:start].strip() and not text[end:line_end].strip():
+                    start, end = line_start, line_end  # alone on its line of a (...) list
             else:
                 previous = text[:start].rstrip(" \t")
                 if not previous.endswith(","):
