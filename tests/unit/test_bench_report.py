@@ -237,6 +237,12 @@ def test_markdown_has_every_table(tmp_path):
             "max_new_tokens": 8,
             "skipped": {"llama-cpp": "not installed"},
             "notes": ["a note"],
+            "peers": {
+                "llama-cpp-lookup": {
+                    "extra_buffers": False,
+                    "buffers_note": "without llama.cpp's extra (AMX) buffers: they crashed",
+                }
+            },
         },
         "holes": HOLES,
         "summary": report.summarize(HOLES),
@@ -254,6 +260,11 @@ def test_markdown_has_every_table(tmp_path):
     ):
         assert heading in text
     assert "`llama-cpp` skipped: not installed" in text
+    # How a peer was loaded is in the environment table (the probe's decision).
+    assert (
+        "| peer `llama-cpp-lookup` | without llama.cpp's extra (AMX) buffers: they crashed |"
+        in text
+    )
     assert "| `hybrid` | 3 |" in text
     assert "2.00×" in text
 

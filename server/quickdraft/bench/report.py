@@ -398,6 +398,10 @@ def render_markdown(
         if key in env
     ]
     env_rows += memory_rows(env)
+    for name, peer in (env.get("peers") or {}).items():
+        note = peer.get("buffers_note") if isinstance(peer, dict) else None
+        if note:  # how the peer loaded, e.g. llama.cpp with or without its extra buffers
+            env_rows.append([f"peer `{name}`", note])
     lines += _table(["environment", ""], env_rows)
     lines.append("")
     if not holes:
