@@ -45,6 +45,14 @@ SHAPES = (
 )
 
 
+def on_shapes(tmp_path: Path, scenario: str, server: list[str], **env: str) -> dict:
+    """Run `scenario` on a fresh shapes.py (SHAPES) with `server` as the plugin's command."""
+    source = tmp_path / "shapes.py"
+    source.write_text(SHAPES)
+    env = {"QD_CMD": json.dumps(server), "QD_FILE": str(source), **env}
+    return run_scenario(scenario, tmp_path, env, timeout=180)
+
+
 def sidekick_dir() -> Path:
     """Where sidekick.nvim's files are looked for: $QUICKDRAFT_SIDEKICK, else
     ~/.cache/quickdraft-e2e/sidekick.nvim (e.g. `git clone https://github.com/folke/sidekick.nvim
@@ -57,10 +65,7 @@ def sidekick_dir() -> Path:
 
 @pytest.mark.slow
 def test_next_edit_shown_jumped_to_and_applied(tmp_path: Path):
-    source = tmp_path / "shapes.py"
-    source.write_text(SHAPES)
-    env = {"QD_CMD": json.dumps(RENAMING_SERVER), "QD_FILE": str(source)}
-    result = run_scenario("e2e_nextedit.lua", tmp_path, env, timeout=180)
+    result = on_shapes(tmp_path, "e2e_nextedit.lua", RENAMING_SERVER)
     assert {
         "leaving Insert mode asks for the next edit, and it is shown",
         "the text the edit removes is highlighted with QuickdraftEditDelete",
@@ -93,10 +98,7 @@ def test_the_rename_rule_is_drawn_use_after_use_and_tab_applies_each(tmp_path: P
     """The default settings (rules first; the scripted backend never writes a rewrite): the
     rename of a parameter is drawn at its next use, <Tab><Tab> applies it, the next answer is
     the use after it, then no edit; the file on disk is the whole rename."""
-    source = tmp_path / "shapes.py"
-    source.write_text(SHAPES)
-    env = {"QD_CMD": json.dumps([*RENAMING_SERVER, "--rules"]), "QD_FILE": str(source)}
-    result = run_scenario("e2e_nextedit_rules.lua", tmp_path, env, timeout=180)
+    result = on_shapes(tmp_path, "e2e_nextedit_rules.lua", [*RENAMING_SERVER, "--rules"])
     assert {
         "first use: an edit is drawn",
         "first use: <Tab> moves the cursor to it",
@@ -154,14 +156,7 @@ def test_sidekick_shows_and_applies_quickdraft_edits(tmp_path: Path):
             f"sidekick.nvim not found in {sidekick} (set $QUICKDRAFT_SIDEKICK or clone "
             "https://github.com/folke/sidekick.nvim there)"
         )
-    source = tmp_path / "shapes.py"
-    source.write_text(SHAPES)
-    env = {
-        "QD_CMD": json.dumps(RENAMING_SERVER),
-        "QD_FILE": str(source),
-        "QD_SIDEKICK": str(sidekick),
-    }
-    result = run_scenario("e2e_sidekick.lua", tmp_path, env, timeout=180)
+    result = on_shapes(tmp_path, "e2e_sidekick.lua", RENAMING_SERVER, QD_SIDEKICK=str(sidekick))
     assert {
         "sidekick finds quickdraft as its next-edit server",
         "sidekick shows quickdraft's edit",
