@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from quickdraft.context import syntax
-from quickdraft.context.edit_history import EditHistory
+from quickdraft.context.edit_history import EditHistory, Hunk
 from quickdraft.context.edit_rules import (
     FLOOR,
     Candidate,
@@ -147,6 +147,18 @@ def test_an_import_of_a_name_another_import_binds_removes_the_other():
     fixed = applied(after, candidates[0])
     assert "from .printer import Printer" not in fixed
     assert fixed.count("from .report_printer import Printer") == 1
+
+
+def test_an_import_on_the_hunks_unchanged_lines_is_not_taken_for_the_added_one():
+    # A hunk that coalesced a typed line with its unchanged neighbour: `from n import a` was
+    # there before, so `from m import a` is no older binding of a moved name.
+    before = "from m import a\nimport os\nfrom n import a\n"
+    after = "from m import a\nimport os\nimport sys\nfrom n import a\n"
+    start = before.index("from n")
+    hunk = Hunk(URI, start, 2, "from n import a\n", "import sys\nfrom n import a\n")
+    edit = latest_edit(URI, after, [hunk], "python")
+    assert edit is not None and edit.before == before
+    assert propose(edit) == []
 
 
 def test_a_builtin_the_change_keeps_is_part_of_the_pattern_not_a_hole():

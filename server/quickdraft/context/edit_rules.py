@@ -901,7 +901,8 @@ def duplicate_import_candidates(edit: LatestEdit) -> list[Candidate]:
     binds too (imports under a `try` or `if` are not top level: they may be alternatives) ->
     that other binding removed: its statement's lines when it is the statement's only name, its
     line of a parenthesized list when it stands alone there, else the name and its comma."""
-    if edit.grammar != "python" or _inserted_lines(edit) is None:
+    inserted = _inserted_lines(edit) if edit.grammar == "python" else None
+    if inserted is None:
         return []
     tree = Tree(edit.after, edit.grammar)
     if tree.root is None:
@@ -912,7 +913,7 @@ def duplicate_import_candidates(edit: LatestEdit) -> list[Candidate]:
         if statement.type not in ("import_statement", "import_from_statement"):
             continue
         start, end = tree.span(statement)
-        inside = edit.start <= start and end <= edit.new_end
+        inside = inserted[0] <= start and end <= inserted[1]  # not the hunk's unchanged lines
         for name, node in _import_bindings(statement, tree):
             if inside:
                 added[name] = node
