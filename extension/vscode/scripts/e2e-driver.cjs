@@ -640,8 +640,8 @@ async function nextEditsWithModel(page, file) {
       });
     }
     const status = await waitFor(async () => {
-      const text = await statusText(page);
-      return text && /next edit · [a-z]+ \d\.\d\d · \d+ ms/.test(text) ? text : null;
+      const item = await statusText(page);
+      return item && /next edit · [a-z]+ \d\.\d\d · \d+ ms/.test(item) ? item : null;
     }, 10000);
     check(`the status item names the rule of ${label}, its confidence and latency`, status, await statusText(page));
     const newText = edits.map((e) => e.text).join("\n");
