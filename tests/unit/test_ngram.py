@@ -145,3 +145,15 @@ def test_completions_are_bounded():
     assert len([s for s in index.sources if s.startswith("completion:")]) == 3
     assert index.lookup([109, 1], 1).tokens == [2]
     assert index.lookup([100, 1], 1) is None  # the oldest completions were forgotten
+
+
+def test_continuations_differ_in_their_first_token_longest_match_first():
+    index = NgramIndex(min_n=1, max_n=4)
+    index.set_source("a", [1, 2, 3, 9, 8])  # "2 3" then 9
+    index.set_source("b", [7, 2, 3, 5, 5, 3, 6])  # "7 2 3" then 5; "3" alone then 6 last
+    found = index.continuations([7, 2, 3], 2, limit=5)
+    assert [m.tokens for m in found] == [[5, 5], [9, 8], [6]]
+    assert [m.match_length for m in found] == [3, 2, 1]
+    assert found[0].tokens == index.lookup([7, 2, 3], 2).tokens  # the first is lookup's
+    assert len(index.continuations([7, 2, 3], 2, limit=2)) == 2
+    assert index.continuations([4, 4], 2, limit=3) == []

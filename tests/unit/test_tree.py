@@ -11,7 +11,15 @@ import torch
 from quickdraft.config import DecodingConfig, load_config
 from quickdraft.decoding import CostModel, Engine, GenerationRequest
 from quickdraft.decoding.runner import ModelRunner
-from quickdraft.decoding.tree import DraftTree, TokenRecycler, accept_tree, build_tree
+from quickdraft.decoding.tree import (
+    CHAIN,
+    NGRAM_BRANCH,
+    BranchOdds,
+    DraftTree,
+    TokenRecycler,
+    accept_tree,
+    build_tree,
+)
 from quickdraft.errors import ConfigError
 from quickdraft.models.quantize import quantize_model
 from quickdraft.testing import build_tiny_int8_model, build_tiny_model, build_tiny_tokenizer
@@ -95,24 +103,85 @@ def test_trees_need_row_wise_attention_and_parents_first(tokenizer, int8_target)
     assert runner.tokens == [3, 4, 5]  # nothing was run
 
 
-def test_the_tree_holds_the_chain_then_recycled_guesses_widest_at_the_root():
+def _recycler_after_7_20_21() -> TokenRecycler:
     recycler = TokenRecycler(width=4)
-    vocab = 50
-    logits = torch.zeros(3, vocab)
+    logits = torch.zeros(3, 50)
     for row, token in enumerate((7, 20, 21)):
         # After 7 the target liked 20, 21, 22, 23; after 20: 30, 31; after 21: 40.
         for rank, candidate in enumerate({7: (20, 21, 22, 23), 20: (30, 31), 21: (40,)}[token]):
             logits[row, candidate] = 10.0 - rank
     recycler.update([7, 20, 21], [None, 7, 20], logits)
+    return recycler
+
+
+def test_the_tree_holds_the_chain_then_the_likeliest_recycled_paths():
+    recycler = _recycler_after_7_20_21()
     assert recycler.after(None, 7)[:4] == [20, 21, 22, 23]
-    tree = build_tree(None, 7, [20, 30, 99], recycler, size=8, max_depth=3)
-    assert tree.tokens[:4] == [7, 20, 30, 99]  # the chain is the first branch
-    assert tree.parents[:4] == [-1, 0, 1, 2]
-    assert len(tree) == 8 and max(tree.depths) <= 3
-    root_children = sorted(tree.tokens[n] for n in tree.children[0].values())
-    assert root_children == [20, 21, 22, 23]  # 20 once: the chain's node is reused
+    tree = build_tree(None, 7, [20, 30, 99], recycler, size=8, max_depth=3, chain_rate=0.5)
+    # The chain's nodes score 0.5, 0.25, 0.125; with the prior odds by rank (0.4, 0.15, 0.08,
+    # 0.05): 21 (0.15), 22 (0.08), 31 after the chain's 20 (0.5 * 0.15) and 40 after 21
+    # (0.15 * 0.4) beat 23 (0.05). 20 and 30, the chain's and the recycled rank 0, are one node.
+    chain = [n for n in range(1, len(tree)) if tree.ranks[n] == CHAIN]
+    assert [tree.tokens[n] for n in chain] == [20, 30, 99]
+    assert [tree.parents[n] for n in chain] == [0, chain[0], chain[1]]
+    assert tree.tokens[:3] == [7, 20, 30] and len(tree) == 8 and max(tree.depths) <= 3
+    added = {(tree.tokens[tree.parents[n]], tree.tokens[n]) for n in range(1, 8)} - {
+        (7, 20),
+        (20, 30),
+        (30, 99),
+    }
+    assert added == {(7, 21), (7, 22), (20, 31), (21, 40)}
+    # A chain less likely than the recycled guesses loses its deep nodes to them: 20 and 30
+    # are the recycled ones (the chain's too), 99 (0.4 * 0.4 * 0.1) loses to 21 and 22.
+    unlikely = build_tree(None, 7, [20, 30, 99], recycler, size=5, max_depth=3, chain_rate=0.1)
+    assert [unlikely.tokens[n] for n in range(1, 5) if unlikely.ranks[n] == CHAIN] == [20, 30]
+    assert sorted(unlikely.tokens) == [7, 20, 21, 22, 30]
     assert len(build_tree(None, 7, [20, 30, 99], recycler, size=8, max_depth=1)) == 5
     assert build_tree(None, 7, [20, 30], recycler, size=2, max_depth=5).tokens == [7, 20]
+
+
+def test_measured_odds_move_the_tree_where_guesses_were_right():
+    recycler = _recycler_after_7_20_21()
+    odds = BranchOdds(width=4)
+    # Rank 0 was checked ten times and never right; rank 3 right every time it was checked.
+    odds.checks[0], odds.checks[3], odds.hits[3] = 10, 10, 10
+    assert odds.rate(3) > odds.rate(1) > odds.rate(0)
+    tree = build_tree(None, 7, [], recycler, size=3, max_depth=2, odds=odds)
+    assert sorted(tree.tokens[1:]) == [21, 23]  # 20 (rank 0) lost its place to 23 (rank 3)
+    # Updating counts only the nodes whose parent the accepted path reached.
+    grown = build_tree(None, 7, [], recycler, size=6, max_depth=2)
+    child_21 = grown.children[0][21]
+    before = (list(odds.checks), list(odds.hits))
+    odds.update(grown, [child_21])
+    checked = [grown.ranks[n] for n in range(1, len(grown)) if grown.parents[n] in (0, child_21)]
+    assert sum(odds.checks) - sum(before[0]) == len(checked)
+    assert odds.hits[1] == before[1][1] + 1  # 21 was rank 1 after 7
+
+
+def test_other_ngram_continuations_are_branches_of_their_own():
+    recycler = _recycler_after_7_20_21()
+    odds = BranchOdds(width=4)
+    tree = build_tree(
+        None,
+        7,
+        [20],
+        recycler,
+        size=6,
+        max_depth=3,
+        odds=odds,
+        chain_rate=0.5,
+        branches=[[22, 50, 51]],
+    )
+    # The branch 22 50 51 (0.3 a token before any measurement) goes deep: 0.3, 0.09, 0.027
+    # beat recycled 21 (0.15) only where they score more.
+    branch = [n for n in range(len(tree)) if tree.source_of(n) == "ngram-branch"]
+    assert [tree.tokens[n] for n in branch] == [22, 50]
+    assert tree.parents[branch[1]] == branch[0] and tree.parents[branch[0]] == 0
+    assert tree.source_of(1) is None and tree.tokens[1] == 20  # the chain's node
+    # Accepted along the branch: it is counted, and its odds rise.
+    odds.update(tree, branch)
+    assert odds.branch_checks == 2 and odds.branch_hits == 2
+    assert odds.rate(NGRAM_BRANCH) > 0.3
 
 
 def test_candidates_after_a_pair_come_before_those_after_the_token_alone():

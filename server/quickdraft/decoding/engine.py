@@ -50,13 +50,21 @@ from quickdraft.decoding.runner import (
     stopped,
     synchronize,
 )
-from quickdraft.decoding.tree import TokenRecycler, accept_tree, build_tree
+from quickdraft.decoding.tree import (
+    BranchOdds,
+    DraftTree,
+    TokenRecycler,
+    accept_tree,
+    build_tree,
+)
 from quickdraft.decoding.verify import accept_greedy, accept_sampling, warp
 from quickdraft.errors import ConfigError, InputError
 
-SOURCES = ("ngram", "draft", "copy", "recycled")
+SOURCES = ("ngram", "draft", "copy", "recycled", "ngram-branch")
 """Where drafts come from: prompt lookup, the draft model, a copy source (a next edit's region),
-the target's own runner-up tokens (a tree's other branches)."""
+and a tree's other branches: the target's own runner-up tokens, other n-gram continuations."""
+TREE_NGRAM_BRANCHES = 3
+"""N-gram continuations besides the chain's that a tree may check (decoding/tree.py)."""
 
 
 @dataclass
@@ -251,6 +259,8 @@ class Engine:
         self.lengths = LengthTracker()
         self.recycled = TokenRecycler()
         """The target's top tokens after each token it saw: a tree's branches."""
+        self.branch_odds = BranchOdds(self.recycled.width)
+        """How often a recycled candidate of each rank was right: where a tree grows."""
         self.token_bytes = token_bytes
         """What each token spells, for requests with a `required_prefix` (token healing)."""
         self._credits: dict[str | None, list[tuple[str, int, int]]] = {}
@@ -516,8 +526,13 @@ class Engine:
             before = sequence[-2] if len(sequence) > 1 else None
             try:  # a cancel stops the forward part way (`Runner.stopping_at`)
                 if tree_size:
-                    tree = build_tree(
-                        before, sequence[-1], drafts, self.recycled, tree_size, budget
+                    tree = self._grow_tree(
+                        sequence,
+                        lookup_context if uses_ngram else None,
+                        proposal,
+                        request,
+                        tree_size,
+                        budget,
                     )
                     logits = self.target.forward_tree(tree.tokens, tree.parents)
                 else:
@@ -533,15 +548,21 @@ class Engine:
             if owed:
                 logits = constrain(logits, self.token_bytes, owed, drafts)
             stats.target_forwards += 1
+            checked = len(drafts)  # the drafts this forward checked
             if tree is not None:
                 emitted, tree_path = accept_tree(tree, logits)
-                # The chain's nodes are 1..k in order: its drafts accepted are the path's lead.
-                accepted = 0
-                while accepted < len(tree_path) and tree_path[accepted] == accepted + 1:
-                    accepted += 1
-                accepted = min(accepted, len(drafts))
-                stats.drafted_by_source["recycled"] += len(tree) - 1 - len(drafts)
-                stats.accepted_by_source["recycled"] += len(tree_path) - accepted
+                self.branch_odds.update(tree, tree_path)
+                # The chain's nodes in the tree are its first drafts; those on the path, the
+                # accepted ones.
+                checked = accepted = 0
+                for node in range(1, len(tree)):
+                    source = tree.source_of(node)
+                    if source is None:
+                        checked += 1
+                        accepted += node in tree_path
+                    else:
+                        stats.drafted_by_source[source] += 1
+                        stats.accepted_by_source[source] += node in tree_path
             elif sampling:
                 target_probs = warp(logits, request.temperature, request.top_p).cpu()
                 draft_probs = proposal.probs if proposal is not None else None
@@ -557,13 +578,13 @@ class Engine:
                 self.target.keep_tree_path(tree_path)
             else:
                 self.target.keep(len(sequence) + accepted)
-            if proposal is not None and drafts:
-                stats.drafted_by_source[proposal.source] += len(drafts)
+            if proposal is not None and checked:
+                stats.drafted_by_source[proposal.source] += checked
                 stats.accepted_by_source[proposal.source] += accepted
                 copied = proposal.source == "copy" and aligner is not None
                 tracker = aligner.acceptance if copied else self.acceptance
                 tracker.update(
-                    request.language, proposal.tracker_key or proposal.source, len(drafts), accepted
+                    request.language, proposal.tracker_key or proposal.source, checked, accepted
                 )
 
             # 4. Emit one token at a time so every stop lands exactly where plain decoding's would.
@@ -631,6 +652,40 @@ class Engine:
         if proposal is not None and (proposal.source == "copy" or drafted >= tree_tokens - 1):
             return 0
         return tree_tokens
+
+    def _grow_tree(
+        self,
+        sequence: list[int],
+        lookup_context: list[int] | None,
+        proposal: Proposal | None,
+        request: GenerationRequest,
+        size: int,
+        budget: int,
+    ) -> DraftTree:
+        """This step's tree: the proposal's chain, the other n-gram continuations of
+        `lookup_context` (None: the strategy uses no n-grams), recycled candidates."""
+        drafts = proposal.tokens if proposal is not None else []
+        chain_rate = 0.0
+        if proposal is not None:
+            chain_rate = self.acceptance.rate(
+                request.language, proposal.tracker_key or proposal.source
+            )
+        branches: list[list[int]] = []
+        if lookup_context is not None:
+            matches = self.ngram.continuations(lookup_context, budget, TREE_NGRAM_BRANCHES + 1)
+            others = [m.tokens for m in matches if not drafts or m.tokens[0] != drafts[0]]
+            branches = others[:TREE_NGRAM_BRANCHES]
+        return build_tree(
+            sequence[-2] if len(sequence) > 1 else None,
+            sequence[-1],
+            drafts,
+            self.recycled,
+            size,
+            budget,
+            self.branch_odds,
+            chain_rate,
+            branches,
+        )
 
     def _propose(
         self,

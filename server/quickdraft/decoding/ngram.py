@@ -146,3 +146,30 @@ class NgramIndex:
             if best is not None:
                 return best
         return None
+
+    def continuations(self, context: Sequence[int], k: int, limit: int) -> list[NgramMatch]:
+        """Up to `limit` continuations (at most k tokens each) of suffixes of `context`, each
+        with another first token: longest match first, newest source first within a length, so
+        the first is what `lookup` proposes wherever a source can propose all k. A tree checks
+        the others as branches of their own (decoding/tree.py)."""
+        found: list[NgramMatch] = []
+        firsts: set[int] = set()
+        if k < 1 or limit < 1:
+            return found
+        for n in range(min(self.max_n, len(context)), self.min_n - 1, -1):
+            entry = self._table.get(hash(tuple(context[len(context) - n :])))
+            if not entry:
+                continue
+            suffix = list(context[len(context) - n :])
+            for source, position in reversed(entry.items()):
+                tokens = self._tokens[source]
+                if tokens[position - n : position] != suffix:
+                    continue  # a hash collision
+                continuation = tokens[position : position + k]
+                if not continuation or continuation[0] in firsts:
+                    continue
+                firsts.add(continuation[0])
+                found.append(NgramMatch(continuation, n, source))
+                if len(found) >= limit:
+                    return found
+        return found

@@ -5,8 +5,11 @@ either way: AMX CPUs, GPUs), one chain of drafts wastes most of it. A tree spend
 engine's chain proposal (n-gram or draft model) is its first branch, and the rest is filled
 from the target's own runner-up tokens (token recycling, Luo et al. 2024): every forward's top
 candidates after each token it saw are kept per pair of tokens (the one before, the one seen)
-and per token, and a tree is grown from the pending token through them, widest near the root
-where guesses are likeliest to be needed.
+and per token. The tree grows best first (as EAGLE-2 and Sequoia shape theirs): each candidate
+is scored by the chance its whole path is accepted, the product along the path of how often a
+candidate of its rank was the target's choice where it was checked (`BranchOdds`, measured
+forward by forward), and the likeliest is added until the tree is full. So a tree goes deep
+where the recycled guesses keep being right and wide where they are not.
 
 One forward checks every node (`Runner.forward_tree`: each row attends to its own path only),
 and greedy acceptance walks from the root, taking at each node the child whose token is the
@@ -21,21 +24,30 @@ proposals stay a chain.
 
 from __future__ import annotations
 
-from collections import deque
+import heapq
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-BRANCHING = (4, 3, 2, 2, 1)
-"""Children added from the recycled candidates at each depth below the root (depth 0 first);
-deeper nodes get the last figure. A guess near the root is needed by every longer path."""
 RECYCLED_WIDTH = 8
 """Candidates kept per token: the target's top tokens after it, from its latest forward."""
 RECYCLED_PAIRS = 1 << 16
 """Pairs of tokens whose candidates are kept, the least recently seen dropped first (a day of
 typing would otherwise grow the table without end; single tokens are bounded by the
 vocabulary)."""
+RANK_PRIOR = (0.4, 0.15, 0.08, 0.05, 0.04, 0.03, 0.02, 0.02)
+"""Before anything is measured: the chance a recycled candidate of each rank (best first) is
+the target's choice where it is checked. `BranchOdds` moves from these with every tree."""
+RANK_PRIOR_WEIGHT = 4.0
+"""Checks the prior counts as."""
+CHAIN = -1
+"""The rank of the root and of the nodes of the step's proposal (the chain)."""
+NGRAM_BRANCH = -2
+"""The rank of a node from another n-gram continuation than the chain's."""
+NGRAM_BRANCH_PRIOR = 0.3
+"""Before anything is measured: the chance such a node is the target's choice where checked."""
 
 
 @dataclass
@@ -47,6 +59,9 @@ class DraftTree:
     parents: list[int] = field(default_factory=lambda: [-1])
     depths: list[int] = field(default_factory=lambda: [0])
     children: list[dict[int, int]] = field(default_factory=lambda: [{}])
+    ranks: list[int] = field(default_factory=lambda: [CHAIN])
+    """Each node's rank among its parent's recycled candidates; CHAIN for the root and the
+    proposal's nodes, NGRAM_BRANCH for another n-gram continuation's."""
 
     @classmethod
     def rooted_at(cls, pending: int) -> DraftTree:
@@ -55,11 +70,19 @@ class DraftTree:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    def source_of(self, node: int) -> str | None:
+        """Where a node's token came from: "recycled" or "ngram-branch"; None for the root and
+        the chain (the proposal's own source)."""
+        rank = self.ranks[node]
+        if rank == NGRAM_BRANCH:
+            return "ngram-branch"
+        return "recycled" if rank >= 0 else None
+
     def previous(self, before_root: int | None) -> list[int | None]:
         """The token before each node on its path (`before_root` for the root)."""
         return [before_root, *(self.tokens[p] for p in self.parents[1:])]
 
-    def add(self, parent: int, token: int) -> tuple[int, bool]:
+    def add(self, parent: int, token: int, rank: int = CHAIN) -> tuple[int, bool]:
         """The child of `parent` with `token`, and whether it is new."""
         existing = self.children[parent].get(token)
         if existing is not None:
@@ -68,6 +91,7 @@ class DraftTree:
         self.tokens.append(int(token))
         self.parents.append(parent)
         self.depths.append(self.depths[parent] + 1)
+        self.ranks.append(rank)
         self.children.append({})
         self.children[parent][token] = node
         return node, True
@@ -109,6 +133,41 @@ class TokenRecycler:
         return list(dict.fromkeys([*paired, *alone]))[: self.width]
 
 
+class BranchOdds:
+    """How often a recycled candidate of each rank was the target's choice where it was checked,
+    that is where its parent was on the accepted path: the odds a tree is grown by."""
+
+    def __init__(self, width: int = RECYCLED_WIDTH) -> None:
+        self.hits = [0] * width
+        self.checks = [0] * width
+        self.branch_hits = 0
+        self.branch_checks = 0
+        """The same for nodes of other n-gram continuations (NGRAM_BRANCH), any depth."""
+
+    def rate(self, rank: int) -> float:
+        if rank == NGRAM_BRANCH:
+            prior, hits, checks = NGRAM_BRANCH_PRIOR, self.branch_hits, self.branch_checks
+        else:
+            prior = RANK_PRIOR[min(rank, len(RANK_PRIOR) - 1)]
+            hits, checks = self.hits[rank], self.checks[rank]
+        return (hits + RANK_PRIOR_WEIGHT * prior) / (checks + RANK_PRIOR_WEIGHT)
+
+    def update(self, tree: DraftTree, path: Sequence[int]) -> None:
+        """Count the recycled nodes whose parent the accepted `path` (nodes) reached."""
+        reached = {0, *path}
+        accepted = set(path)
+        for node in range(1, len(tree)):
+            rank = tree.ranks[node]
+            if tree.parents[node] not in reached:
+                continue
+            if rank == NGRAM_BRANCH:
+                self.branch_checks += 1
+                self.branch_hits += node in accepted
+            elif 0 <= rank < len(self.checks):
+                self.checks[rank] += 1
+                self.hits[rank] += node in accepted
+
+
 def build_tree(
     previous: int | None,
     pending: int,
@@ -116,28 +175,53 @@ def build_tree(
     recycler: TokenRecycler,
     size: int,
     max_depth: int,
+    odds: BranchOdds | None = None,
+    chain_rate: float = 0.5,
+    branches: Sequence[Sequence[int]] = (),
 ) -> DraftTree:
     """A tree of at most `size` nodes (the pending token, which came after `previous`,
-    included) and `max_depth` levels below it: `chain` as its first branch, then recycled
-    candidates breadth first."""
+    included) and `max_depth` levels below it, the likeliest first among: the proposal `chain`
+    (each of its tokens accepted with `chain_rate`), the other n-gram continuations `branches`
+    (from the root) and the recycled candidates after every node."""
+    odds = odds or BranchOdds(recycler.width)
     tree = DraftTree.rooted_at(pending)
-    node = 0
-    for token in list(chain)[: min(max_depth, size - 1)]:
-        node, _ = tree.add(node, token)
-    queue = deque(range(len(tree)))
-    while queue and len(tree) < size:
-        node = queue.popleft()
-        depth = tree.depths[node]
-        if depth >= max_depth:
+    chance = [1.0]  # per node: the estimated chance the walk reaches it
+    # (-chance, serial, parent, token, rank, the rest of the chain or n-gram branch)
+    frontier: list[tuple[float, int, int, int, int, tuple[int, ...]]] = []
+    serial = itertools.count()  # ties go to the earlier offer
+
+    def offer(parent: int, token: int, rank: int, rest: tuple[int, ...] = ()) -> None:
+        if tree.depths[parent] >= max_depth:
+            return
+        existing = tree.children[parent].get(token)
+        if existing is not None:  # a branch through a node already there goes on from it
+            if rank == CHAIN:
+                tree.ranks[existing] = CHAIN  # the proposal's, for its acceptance
+            if rest:
+                offer(existing, rest[0], rank, rest[1:])
+            return
+        score = chance[parent] * (chain_rate if rank == CHAIN else odds.rate(rank))
+        heapq.heappush(frontier, (-score, next(serial), parent, token, rank, rest))
+
+    def offer_recycled(parent: int) -> None:
+        before = previous if parent == 0 else tree.tokens[tree.parents[parent]]
+        for rank, token in enumerate(recycler.after(before, tree.tokens[parent])):
+            offer(parent, token, min(rank, len(odds.checks) - 1))
+
+    for rank, branch in [(CHAIN, chain), *((NGRAM_BRANCH, b) for b in branches)]:
+        if branch:
+            offer(0, int(branch[0]), rank, tuple(int(t) for t in branch[1:]))
+    offer_recycled(0)
+    while frontier and len(tree) < size:
+        negative, _, parent, token, rank, rest = heapq.heappop(frontier)
+        if token in tree.children[parent]:  # added since it was offered
+            offer(parent, token, rank, rest)
             continue
-        width = BRANCHING[min(depth, len(BRANCHING) - 1)]
-        before = previous if node == 0 else tree.tokens[tree.parents[node]]
-        for token in recycler.after(before, tree.tokens[node])[:width]:
-            child, new = tree.add(node, token)
-            if new:
-                queue.append(child)
-            if len(tree) >= size:
-                break
+        node, _ = tree.add(parent, token, rank)
+        chance.append(-negative)
+        offer_recycled(node)
+        if rest:
+            offer(node, rest[0], rank, rest[1:])
     return tree
 
 
