@@ -151,6 +151,18 @@ class FakeCompleter:
         self.jobs.append(f"complete {prefix.split()[0] if prefix.split() else ''}")
         if "JOBS" in prefix:
             return FakeCompletion(", ".join(self.jobs))
+        if prefix.endswith("LEAD"):
+            return FakeCompletion("_then")
+        if prefix.endswith("LEAD_then"):  # the prefetch after accepting: runs until a request
+            deadline = time.monotonic() + 10  # there waits for it, or it is stopped
+            while not cancel.is_set() and time.monotonic() < deadline:
+                job = SERVER.completions._inflight.get(request.uri) if SERVER else None
+                if job is not None and getattr(job, "prefetched", False):
+                    return FakeCompletion("_next()")
+                time.sleep(0.01)  # pacing: polls for the request (the state it waits for)
+            return FakeCompletion("", stop_reason="cancelled")
+        if "LEAD_then" in prefix:  # after the prefetched answer: nothing more
+            return FakeCompletion("")
         if "SLOW" in prefix:  # generate until cancelled (30 s at most)
             deadline = time.monotonic() + 30
             while not cancel.is_set() and time.monotonic() < deadline:
@@ -830,6 +842,24 @@ async def test_the_prefetch_after_an_answer_runs_before_its_alternatives(session
         # The answer, the prefetch of the text after accepting it, then the alternatives.
         assert await inline_text(client, URI, 1, 5) == (
             "complete CHOICES, complete CHOICES, alternatives, complete JOBS"
+        )
+
+
+async def test_a_request_where_a_prefetch_runs_waits_for_it_instead_of_stopping_it(session):
+    # Tab, then the request at the end of the accepted text before the prefetch is done: the
+    # prefetch's answer is the request's, computed once.
+    options = {"cache": {"prefetch": True, "warmup": False}, "decoding": {"candidates": 1}}
+    async with session(fake_command(), init_options=options) as client:
+        open_doc(client, URI, "LEAD\nJOBS \n")
+        assert await inline_text(client, URI, 0, 4) == "_then"
+        edit(client, URI, 2, (0, 4), (0, 4), "_then")  # accepted
+        assert await inline_text(client, URI, 0, 9) == "_next()"
+        await wait_for(lambda: any(plain(s)["source"] == "prefetch" for s in client.stats))
+        assert any("waiting for the prefetch" in m.message for m in client.log_messages)
+        # The prefetch after this answer ("nothing to add") is done before the jobs are read.
+        await wait_for(lambda: any("nothing to add" in m.message for m in client.log_messages))
+        assert await inline_text(client, URI, 1, 5) == (
+            "complete LEAD, complete LEAD_then, complete LEAD_then_next(), complete JOBS"
         )
 
 

@@ -91,6 +91,8 @@ class _Job:
     future: asyncio.Future
     cancel: threading.Event
     waiters: int = 1
+    prefetched: bool = False
+    """Its answer is a prefetch's, computed in the background before the request came."""
 
     def serves(self, text: str, offset: int) -> bool:
         return (
@@ -195,7 +197,8 @@ class CompletionService:
             job.waiters += 1
         else:
             self._cancel_inflight(uri)
-            job = self._submit(place(), f"[{request_id}] {feature}")
+            request, name = place(), f"[{request_id}] {feature}"
+            job = self._await_prefetch(request, name) or self._submit(request, name)
             joined = False
         try:
             completion = await asyncio.shield(job.future)
@@ -226,8 +229,8 @@ class CompletionService:
             uri,
             feature,
             max(started, serving.loaded_at) if serving is not None else started,
-            None if joined else completion,
-            source="shared" if joined else "model",
+            None if joined or job.prefetched else completion,
+            source="shared" if joined else "prefetch" if job.prefetched else "model",
             text="" if hidden else suggestion,
             confidence=confidence,
             below_floor=hidden,
@@ -347,12 +350,63 @@ class CompletionService:
                 entry.cancel.set()  # a running one stops at its next step
 
     def _submit(self, request, name: str) -> _Job:
-        """Queue the generation of `request` (a CompletionRequest) on the worker. When the
-        worker starts it, `name` ("[id] feature") is logged at log level with the time it waited
-        in the queue: a client (or a test) knows the generation is running, not only asked
-        for."""
-        uri, text, offset = request.uri, request.text, request.offset
+        """Queue the generation of `request` (a CompletionRequest) on the worker."""
         cancel = threading.Event()
+        return self._track(
+            _Job(request.text, request.offset, self._generate(request, name, cancel), cancel),
+            request.uri,
+        )
+
+    def _await_prefetch(self, request, name: str) -> _Job | None:
+        """A job for `request` that waits for the prefetch already computing it (Tab, then the
+        request at the end of the accepted text, before the prefetch is done), or None when
+        none is. Stopping the prefetch would throw its work away and compute it again. Should
+        the prefetch end stopped after all (a job that had to run preempted it), the request
+        is generated as any other."""
+        prefetch = self.work_ahead.prefetch_of(request.uri, request.offset, request.text)
+        if prefetch is None:
+            return None
+        cancel = threading.Event()
+        self.server.log(f"{name}: waiting for the prefetch computing it", "log")
+
+        async def answer():  # runs once the event loop is back, when `job` is set
+            completion = None
+            try:
+                completion = await asyncio.wrap_future(prefetch)
+            except asyncio.CancelledError:
+                if not prefetch.cancelled():
+                    raise  # this task, not the prefetch (the server shuts down)
+            except Exception:  # noqa: BLE001 - generated again below, which reports it
+                pass
+            if completion is not None and completion.stop_reason != "cancelled":
+                return completion
+            job.prefetched = False
+            if cancel.is_set():
+                return None  # superseded meanwhile: nobody reads it
+            return await self._generate(request, name, cancel)
+
+        future = asyncio.ensure_future(answer())
+        job = _Job(request.text, request.offset, future, cancel, prefetched=True)
+        return self._track(job, request.uri)
+
+    def _track(self, job: _Job, uri: str) -> _Job:
+        """`job` is the document's request in flight until it ends."""
+        self._inflight[uri] = job
+
+        def finished(done: asyncio.Future) -> None:
+            if self._inflight.get(uri) is job:
+                del self._inflight[uri]
+            if not done.cancelled():
+                done.exception()  # retrieved: every waiter may have gone
+
+        job.future.add_done_callback(finished)
+        return job
+
+    def _generate(self, request, name: str, cancel: threading.Event) -> asyncio.Future:
+        """Queue the generation of `request` on the worker, stopping any background job. When
+        the worker starts it, `name` ("[id] feature") is logged at log level with the time it
+        waited in the queue: a client (or a test) knows the generation is running, not only
+        asked for."""
         server, loop, queued = self.server, asyncio.get_running_loop(), time.monotonic()
 
         def generate(request, cancel):  # worker thread
@@ -362,18 +416,7 @@ class CompletionService:
                 loop.call_soon_threadsafe(server.log, message, "log")
             return server.host.complete(request, cancel)
 
-        future = asyncio.wrap_future(server.worker.submit(generate, request, cancel, preempt=True))
-        job = _Job(text, offset, future, cancel)
-        self._inflight[uri] = job
-
-        def finished(done: asyncio.Future) -> None:
-            if self._inflight.get(uri) is job:
-                del self._inflight[uri]
-            if not done.cancelled():
-                done.exception()  # retrieved: every waiter may have gone
-
-        future.add_done_callback(finished)
-        return job
+        return asyncio.wrap_future(server.worker.submit(generate, request, cancel, preempt=True))
 
     def accepted(self, uri: str, line: int, character: int, text: str, *, index: int = 0) -> str:
         """A suggestion was accepted (its item's command, run by the editor after inserting

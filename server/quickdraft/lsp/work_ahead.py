@@ -272,6 +272,12 @@ class WorkAhead:
         """Whether the completion at `offset` of `text` is being prefetched (queued or running)."""
         return (offset, text) in self._prefetching.get(uri, {})
 
+    def prefetch_of(self, uri: str, offset: int, text: str) -> Future | None:
+        """The worker's job prefetching the completion at `offset` of `text` (queued, running
+        or just done), for a request there to wait for instead of computing it again."""
+        job = self._prefetching.get(uri, {}).get((offset, text))
+        return None if job is None or job.cancelled() else job
+
     def drop_prefetches(self, keep: str) -> int:
         """The person moved to `keep`: other documents' queued prefetches are not run (the
         running one stops through its cancel event, `ModelWorker.preempt_background`), so the
