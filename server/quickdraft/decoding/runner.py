@@ -205,19 +205,20 @@ DEFAULT_SLOT_BYTES = 256 << 20
 
 
 def _new_cache():
-    from transformers import DynamicCache  # seconds to import: only once a torch model runs
+    # transformers takes seconds to import: only once a torch model runs.
+    from quickdraft.decoding.kv_cache import new_growing_cache
 
-    return DynamicCache()
+    return new_growing_cache()
 
 
 def share_dynamic_cache(cache: Any, n: int) -> Any | None:
     """A new DynamicCache holding the first `n` positions of `cache` without copying them: its
     layers' keys and values are views of `cache`'s. Neither cache ever writes into the other's
-    memory afterwards: a forward appends by concatenating into new tensors (DynamicLayer.update)
-    and a crop takes a shorter view (DynamicLayer.crop). So the memory is shared only until
-    the adopting slot's first forward (which concatenates the prefix into tensors of its own);
-    the computation is what is saved. None where the layers are not plain transformers 5
-    dynamic layers holding `n` positions (the caller then computes them)."""
+    memory afterwards: the adopting cache's first forward copies the prefix into buffers of its
+    own, and `cache` writes below `n` only into new buffers (decoding/kv_cache.py; a plain
+    DynamicLayer concatenates into new tensors at every forward anyway). The computation is
+    what is saved. None where the layers are not plain transformers 5 dynamic layers holding
+    `n` positions (the caller then computes them)."""
     layers = _plain_layers(cache, "DynamicLayer")
     if layers is None:
         return None
@@ -232,6 +233,8 @@ def share_dynamic_cache(cache: Any, n: int) -> Any | None:
         view.lazy_initialization(layer.keys, layer.values)
         view.keys, view.values = layer.keys[..., :n, :], layer.values[..., :n, :]
         shared.layers.append(view)
+        if hasattr(layer, "shared"):  # a GrowingLayer: its first n positions are read elsewhere
+            layer.shared = max(layer.shared, n)
     return shared
 
 
@@ -823,8 +826,13 @@ def _plain_layers(cache: Any, kind: str) -> list[Any] | None:
     layers = getattr(cache, "layers", None)
     if layer_type is None or not layers:
         return None
+    kinds: tuple[type, ...] = (layer_type,)
+    if kind == "DynamicLayer":
+        from quickdraft.decoding.kv_cache import GrowingLayer
+
+        kinds = (layer_type, GrowingLayer)
     for layer in layers:
-        if type(layer) is not layer_type or not getattr(layer, "is_initialized", False):
+        if type(layer) not in kinds or not getattr(layer, "is_initialized", False):
             return None
     return list(layers)
 
