@@ -225,6 +225,12 @@ def test_details_acceptance_and_prefix_match():
         report.acceptance_text(detail["drafted"], detail["accepted"])
         == "draft 0/2 (0%), ngram 4/6 (67%)"
     )
+    # A strategy that may ask the draft model says so when the cost model never did.
+    never = {"ngram": 6, "draft": 0}
+    assert report.acceptance_text(never, {"ngram": 4}, "hybrid@tree-auto") == (
+        "ngram 4/6 (67%), draft model never asked"
+    )
+    assert report.acceptance_text(never, {"ngram": 4}, "ngram") == "ngram 4/6 (67%)"
 
 
 def test_markdown_has_every_table(tmp_path):

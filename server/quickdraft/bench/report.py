@@ -283,12 +283,23 @@ def timing_noise(holes: list[dict[str, Any]]) -> float | None:
     return statistics.median(spreads) if spreads else None
 
 
-def acceptance_text(drafted: dict[str, int], accepted: dict[str, int]) -> str:
+DRAFT_MODEL_STRATEGIES = ("draft", "hybrid")
+"""The engine's strategies that may ask the draft model (the cost model decides each step)."""
+
+
+def acceptance_text(
+    drafted: dict[str, int], accepted: dict[str, int], strategy: str | None = None
+) -> str:
+    """Accepted/drafted per source; for a strategy that may ask the draft model, whether it did
+    (the cost model declines it where its step costs more than its tokens bring)."""
     parts = [
         f"{source} {accepted.get(source, 0)}/{count} ({accepted.get(source, 0) / count:.0%})"
         for source, count in sorted(drafted.items())
         if count
     ]
+    base = (strategy or "").split("@")[0]
+    if base in DRAFT_MODEL_STRATEGIES and not drafted.get("draft"):
+        parts.append("draft model never asked")
     return ", ".join(parts) or "–"
 
 
@@ -330,7 +341,7 @@ def strategy_rows(holes: list[dict[str, Any]], summary: dict[str, Any]) -> list[
                 _ms(d["prefill_ms_p50"]),
                 _fmt(d["decode_tokens_per_s"], ".1f"),
                 _fmt(s["tokens_per_forward"], ".2f"),
-                acceptance_text(d["drafted"], d["accepted"]),
+                acceptance_text(d["drafted"], d["accepted"], strategy),
                 _fmt(s["speedup_vs_ar"], ".2f", "×"),
                 _pct(s["identical_to_ar"]),
                 _pct(s.get("same_text_as_ar")),
