@@ -527,7 +527,8 @@ class Engine:
             try:  # a cancel stops the forward part way (`Runner.stopping_at`)
                 if tree_size:
                     tree = self._grow_tree(
-                        sequence,
+                        before,
+                        sequence[-1],
                         lookup_context if uses_ngram else None,
                         proposal,
                         request,
@@ -655,15 +656,17 @@ class Engine:
 
     def _grow_tree(
         self,
-        sequence: list[int],
+        before: int | None,
+        pending: int,
         lookup_context: list[int] | None,
         proposal: Proposal | None,
         request: GenerationRequest,
         size: int,
         budget: int,
     ) -> DraftTree:
-        """This step's tree: the proposal's chain, the other n-gram continuations of
-        `lookup_context` (None: the strategy uses no n-grams), recycled candidates."""
+        """This step's tree from the `pending` token (after `before`): the proposal's chain,
+        the other n-gram continuations of `lookup_context` (None: the strategy uses no
+        n-grams), recycled candidates."""
         drafts = proposal.tokens if proposal is not None else []
         chain_rate = 0.0
         if proposal is not None:
@@ -676,8 +679,8 @@ class Engine:
             others = [m.tokens for m in matches if not drafts or m.tokens[0] != drafts[0]]
             branches = others[:TREE_NGRAM_BRANCHES]
         return build_tree(
-            sequence[-2] if len(sequence) > 1 else None,
-            sequence[-1],
+            before,
+            pending,
             drafts,
             self.recycled,
             size,

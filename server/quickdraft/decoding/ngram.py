@@ -16,7 +16,7 @@ verification rejects; it can never change the output.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 LIVE = "live"
@@ -127,25 +127,29 @@ class NgramIndex:
         """
         if k < 1:
             return None
-        lowest = max(self.min_n, min_n or self.min_n)
+        best: NgramMatch | None = None
+        for n, source, position in self._hits(context, max(self.min_n, min_n or self.min_n)):
+            if best is not None and n < best.match_length:
+                return best  # the longest match's sources are all seen
+            continuation = self._tokens[source][position : position + k]
+            if len(continuation) >= k:
+                return NgramMatch(continuation, n, source)
+            if best is None or len(continuation) > len(best.tokens):
+                best = NgramMatch(continuation, n, source)
+        return best
+
+    def _hits(self, context: Sequence[int], lowest: int) -> Iterator[tuple[int, str, int]]:
+        """(n, source, position) for every source holding the last n tokens of `context` just
+        before `position`: longest n first, the most recently updated source first within
+        one n; hash collisions left out."""
         for n in range(min(self.max_n, len(context)), lowest - 1, -1):
             entry = self._table.get(hash(tuple(context[len(context) - n :])))
             if not entry:
                 continue
-            # Verify the hit (hashes can collide), newest source first.
             suffix = list(context[len(context) - n :])
-            best: NgramMatch | None = None
             for source, position in reversed(entry.items()):
-                tokens = self._tokens[source]
-                if tokens[position - n : position] == suffix:
-                    continuation = tokens[position : position + k]
-                    if len(continuation) >= k:
-                        return NgramMatch(continuation, n, source)
-                    if best is None or len(continuation) > len(best.tokens):
-                        best = NgramMatch(continuation, n, source)
-            if best is not None:
-                return best
-        return None
+                if self._tokens[source][position - n : position] == suffix:
+                    yield n, source, position
 
     def continuations(self, context: Sequence[int], k: int, limit: int) -> list[NgramMatch]:
         """Up to `limit` continuations (at most k tokens each) of suffixes of `context`, each
@@ -156,20 +160,12 @@ class NgramIndex:
         firsts: set[int] = set()
         if k < 1 or limit < 1:
             return found
-        for n in range(min(self.max_n, len(context)), self.min_n - 1, -1):
-            entry = self._table.get(hash(tuple(context[len(context) - n :])))
-            if not entry:
+        for n, source, position in self._hits(context, self.min_n):
+            continuation = self._tokens[source][position : position + k]
+            if not continuation or continuation[0] in firsts:
                 continue
-            suffix = list(context[len(context) - n :])
-            for source, position in reversed(entry.items()):
-                tokens = self._tokens[source]
-                if tokens[position - n : position] != suffix:
-                    continue  # a hash collision
-                continuation = tokens[position : position + k]
-                if not continuation or continuation[0] in firsts:
-                    continue
-                firsts.add(continuation[0])
-                found.append(NgramMatch(continuation, n, source))
-                if len(found) >= limit:
-                    return found
+            firsts.add(continuation[0])
+            found.append(NgramMatch(continuation, n, source))
+            if len(found) >= limit:
+                break
         return found
