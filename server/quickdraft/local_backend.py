@@ -330,10 +330,10 @@ class LocalBackend:
         ).computed
 
     def reset_cache(self) -> None:
-        """A cold start: no KV cache, and no memory of completions generated earlier (the
-        n-gram drafter remembers recent completions)."""
+        """A cold start: no KV cache, and no memory of text generated earlier (the n-gram
+        drafter's recent completions, the runner-up tokens kept for trees)."""
         self.engine.reset_cache()
-        self.engine.ngram.forget_completions()
+        self.engine.forget_generated()
 
     # --- how it computes ----------------------------------------------------------------
 

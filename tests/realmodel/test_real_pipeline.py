@@ -83,7 +83,7 @@ def completer():
 
 def complete(completer, uri, text, line, character, strategy):
     completer.backend.engine.reset_cache()
-    completer.backend.engine.ngram.forget_completions()
+    completer.backend.engine.forget_generated()
     completer.set_document(uri, text, "python")
     return completer.complete(
         CompletionRequest(uri, text, line, character, "python"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from quickdraft.bench.runner import Bench, BenchOptions, make_peers, parse_strat
 from quickdraft.bench.session import Session
 from quickdraft.config import load_config
 from quickdraft.generation import CompletionRequest
-from quickdraft.testing import build_tiny_loaded_models, local_completer
+from quickdraft.testing import build_tiny_int8_model, build_tiny_loaded_models, local_completer
 
 OURS = ("ar", "ngram", "draft", "hybrid")
 
@@ -96,6 +97,24 @@ def test_a_cold_start_forgets_earlier_completions(models, repo):
     assert not any(s.startswith("completion:") for s in completer.backend.engine.ngram.sources)
     ngram_sources = completer.backend.engine.ngram.sources
     assert any(s.startswith(hole.uri + "#") for s in ngram_sources)  # the documents stay indexed
+    session.close()
+
+
+def test_a_cold_start_forgets_the_runner_ups_kept_for_trees(models, repo):
+    # Kept, the target's top tokens after each token of one strategy's answer would be the
+    # next strategy's tree on the same hole: its answer, handed over.
+    config = {"decoding": {"max_new_tokens": 10, "tree": 8}}
+    vocab = len(models.tokenizer)  # trees are verified on the exact int8 path only
+    int8 = dataclasses.replace(models, target=build_tiny_int8_model(vocab), draft=None)
+    completer = local_completer(int8, load_config(config))
+    session = Session(completer)
+    hole = sample_holes(repo, 1, seed=1)[0]
+    session.open(hole)
+    session.complete(hole, "hybrid")
+    recycled = completer.backend.engine.recycled
+    assert len(recycled) > 0
+    session.reset_cache()
+    assert len(recycled) == 0
     session.close()
 
 

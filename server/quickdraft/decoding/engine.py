@@ -283,6 +283,13 @@ class Engine:
         if self.drafter is not None:
             self.drafter.runner.reset_all()
 
+    def forget_generated(self) -> None:
+        """Forget the text this engine generated: the completions the n-gram drafter remembers
+        and the target's runner-up tokens kept for trees (a benchmark's cold start; each would
+        hand the next run of the same hole its answer)."""
+        self.ngram.forget_completions()
+        self.recycled.forget()
+
     def select_slot(self, slot: str | None) -> None:
         """Use `slot`'s KV caches (each document keeps its own)."""
         self.target.select(slot)

@@ -124,6 +124,16 @@ class TokenRecycler:
                 if len(self._after_pair) > self.pairs:
                     del self._after_pair[next(iter(self._after_pair))]
 
+    def __len__(self) -> int:
+        """Tokens whose candidates are kept."""
+        return len(self._after)
+
+    def forget(self) -> None:
+        """Drop every candidate kept (a benchmark's cold start: what the target wrote for one
+        strategy's run of a hole would be the next strategy's tree)."""
+        self._after.clear()
+        self._after_pair.clear()
+
     def after(self, previous: int | None, token: int) -> list[int]:
         """Up to `width` candidates after `token` (preceded by `previous`), best first."""
         paired = self._after_pair.get((previous, token), []) if previous is not None else []
