@@ -574,6 +574,11 @@ class TypingBench:
                     or ("typed-ahead" if stats.get("cached") else "model"),
                     server_ms=stats.get("latencyMs"),
                     stages_ms=stats.get("stagesMs") or {},
+                    # How the answer was decoded: a slow decode is told apart from a slow
+                    # forward by these.
+                    target_forwards=stats.get("targetForwards"),
+                    drafted_by_source=stats.get("draftedBySource") or {},
+                    accepted_by_source=stats.get("acceptedBySource") or {},
                 )
                 rec.update(reuse_split(stats))
             record["requests"].append(rec)
