@@ -424,7 +424,8 @@ def render_markdown(
         "",
         "Latency is end to end: `Completer.complete` from request to post-processed text (the"
         " typed-ahead cache bypassed), every strategy from a cold start: no KV cache, and no"
-        " earlier completion remembered by the n-gram drafter. Peers run `generate` on the same"
+        " earlier completion remembered by the n-gram drafter, nor runner-up tokens kept for"
+        " trees. Peers run `generate` on the same"
         " prompt ids, token budget, stop tokens and stop rule; the time `Completer` took to build"
         " those ids is added to theirs. Speedup: the median over holes of `ar`'s latency divided"
         " by the strategy's. Tokens per forward: new tokens / target forwards (the engine's decode"
