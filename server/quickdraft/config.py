@@ -25,6 +25,8 @@ from quickdraft.errors import ConfigError
 
 Strategy = Literal["ar", "ngram", "draft", "hybrid"]
 STRATEGIES: tuple[str, ...] = get_args(Strategy)
+DRAFT_MODEL_STRATEGIES: tuple[str, ...] = ("draft", "hybrid")
+"""The strategies that may ask the draft model (the cost model decides each step)."""
 Runtime = Literal["auto", "torch", "llamacpp"]
 RUNTIMES: tuple[str, ...] = get_args(Runtime)
 FAMILIES: tuple[str, ...] = ("qwen2.5-coder", "deepseek-coder", "starcoder2", "codellama")

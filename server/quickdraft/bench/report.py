@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from quickdraft.bench.variants import split_variant
-from quickdraft.config import STRATEGIES
+from quickdraft.config import DRAFT_MODEL_STRATEGIES, STRATEGIES
 
 PEER_NAMES = ("hf-assisted", "hf-prompt-lookup", "llama-cpp", "llama-cpp-lookup")
 FIRST_TOKEN_TIMED = (*PEER_NAMES, "remote")
@@ -283,10 +283,6 @@ def timing_noise(holes: list[dict[str, Any]]) -> float | None:
     return statistics.median(spreads) if spreads else None
 
 
-DRAFT_MODEL_STRATEGIES = ("draft", "hybrid")
-"""The engine's strategies that may ask the draft model (the cost model decides each step)."""
-
-
 def acceptance_text(
     drafted: dict[str, int], accepted: dict[str, int], strategy: str | None = None
 ) -> str:
@@ -297,8 +293,7 @@ def acceptance_text(
         for source, count in sorted(drafted.items())
         if count
     ]
-    base = (strategy or "").split("@")[0]
-    if base in DRAFT_MODEL_STRATEGIES and not drafted.get("draft"):
+    if split_variant(strategy or "")[0] in DRAFT_MODEL_STRATEGIES and not drafted.get("draft"):
         parts.append("draft model never asked")
     return ", ".join(parts) or "–"
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from quickdraft.config import STRATEGIES, DecodingConfig
+from quickdraft.config import DRAFT_MODEL_STRATEGIES, STRATEGIES, DecodingConfig
 from quickdraft.decoding.confidence import TokenChoice, branch_points, token_choices
 from quickdraft.decoding.copy import CopyAligner
 from quickdraft.decoding.costmodel import (
@@ -347,7 +347,7 @@ class Engine:
     def drafts_with_model(self, language: str | None, strategy: str) -> bool:
         """Whether the policy would draft with the draft model now (so warming its cache pays):
         a fixed-length strategy that uses it, or the cost model finding it worth a step."""
-        if self.drafter is None or strategy not in ("draft", "hybrid"):
+        if self.drafter is None or strategy not in DRAFT_MODEL_STRATEGIES:
             return False
         k, _ = self.cost_model.best_k(
             "draft", self.acceptance.rate(language, "draft"), self.config.max_draft_length
@@ -734,7 +734,7 @@ class Engine:
                     match = NgramMatch(rest, self.config.ngram_max, "anchored")
             if match is None:
                 match = self.ngram.lookup(lookup_context, max_k)
-        use_draft_model = self.drafter is not None and request.strategy in ("draft", "hybrid")
+        use_draft_model = self.drafter is not None and request.strategy in DRAFT_MODEL_STRATEGIES
         # A short match is weaker evidence than a long one; it is tracked on its own and, in
         # hybrid with a fixed length, loses to the draft model.
         short = match is not None and match.match_length < self.config.hybrid_min_match
