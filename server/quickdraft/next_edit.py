@@ -46,7 +46,8 @@ from quickdraft.context.edit_prompt import (
     overrun_start,
     render_edit_prompt,
 )
-from quickdraft.context.edit_rules import FLOOR, latest_edit, propose
+from quickdraft.context.edit_proposals import propose
+from quickdraft.context.edit_rules import FLOOR, latest_edit
 from quickdraft.context.edit_vetoes import Decision, vet
 from quickdraft.context.prompt import TokenCounter, prompt_tokens
 from quickdraft.context.workspace import WorkspaceHead

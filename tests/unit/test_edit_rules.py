@@ -10,12 +10,12 @@ import pytest
 
 from quickdraft.context import syntax
 from quickdraft.context.edit_history import EditHistory, Hunk
+from quickdraft.context.edit_proposals import propose
 from quickdraft.context.edit_rules import (
     FLOOR,
     Candidate,
     TextEdit,
     latest_edit,
-    propose,
 )
 from quickdraft.context.edit_vetoes import applied, vet
 
@@ -70,20 +70,9 @@ def test_a_renamed_parameter_proposes_its_uses_in_the_function_and_nothing_outsi
 def test_tab_after_tab_finishes_the_rename_then_abstains():
     """Each answer is one edit; applied, it is the latest edit, and the next answer is the next
     use, until none is left: then no edit."""
-    text = replace_line(MANAGER, 103, "query", "question")
-    history = EditHistory()
-    history.record_full(URI, MANAGER, text)
-    shown_lines = []
-    for _ in range(6):
-        edit = latest_edit(URI, text, history.hunks(URI), "python")
-        decision = vet(edit, propose(edit))
-        if decision.shown is None:
-            break
-        assert decision.rule == "rename" and decision.confidence >= FLOOR
-        shown_lines.append(line_of(text, decision.shown.edit.start))
-        new = applied(text, decision.shown)
-        history.record_full(URI, text, new)
-        text = new
+    shown_lines, text = tab_through(
+        MANAGER, replace_line(MANAGER, 103, "query", "question"), "rename"
+    )
     assert shown_lines == [106, 107, 111, 112]
     lines_before, lines_after = MANAGER.split("\n"), text.split("\n")
     for number, (old, new) in enumerate(zip(lines_before, lines_after, strict=True), 1):
@@ -225,3 +214,167 @@ def test_a_string_change_in_another_language_is_replayed_by_tokens():
     decision = vet(edit, propose(edit))
     assert decision.rule == "repeat"
     assert applied(after, decision.shown) == before.replace("old-key", "new-key")
+
+
+# --- rules for edits the language binds nothing to, and for moved statements ------------------
+
+
+def tab_through(before: str, after: str, rule: str) -> tuple[list[int], str]:
+    """Edit `before` into `after`, then take each edit shown (all from `rule`) as Tab would,
+    until none is: (the line of each, the text at the end)."""
+    text, history = after, EditHistory()
+    history.record_full(URI, before, after)
+    shown = []
+    for _ in range(8):
+        edit = latest_edit(URI, text, history.hunks(URI), "python")
+        decision = vet(edit, propose(edit))
+        if decision.shown is None:
+            break
+        assert decision.rule == rule and decision.confidence >= FLOOR
+        shown.append(line_of(text, decision.shown.edit.start))
+        new = applied(text, decision.shown)
+        history.record_full(URI, text, new)
+        text = new
+    return shown, text
+
+
+def test_a_renamed_method_definition_proposes_its_calls_through_self():
+    *_, seen = proposals(120, "def _plan_searches(", "def _plan_search(")
+    assert seen == [("rename", 84, "_plan_search")]
+
+
+def test_a_word_changed_in_a_comment_is_replayed_in_prose_and_never_in_code():
+    after, edit, candidates, seen = proposals(58, "an AnalysisSummary", "an AnalysisDigest")
+    # The docstring above says it too; the code's `summary` and the import are other words.
+    assert seen == [("word", 57, "AnalysisDigest")]
+    assert after[candidates[0].edit.start : candidates[0].edit.end] == "AnalysisSummary"
+    assert vet(edit, candidates).shown == candidates[0]
+
+
+def test_a_plain_word_reworded_in_a_comment_proposes_nothing():
+    # "emit" -> "return" is a change of wording, not of what the text names.
+    *_, seen = proposals(58, "agents emit an", "agents return an")
+    assert seen == []
+
+
+def test_a_fixed_typo_is_fixed_in_the_other_comments_with_its_case():
+    text = MANAGER.replace("# Print to stdout", "# Prinnt the report to stdout\n        # prinnt")
+    after = text.replace("# Prinnt the", "# Print the", 1)
+    edit, _ = edited(text, after)
+    seen = [(c.rule, line_of(after, c.edit.start), c.edit.text) for c in propose(edit)]
+    assert seen == [("word", 94, "print")]
+    # A word given another ending is another word, not a typo fixed.
+    reworded = text.replace("# Prinnt the report", "# Prinnt the reports", 1)
+    edit, _ = edited(text, reworded)
+    assert propose(edit) == []
+
+
+def test_a_line_made_several_is_replayed_with_each_site_s_indentation():
+    before = MANAGER.replace(
+        "        finally:\n            self.printer.end()",
+        "        finally:\n            self.printer.end()\n"
+        "            if verbose:\n                self.printer.end()",
+    )
+    after = before.replace(
+        "            self.printer.end()",
+        "            self.printer.end(\n                flush=True,\n            )",
+        1,
+    )
+    edit, _ = edited(before, after)
+    candidates = propose(edit)
+    assert [c.rule for c in candidates] == ["repeat"]
+    fixed = applied(after, candidates[0])
+    assert (
+        "                self.printer.end(\n                    flush=True,\n                )"
+        in (fixed)
+    )
+
+
+def test_a_line_moved_above_its_copies_removes_them():
+    before = MANAGER.replace(
+        "        report = await self._write_report(query, search_results)\n",
+        "        report = await self._write_report(query, search_results)\n"
+        "        self.printer.mark_item_done('writing')\n",
+    ).replace(
+        "        report = await self._revise_report(query, report, search_results, verification)\n",
+        "        report = await self._revise_report(query, report, search_results, verification)\n"
+        "        self.printer.mark_item_done('writing')\n",
+    )
+    after = before.replace(
+        "        report = await self._write_report(",
+        "        self.printer.mark_item_done('writing')\n        report = await self._write_report(",
+        1,
+    )
+    shown, text = tab_through(before, after, "hoist")
+    # Both copies below, one Tab each (the second found from the first Tab's deletion).
+    assert shown == [108, 113]
+    assert text.count("self.printer.mark_item_done('writing')") == 1
+
+
+def test_a_deleted_variable_is_inlined_at_its_uses():
+    before = MANAGER.replace(
+        "        report = await self._write_report(query, search_results)\n",
+        "        results = search_results\n"
+        "        report = await self._write_report(query, results)\n",
+    ).replace(
+        "        verification = await self._verify_report(query, report, search_results)\n"
+        "        if verification.verified:",
+        "        verification = await self._verify_report(query, report, results)\n"
+        "        if verification.verified:",
+    )
+    after = before.replace("        results = search_results\n", "", 1)
+    shown, text = tab_through(before, after, "inline")
+    assert shown == [106, 107]
+    assert text == MANAGER
+
+
+def test_a_deleted_variable_that_is_still_assigned_is_not_inlined():
+    # `report` is assigned again below: deleting its first assignment inlines nothing.
+    after = MANAGER.replace(
+        "        report = await self._write_report(query, search_results)\n", "", 1
+    )
+    edit, _ = edited(MANAGER, after)
+    assert propose(edit) == []
+
+
+def test_changed_lines_are_replayed_where_the_same_lines_stand_and_not_in_a_docstring():
+    block = '        assert ns.hello\n        assert ns.file_or_dir == ["x"]\n'
+    before = (
+        "def test_parse(parser):\n"
+        '    ns = parser.parse_known_args(["x", "--y", "--hello", "this"])\n'
+        + block.replace("        ", "    ")
+        + "\n\nclass TestParser:\n    def test_unknown(self, parser):\n"
+        '        """\n' + block + '        """\n'
+        '        ns, unknown = parser.parse_known_and_unknown_args(["x", "this"])\n'
+        + block
+        + '        assert unknown == ["--y", "this"]\n'
+    )
+    after = before.replace(
+        '    assert ns.hello\n    assert ns.file_or_dir == ["x"]\n',
+        '    assert ns.hello is True\n    assert ns.file_or_dir == ["x", "this"]\n',
+        1,
+    )
+    edit, _ = edited(before, after)
+    candidates = propose(edit)
+    # The two lines again in the method, at its indentation; the docstring's copy is left.
+    assert [(c.rule, line_of(after, c.edit.start)) for c in candidates] == [("lines", 14)]
+    fixed = applied(after, candidates[0])
+    assert '        assert ns.hello is True\n        assert ns.file_or_dir == ["x", "this"]\n' in (
+        fixed
+    )
+    assert fixed.count("assert ns.hello\n") == 1  # the docstring's
+
+
+def test_a_hunk_renaming_several_names_renames_each():
+    *_, seen = proposals(
+        19,
+        "import VerificationResult, verifier_agent",
+        "import VerificationReport, report_verifier",
+    )
+    assert sorted(seen) == [
+        ("import", 105, "VerificationReport"),
+        ("import", 220, "VerificationReport"),
+        ("import", 238, "VerificationReport"),
+        ("import", 241, "report_verifier"),
+        ("import", 245, "VerificationReport"),
+    ]

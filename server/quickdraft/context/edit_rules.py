@@ -8,8 +8,9 @@ the latest hunk and proposes edits elsewhere, tagged with its name:
 
 - `rename`: one identifier replaced by another -> its remaining occurrences in the scope that
   binds it (tree-sitter: the function whose parameter or assignment it is, the class for
-  `self.x`, else the module), never an attribute of something else, a keyword argument's name,
-  or a nested function that binds the name again.
+  `self.x` and for a method's own name, else the module), never an attribute of something
+  else, a keyword argument's name, or a nested function that binds the name again. A hunk that
+  replaced several names one for one is each of those renames.
 - `import`: the same, for a name an import binds (`from m import a` -> `b`, `import m as a`);
   and an import added for a name another top-level import binds too -> that other binding
   removed (the name moved to where it is now imported from).
@@ -17,12 +18,14 @@ the latest hunk and proposes edits elsewhere, tagged with its name:
   without a default -> a same-named variable passed where the call's function has one.
 - `repeat`: the token-level change of the hunk (identifiers and literals it keeps, builtins
   aside, become holes), matched at the other places its old tokens still stand and replayed
-  there.
+  there; a line made several is replayed with each site's indentation.
 
-Candidates come nearest first (below the edit, then above it); each is one edit, so an editor
-shows one, applies it, asks again and gets the next. `vet` applies the vetoes (context/
-edit_vetoes.py) and keeps the first survivor at or above `FLOOR`. Everything is pure: texts in,
-candidates out; offsets are code points.
+This module also holds what every rule reads (the latest edit, its tokens, tree-sitter over
+code points); the rules of context/edit_words.py and context/edit_statements.py build on it,
+and context/edit_proposals.py asks them all. Candidates come nearest first (below the edit,
+then above it); each is one edit, so an editor shows one, applies it, asks again and gets the
+next. `vet` applies the vetoes (context/edit_vetoes.py) and keeps the first survivor at or
+above `FLOOR`. Everything is pure: texts in, candidates out; offsets are code points.
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ CONFIDENCE = {
     "import": 0.85,
     "signature": 0.8,
     "repeat": 0.6,
+    "word": 0.6,
+    "hoist": 0.6,
+    "inline": 0.6,
+    "lines": 0.6,
 }
 """Each rule's confidence for one example; `repeat` gains REPEAT_AGREEMENT when an earlier hunk
 made the same change, and loses REPEAT_SHORT when its pattern is a single token."""
@@ -227,13 +234,13 @@ class Tree:
         return self.root.descendant_for_byte_range(b0, b1)
 
 
-def _ancestors(node: Any) -> Iterator[Any]:
+def ancestors(node: Any) -> Iterator[Any]:
     while node is not None:
         yield node
         node = node.parent
 
 
-def _walk(node: Any, skip: Any = None) -> Iterator[Any]:
+def walk(node: Any, skip: Any = None) -> Iterator[Any]:
     """`node` and its descendants, not entering nodes for which `skip(node)` is true."""
     stack = [node]
     while stack:
@@ -271,7 +278,7 @@ def _parameter_has_default(node: Any) -> bool:
     return node.type in ("default_parameter", "typed_default_parameter")
 
 
-def _binds(scope: Any, name: str, tree: Tree) -> bool:
+def binds(scope: Any, name: str, tree: Tree) -> bool:
     """Whether the function `scope` makes `name` local (a parameter, or assigned in its own
     body, nested functions aside)."""
     if name in parameter_names(scope, tree):
@@ -279,12 +286,12 @@ def _binds(scope: Any, name: str, tree: Tree) -> bool:
     body = scope.child_by_field_name("body")
     if body is None:
         return False
-    for node in _walk(body, skip=lambda n: n.type in SCOPE_TYPES):
+    for node in walk(body, skip=lambda n: n.type in SCOPE_TYPES):
         if node.type in ("assignment", "augmented_assignment", "for_statement", "with_item"):
             target = node.child_by_field_name("left") or node.child_by_field_name("value")
             if target is None:
                 continue
-            for inner in _walk(target):
+            for inner in walk(target):
                 if inner.type == "identifier" and tree.node_text(inner) == name:
                     return True
     return False
@@ -355,10 +362,22 @@ def token_change(edit: LatestEdit) -> TokenChange | None:
 
 def rename_candidates(edit: LatestEdit, change: TokenChange) -> list[Candidate] | None:
     """`rename`/`import` candidates when the hunk replaced one name by another; None when it is
-    no rename (the `repeat` rule may take it); [] when it is one but nothing is left to do."""
-    if len(change.replaced) != 1:
-        return None
-    old_name, new_name = change.replaced[0]
+    no rename (the `repeat` rule may take it); [] when it is one but nothing is left to do.
+
+    A hunk that replaced several names one for one (a test renamed with the helper it imports,
+    its docstring too) is each of its renames: their candidates together, or None when none
+    of them leaves anything to do (another rule may take the hunk)."""
+    if len(change.replaced) == 1:
+        return _rename_candidates(edit, change, *change.replaced[0])
+    found: list[Candidate] = []
+    for old_name, new_name in change.replaced:
+        found.extend(_rename_candidates(edit, change, old_name, new_name) or ())
+    return found or None
+
+
+def _rename_candidates(
+    edit: LatestEdit, change: TokenChange, old_name: str, new_name: str
+) -> list[Candidate] | None:
     if not (_IDENT.match(old_name) and _IDENT.match(new_name)):
         return None
     if keyword.iskeyword(old_name) or keyword.iskeyword(new_name):
@@ -377,9 +396,9 @@ def rename_candidates(edit: LatestEdit, change: TokenChange) -> list[Candidate] 
         return None
     rule = "rename"
     parent = node.parent
-    if any(a.type in IMPORT_TYPES for a in _ancestors(node)):
+    if any(a.type in IMPORT_TYPES for a in ancestors(node)):
         rule = "import"
-        module = next(a for a in _ancestors(node) if a.type in IMPORT_TYPES)
+        module = next(a for a in ancestors(node) if a.type in IMPORT_TYPES)
         module_name = module.child_by_field_name("module_name")
         if module_name is not None and module_name.start_byte <= node.start_byte < (
             module_name.end_byte
@@ -389,8 +408,8 @@ def rename_candidates(edit: LatestEdit, change: TokenChange) -> list[Candidate] 
             names = [c for c in parent.named_children if c.type == "identifier"]
             if names and names[0] != node:
                 return None  # `import a.b` -> `import a.c`: uses spell `a.b`, not `b`
-        scope, skip = tree.root, _rebinds(old_name, tree)
-        refs = _references(scope, old_name, tree, skip)
+        scope, skip = tree.root, rebinds(old_name, tree)
+        refs = references(scope, old_name, tree, skip)
     elif (
         parent is not None
         and parent.type == "attribute"
@@ -399,17 +418,21 @@ def rename_candidates(edit: LatestEdit, change: TokenChange) -> list[Candidate] 
         owner = parent.child_by_field_name("object")
         if owner is None or tree.node_text(owner) not in ("self", "cls"):
             return None  # `obj.x` -> `obj.y`: no scope to resolve; `repeat` may replay it
-        scope = next((a for a in _ancestors(node) if a.type == "class_definition"), None)
+        scope = next((a for a in ancestors(node) if a.type == "class_definition"), None)
         if scope is None:
             return None
         refs = _self_attributes(scope, old_name, tree)
+    elif (owner_class := _method_of(node)) is not None:
+        # A method renamed: its calls through `self.`/`cls.` in the class (other objects'
+        # calls cannot be told from another class's method of that name).
+        refs = _self_attributes(owner_class, old_name, tree)
     else:
         scope = _binding_scope(node, old_name, new_name, tree)
-        skip = _rebinds(old_name, tree)
-        refs = _references(scope, old_name, tree, skip)
+        skip = rebinds(old_name, tree)
+        refs = references(scope, old_name, tree, skip)
         taken = [
             start
-            for start, _ in _references(scope, new_name, tree, _rebinds(new_name, tree))
+            for start, _ in references(scope, new_name, tree, rebinds(new_name, tree))
             if not edit.start <= start < edit.new_end
         ]
         if taken and not _renamed_before(edit, old_name, new_name):
@@ -420,6 +443,20 @@ def rename_candidates(edit: LatestEdit, change: TokenChange) -> list[Candidate] 
         for start, end in refs
         if not (edit.start <= start < edit.new_end)
     ]
+
+
+def _method_of(node: Any) -> Any | None:
+    """The class whose method `node` names (the `def`'s own name, directly in a class body)."""
+    function = node.parent
+    if function is None or function.type != "function_definition":
+        return None
+    if function.child_by_field_name("name") != node:
+        return None
+    body = function.parent
+    if body is not None and body.type == "decorated_definition":
+        body = body.parent
+    owner = body.parent if body is not None and body.type == "block" else None
+    return owner if owner is not None and owner.type == "class_definition" else None
 
 
 def _earlier_changes(edit: LatestEdit, count: int) -> Iterator[tuple[LatestEdit, TokenChange]]:
@@ -441,7 +478,7 @@ def _renamed_before(edit: LatestEdit, old_name: str, new_name: str) -> bool:
 
 def _binding_scope(node: Any, old_name: str, new_name: str, tree: Tree) -> Any:
     """The function (or the module) whose `old_name` the renamed identifier at `node` was."""
-    for ancestor in _ancestors(node.parent):
+    for ancestor in ancestors(node.parent):
         if ancestor.type == "function_definition" and ancestor.child_by_field_name("name") == node:
             continue  # a def's own name is bound where the def stands
         if ancestor.type in FUNCTION_TYPES:
@@ -449,23 +486,23 @@ def _binding_scope(node: Any, old_name: str, new_name: str, tree: Tree) -> Any:
             in_params = params is not None and (
                 params.start_byte <= node.start_byte < params.end_byte
             )
-            if in_params or _binds(ancestor, old_name, tree) or _binds(ancestor, new_name, tree):
+            if in_params or binds(ancestor, old_name, tree) or binds(ancestor, new_name, tree):
                 return ancestor
     return tree.root
 
 
-def _rebinds(name: str, tree: Tree) -> Any:
+def rebinds(name: str, tree: Tree) -> Any:
     """A skip predicate: functions (nested in the scope) that make `name` local again."""
 
     def skip(node: Any) -> bool:
-        return node.type in FUNCTION_TYPES and _binds(node, name, tree)
+        return node.type in FUNCTION_TYPES and binds(node, name, tree)
 
     return skip
 
 
-def _references(scope: Any, name: str, tree: Tree, skip: Any) -> list[tuple[int, int]]:
+def references(scope: Any, name: str, tree: Tree, skip: Any) -> list[tuple[int, int]]:
     found = []
-    for node in _walk(scope, skip=skip):
+    for node in walk(scope, skip=skip):
         if node.type == "identifier" and _is_reference(node) and tree.node_text(node) == name:
             found.append(tree.span(node))
     return found
@@ -473,7 +510,7 @@ def _references(scope: Any, name: str, tree: Tree, skip: Any) -> list[tuple[int,
 
 def _self_attributes(scope: Any, name: str, tree: Tree) -> list[tuple[int, int]]:
     found = []
-    for node in _walk(scope):
+    for node in walk(scope):
         if node.type == "attribute":
             owner = node.child_by_field_name("object")
             attribute = node.child_by_field_name("attribute")
@@ -496,7 +533,7 @@ def _self_attributes(scope: Any, name: str, tree: Tree) -> list[tuple[int, int]]
 
 def _enclosing_def(tree: Tree, start: int, end: int) -> Any | None:
     node = tree.at(start, max(start, end - 1))
-    for ancestor in _ancestors(node):
+    for ancestor in ancestors(node):
         if ancestor.type == "function_definition":
             params = ancestor.child_by_field_name("parameters")
             if params is None:
@@ -560,7 +597,7 @@ def signature_candidates(edit: LatestEdit, documents: dict[str, str]) -> list[Ca
 
 
 def _calls(tree: Tree, name: str, method: bool) -> Iterator[tuple[Any, Any]]:
-    for node in _walk(tree.root):
+    for node in walk(tree.root):
         if node.type != "call":
             continue
         function = node.child_by_field_name("function")
@@ -628,8 +665,8 @@ def _add_argument(
             return None
     if any(c.type == "keyword_argument" for c in _arguments(arguments)):
         return None
-    scope = next((a for a in _ancestors(call) if a.type in FUNCTION_TYPES), None)
-    if scope is None or not _binds(scope, added, tree):
+    scope = next((a for a in ancestors(call) if a.type in FUNCTION_TYPES), None)
+    if scope is None or not binds(scope, added, tree):
         return None
     args = _arguments(arguments)
     index = new_params.index(added) - (1 if method else 0)
@@ -654,7 +691,9 @@ class Pattern:
     holes: tuple[str, ...]
     """The text each hole had at the edit, in order of `old`'s holes."""
     new_text: str
-    """The replacement, with `{0}`, `{1}`... where the holes' texts go."""
+    """The replacement, with `{0}`, `{1}`... where the holes' texts go, and `{indent}` after each
+    line break it holds: the site's own indentation (lines deeper than the edited one keep
+    their extra indentation)."""
     kind: str | None = None
     """The syntax node the old tokens make at the edit: another site must make the same."""
 
@@ -671,6 +710,10 @@ def repeat_pattern(edit: LatestEdit, change: TokenChange) -> Pattern | None:
     # Names and literals the change keeps are holes: another site has its own. A builtin the
     # change keeps (`len` in `len(x)` -> `sum(len(e) for e in x)`) is part of its shape.
     holes = {t.text for t in new[j1:j2] if _hole(t)} & {t.text for t in old[i1:i2] if _hole(t)}
+    if edit.old.count("\n") <= 1 < edit.new.count("\n"):
+        # One line made several: its layout changed where no token did (a break after `(`), so
+        # the pattern is the whole line.
+        i1, i2, j1, j2 = 0, len(old), 0, len(new)
     # Widen by unchanged context until the old side has an anchor (a name, keyword or string
     # kept fixed) and two tokens at least.
     for _ in range(REPEAT_CONTEXT + 1):
@@ -689,10 +732,9 @@ def repeat_pattern(edit: LatestEdit, change: TokenChange) -> Pattern | None:
         return None  # something deleted once: on the tuned histories, seldom deleted again
     if any(t.kind == "comment" for t in (*segment, *replacement)):
         return None
-    if "\n" in edit.before[segment[0].start : segment[-1].end] or (
-        replacement and "\n" in edit.after[replacement[0].start : replacement[-1].end]
-    ):
-        return None  # lines added or joined: a change of structure, not one repeated
+    if "\n" in edit.before[segment[0].start : segment[-1].end]:
+        return None  # lines joined: a change of structure, not one repeated
+    indent = _indent_at(edit.after, replacement[0].start)
     hole_of: dict[str, int] = {}
     pattern: list[str | None] = []
     for t in segment:
@@ -703,13 +745,39 @@ def repeat_pattern(edit: LatestEdit, change: TokenChange) -> Pattern | None:
             pattern.append(t.text)
     if pattern[0] is None or pattern[-1] is None:
         return None  # a hole at an end would match anything up to there
-    pieces, cursor = [], replacement[0].start if replacement else 0
+    pieces, cursor, depth = [], replacement[0].start, 0
     for t in replacement:
-        pieces.append(_braces(edit.after[cursor : t.start]))
+        gap = _reindented(edit.after[cursor : t.start], indent)
+        if gap is None or "\n" in t.text or (depth <= 0 and "\n" in gap):
+            # A line break inside a token, a line outdented past the edit's, or one outside
+            # brackets: lines added (a statement, a decorator), not one line wrapped.
+            return None
+        depth += (t.text in _CLOSE) - (t.text in _CLOSE.values())
+        pieces.append(gap)
         pieces.append(f"{{{hole_of[t.text]}}}" if t.text in hole_of else _braces(t.text))
         cursor = t.end
     kind = _node_kind(Tree(edit.before, edit.grammar), segment[0].start, segment[-1].end)
     return Pattern(tuple(pattern), tuple(hole_of), "".join(pieces), kind)
+
+
+def _indent_at(text: str, offset: int) -> str:
+    """The indentation of the line holding `offset`."""
+    start = text.rfind("\n", 0, offset) + 1
+    line = text[start:offset]
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+def _reindented(gap: str, indent: str) -> str | None:
+    """The text between two tokens of a replacement, braces escaped, each line break's
+    indentation made relative to the edited line's (`{indent}` stands for the site's); None when
+    a line starts left of the edited line's indentation."""
+    lines = gap.split("\n")
+    out = [_braces(lines[0])]
+    for line in lines[1:]:
+        if not line.startswith(indent):
+            return None
+        out.append("{indent}" + _braces(line[len(indent) :]))
+    return "\n".join(out)
 
 
 def _hole(token: Token) -> bool:
@@ -806,7 +874,9 @@ def repeat_candidates(edit: LatestEdit, change: TokenChange) -> list[Candidate]:
         if pattern.kind is not None and _node_kind(after, start, end) != pattern.kind:
             continue
         texts = [edit.after[s:e] for s, e in holes]
-        sites.append((start, end, pattern.new_text.format(*texts)))
+        sites.append(
+            (start, end, pattern.new_text.format(*texts, indent=_indent_at(edit.after, start)))
+        )
         if len(sites) > REPEAT_MAX_SITES:
             return []
     confidence = CONFIDENCE["repeat"]
@@ -851,9 +921,19 @@ def _agrees(edit: LatestEdit, pattern: Pattern) -> bool:
 # --- an import that binds a name bound by another import ---------------------------------------
 
 
-def _inserted_lines(edit: LatestEdit) -> tuple[int, int] | None:
-    """The span (in `after`) of the whole lines the hunk inserted, when inserting is all it did
-    (its other lines the same before and after), else None."""
+@dataclass(frozen=True)
+class ChangedLines:
+    """The hunk's lines without those it holds unchanged at either end (an insertion coalesced
+    with the line it went before): `old` became `new`, `head` unchanged lines above them."""
+
+    head: int
+    old: list[str]
+    new: list[str]
+    unchanged_above: str
+    """The text of the `head` unchanged lines (the changed ones start this far into the hunk)."""
+
+
+def changed_lines(edit: LatestEdit) -> ChangedLines:
     old = edit.old.splitlines(keepends=True)
     new = edit.new.splitlines(keepends=True)
     p = 0
@@ -862,12 +942,19 @@ def _inserted_lines(edit: LatestEdit) -> tuple[int, int] | None:
     q = 0
     while q < min(len(old), len(new)) - p and old[-1 - q] == new[-1 - q]:
         q += 1
-    if len(old) - p - q != 0 or len(new) - p - q <= 0:
+    return ChangedLines(p, old[p : len(old) - q], new[p : len(new) - q], "".join(new[:p]))
+
+
+def inserted_lines(edit: LatestEdit) -> tuple[int, int] | None:
+    """The span (in `after`) of the whole lines the hunk inserted, when inserting is all it did
+    (its other lines the same before and after), else None."""
+    changed = changed_lines(edit)
+    inserted = changed.new
+    if changed.old or not inserted:
         return None
-    inserted = new[p : len(new) - q]
     if not inserted[-1].endswith("\n") or all(not line.strip() for line in inserted):
         return None
-    start = edit.start + sum(len(line) for line in new[:p])
+    start = edit.start + len(changed.unchanged_above)
     return start, start + sum(len(line) for line in inserted)
 
 
@@ -889,7 +976,7 @@ def _import_bindings(statement: Any, tree: Tree) -> list[tuple[str, Any]]:
     return found
 
 
-def _line_span(text: str, start: int, end: int) -> tuple[int, int]:
+def line_span(text: str, start: int, end: int) -> tuple[int, int]:
     """`start`..`end` widened to whole lines, the last line's break included."""
     start = text.rfind("\n", 0, start) + 1
     end = text.find("\n", end)
@@ -901,7 +988,7 @@ def duplicate_import_candidates(edit: LatestEdit) -> list[Candidate]:
     binds too (imports under a `try` or `if` are not top level: they may be alternatives) ->
     that other binding removed: its statement's lines when it is the statement's only name, its
     line of a parenthesized list when it stands alone there, else the name and its comma."""
-    inserted = _inserted_lines(edit) if edit.grammar == "python" else None
+    inserted = inserted_lines(edit) if edit.grammar == "python" else None
     if inserted is None:
         return []
     tree = Tree(edit.after, edit.grammar)
@@ -925,7 +1012,7 @@ def duplicate_import_candidates(edit: LatestEdit) -> list[Candidate]:
         if name not in added:
             continue
         if len(_import_bindings(statement, tree)) == 1:
-            start, end = _line_span(text, *tree.span(statement))
+            start, end = line_span(text, *tree.span(statement))
         else:
             start, end = tree.span(node)
             following = text[end:].lstrip(" \t")
@@ -933,7 +1020,7 @@ def duplicate_import_candidates(edit: LatestEdit) -> list[Candidate]:
                 end = len(text) - len(following) + 1
                 rest = text[end:]
                 end += len(rest) - len(rest.lstrip(" \t"))
-                line_start, line_end = _line_span(text, start, end)
+                line_start, line_end = line_span(text, start, end)
                 if not text[line_start:start].strip() and not text[end:line_end].strip():
                     start, end = line_start, line_end  # alone on its line of a (...) list
             else:
@@ -944,34 +1031,3 @@ def duplicate_import_candidates(edit: LatestEdit) -> list[Candidate]:
         note = f"{name} imported again: {tree.node_text(statement)[:50]}"
         candidates.append(Candidate("import", TextEdit(start, end, ""), CONFIDENCE["import"], note))
     return candidates
-
-
-# --- all rules ---------------------------------------------------------------------------------
-
-
-def propose(edit: LatestEdit, documents: dict[str, str] | None = None) -> list[Candidate]:
-    """Every rule's candidates for `edit`, best first: by confidence, then nearest after the edit
-    (then nearest above it), this document before the others. `documents`: the other open
-    documents (uri -> text)."""
-    documents = documents or {}
-    change = token_change(edit)
-    if change is None:
-        return []
-    candidates: list[Candidate] = []
-    renamed = rename_candidates(edit, change)
-    if renamed is not None:
-        candidates.extend(renamed)
-    else:
-        candidates.extend(signature_candidates(edit, documents))
-        if not candidates:
-            candidates.extend(repeat_candidates(edit, change))
-        if not candidates:
-            candidates.extend(duplicate_import_candidates(edit))
-
-    def order(candidate: Candidate) -> tuple[float, int, int, int]:
-        e = candidate.edit
-        below = e.start >= edit.new_end
-        distance = e.start - edit.new_end if below else edit.start - e.start
-        return (-candidate.confidence, e.uri is not None, not below, distance)
-
-    return sorted(candidates, key=order)[:MAX_CANDIDATES]

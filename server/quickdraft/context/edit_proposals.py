@@ -1,0 +1,58 @@
+"""Every rule's next-edit candidates for the latest edit, best first.
+
+The rules, tried in this order until one has candidates: `rename`/`import` and `signature`
+(context/edit_rules.py: what a name or a `def` binds), `repeat` (the hunk's token change
+replayed), `word` (a word of a comment or string, context/edit_words.py), `hoist`, `inline` (a
+statement moved) and `lines` (the changed lines replayed where they stand word for word; all
+three in context/edit_statements.py), and an import that moved a name (edit_rules).
+A hunk is one kind of change, so the first rule that recognises it speaks for it.
+"""
+
+from __future__ import annotations
+
+from quickdraft.context.edit_rules import (
+    MAX_CANDIDATES,
+    Candidate,
+    LatestEdit,
+    duplicate_import_candidates,
+    rename_candidates,
+    repeat_candidates,
+    signature_candidates,
+    token_change,
+)
+from quickdraft.context.edit_statements import (
+    hoist_candidates,
+    inline_candidates,
+    lines_candidates,
+)
+from quickdraft.context.edit_words import word_candidates
+
+
+def propose(edit: LatestEdit, documents: dict[str, str] | None = None) -> list[Candidate]:
+    """Every rule's candidates for `edit`, best first: by confidence, then nearest after the edit
+    (then nearest above it), this document before the others. `documents`: the other open
+    documents (uri -> text)."""
+    documents = documents or {}
+    change = token_change(edit)
+    if change is None:
+        return []
+    candidates = rename_candidates(edit, change)
+    if candidates is None:
+        rules = (
+            lambda: signature_candidates(edit, documents),
+            lambda: repeat_candidates(edit, change),
+            lambda: word_candidates(edit),
+            lambda: hoist_candidates(edit),
+            lambda: inline_candidates(edit),
+            lambda: lines_candidates(edit),
+            lambda: duplicate_import_candidates(edit),
+        )
+        candidates = next((found for rule in rules if (found := rule())), [])
+
+    def order(candidate: Candidate) -> tuple[float, int, int, int]:
+        e = candidate.edit
+        below = e.start >= edit.new_end
+        distance = e.start - edit.new_end if below else edit.start - e.start
+        return (-candidate.confidence, e.uri is not None, not below, distance)
+
+    return sorted(candidates, key=order)[:MAX_CANDIDATES]
