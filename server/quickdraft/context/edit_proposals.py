@@ -2,9 +2,10 @@
 
 The rules, tried in this order until one has candidates: `rename`/`import` and `signature`
 (context/edit_rules.py: what a name or a `def` binds), `repeat` (the hunk's token change
-replayed), `word` (a word of a comment or string, context/edit_words.py), `hoist`, `inline` (a
-statement moved) and `lines` (the changed lines replayed where they stand word for word; all
-three in context/edit_statements.py), and an import that moved a name (edit_rules).
+replayed), `word` (a word of a comment or string, context/edit_words.py), `hoist` and `inline`
+(a statement moved, context/edit_statements.py), an import that moved a name (edit_rules), and
+last `lines` (the changed lines replayed where they stand word for word, edit_statements.py;
+under the floor, measured only).
 A hunk is one kind of change, so the first rule that recognises it speaks for it.
 """
 
@@ -44,8 +45,8 @@ def propose(edit: LatestEdit, documents: dict[str, str] | None = None) -> list[C
             lambda: word_candidates(edit),
             lambda: hoist_candidates(edit),
             lambda: inline_candidates(edit),
-            lambda: lines_candidates(edit),
             lambda: duplicate_import_candidates(edit),
+            lambda: lines_candidates(edit),
         )
         candidates = next((found for rule in rules if (found := rule())), [])
 
