@@ -33,6 +33,7 @@ from __future__ import annotations
 import bisect
 import builtins
 import difflib
+import functools
 import keyword
 import re
 from collections.abc import Iterator, Sequence
@@ -125,6 +126,16 @@ class LatestEdit:
     def grammar(self) -> str | None:
         language = syntax.find_language(self.language_id, self.uri)
         return language.grammar if language is not None else None
+
+    @functools.cached_property
+    def after_tree(self) -> Tree:
+        """The document as it is, parsed once for every rule that reads it."""
+        return Tree(self.after, self.grammar)
+
+    @functools.cached_property
+    def before_tree(self) -> Tree:
+        """The document without the hunk, parsed once."""
+        return Tree(self.before, self.grammar)
 
 
 def latest_edit(
@@ -389,7 +400,7 @@ def _rename_candidates(
     grammar = edit.grammar
     if grammar != "python":
         return None
-    tree = Tree(edit.after, grammar)
+    tree = edit.after_tree
     if tree.root is None:
         return None
     site = next(t for t in change.new[change.j1 : change.j2] if t.text == new_name)
@@ -550,13 +561,13 @@ def signature_candidates(edit: LatestEdit, documents: dict[str, str]) -> list[Ca
     grammar = edit.grammar
     if grammar != "python":
         return []
-    after = Tree(edit.after, grammar)
+    after = edit.after_tree
     if after.root is None:
         return []
     new_def = _enclosing_def(after, edit.start, edit.new_end)
     if new_def is None:
         return []
-    before = Tree(edit.before, grammar)
+    before = edit.before_tree
     old_def = _enclosing_def(before, edit.start, edit.old_end)
     if old_def is None:
         return []
@@ -758,7 +769,7 @@ def repeat_pattern(edit: LatestEdit, change: TokenChange) -> Pattern | None:
         pieces.append(gap)
         pieces.append(f"{{{hole_of[t.text]}}}" if t.text in hole_of else _braces(t.text))
         cursor = t.end
-    kind = _node_kind(Tree(edit.before, edit.grammar), segment[0].start, segment[-1].end)
+    kind = _node_kind(edit.before_tree, segment[0].start, segment[-1].end)
     return Pattern(tuple(pattern), tuple(hole_of), "".join(pieces), kind)
 
 
@@ -858,7 +869,7 @@ def repeat_candidates(edit: LatestEdit, change: TokenChange) -> list[Candidate]:
         return []
     fixed = pattern.fixed()
     tokens = tokenize(edit.after, edit.language_id)
-    after = Tree(edit.after, edit.grammar)
+    after = edit.after_tree
     first = fixed[0]
     sites = []
     for i, token in enumerate(tokens):
@@ -993,7 +1004,7 @@ def duplicate_import_candidates(edit: LatestEdit) -> list[Candidate]:
     inserted = inserted_lines(edit) if edit.grammar == "python" else None
     if inserted is None:
         return []
-    tree = Tree(edit.after, edit.grammar)
+    tree = edit.after_tree
     if tree.root is None:
         return []
     added: dict[str, Any] = {}

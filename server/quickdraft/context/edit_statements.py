@@ -135,7 +135,7 @@ def _copies_below(tree: Tree, statement: str, above: int) -> Iterator[tuple[int,
 def hoist_candidates(edit: LatestEdit) -> list[Candidate]:
     if edit.grammar is None:
         return []
-    tree = Tree(edit.after, edit.grammar)
+    tree = edit.after_tree
     if tree.root is None:
         return []
     spans: list[tuple[int, int, str]] = []
@@ -256,7 +256,7 @@ def _uses(edit: LatestEdit, name: str, value: str, kind: str, below: int) -> lis
     """The uses of `name` from offset `below` on (the hunk's own lines aside) in the function
     holding the edit, each replaced by `value`; none when the function still binds `name` (or
     is the module)."""
-    tree = Tree(edit.after, edit.grammar)
+    tree = edit.after_tree
     if tree.root is None:
         return []
     scope = _scope(tree, edit.start)
@@ -343,7 +343,7 @@ def lines_candidates(edit: LatestEdit) -> list[Candidate]:
         + len(edit.after[anchor[0] : anchor[1]])
         - len(edit.after[anchor[0] : anchor[1]].lstrip())
     )
-    tree = Tree(edit.after, edit.grammar) if edit.grammar is not None else None
+    tree = edit.after_tree if edit.grammar is not None else None
     if tree is None or in_prose(tree, at, at + 1):
         return []  # lines of a docstring or a comment: wording, not code repeated
     candidates = []

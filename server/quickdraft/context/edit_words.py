@@ -119,7 +119,7 @@ def word_candidates(edit: LatestEdit) -> list[Candidate]:
     if not specific(old_word, new_word):
         return []
     start = edit.start + offset
-    before, after = Tree(edit.before, edit.grammar), Tree(edit.after, edit.grammar)
+    before, after = edit.before_tree, edit.after_tree
     if after.root is None or not (
         in_prose(before, start, start + len(old_word))
         and in_prose(after, start, start + len(new_word))
