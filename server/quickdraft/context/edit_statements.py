@@ -133,6 +133,8 @@ def _copies_below(tree: Tree, statement: str, above: int) -> Iterator[tuple[int,
 
 
 def hoist_candidates(edit: LatestEdit) -> list[Candidate]:
+    """`hoist`: the copies below of each statement the hunk inserted (or, after a Tab deleted
+    one copy, of the statement an earlier hunk inserted), each line removed whole."""
     if edit.grammar is None:
         return []
     tree = edit.after_tree
