@@ -773,11 +773,14 @@ def repeat_pattern(edit: LatestEdit, change: TokenChange) -> Pattern | None:
     return Pattern(tuple(pattern), tuple(hole_of), "".join(pieces), kind)
 
 
+def indent_of(line: str) -> str:
+    """The spaces and tabs `line` starts with."""
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
 def _indent_at(text: str, offset: int) -> str:
     """The indentation of the line holding `offset`."""
-    start = text.rfind("\n", 0, offset) + 1
-    line = text[start:offset]
-    return line[: len(line) - len(line.lstrip(" \t"))]
+    return indent_of(text[text.rfind("\n", 0, offset) + 1 : offset])
 
 
 def _reindented(gap: str, indent: str) -> str | None:

@@ -30,8 +30,8 @@ from quickdraft.context.edit_rules import (
     Tree,
     binds,
     changed_lines,
+    indent_of,
     inserted_lines,
-    line_span,
     rebinds,
     references,
     walk,
@@ -102,6 +102,17 @@ def _statement_at(tree: Tree, start: int, end: int) -> Any | None:
     return None
 
 
+def _lines_at(text: str) -> list[tuple[int, int, str]]:
+    """(start, end with its break, stripped text) of every line of `text`."""
+    out, start = [], 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end + 1
+        out.append((start, end, text[start:end].strip()))
+        start = end
+    return out
+
+
 # --- hoist ------------------------------------------------------------------------------------
 
 
@@ -116,20 +127,16 @@ def _copies_below(tree: Tree, statement: str, above: int) -> Iterator[tuple[int,
         for node in walk(scope, skip=lambda n: n.type in FUNCTION_TYPES)
         if node is not scope and node.type in FUNCTION_TYPES
     ]
-    position = text.find("\n", above)
-    while 0 <= position < scope_end:
-        start = position + 1
-        end = text.find("\n", start)
-        end = len(text) if end < 0 else end
-        line = text[start:end]
-        stripped = line.strip()
-        if stripped == statement:
-            first = start + len(line) - len(line.lstrip())
-            if not any(a <= first < b for a, b in nested) and _statement_at(
-                tree, first, first + len(stripped)
-            ):
-                yield line_span(text, first, first)
-        position = end if end < len(text) else -1
+    for start, end, stripped in _lines_at(text):
+        if start <= above or stripped != statement:
+            continue
+        if start > scope_end:
+            break
+        first = text.index(stripped, start)
+        if not any(a <= first < b for a, b in nested) and _statement_at(
+            tree, first, first + len(stripped)
+        ):
+            yield start, end
 
 
 def hoist_candidates(edit: LatestEdit) -> list[Candidate]:
@@ -282,17 +289,6 @@ def _uses(edit: LatestEdit, name: str, value: str, kind: str, below: int) -> lis
 # --- lines ------------------------------------------------------------------------------------
 
 
-def _lines_at(text: str) -> list[tuple[int, int, str]]:
-    """(start, end with its break, stripped text) of every line of `text`."""
-    out, start = [], 0
-    while start < len(text):
-        end = text.find("\n", start)
-        end = len(text) if end < 0 else end + 1
-        out.append((start, end, text[start:end].strip()))
-        start = end
-    return out
-
-
 def _reindent(lines: list[str], old_indent: str, new_indent: str) -> str | None:
     """`lines` moved from `old_indent` to `new_indent` (None: a line starts left of it)."""
     out = []
@@ -304,10 +300,6 @@ def _reindent(lines: list[str], old_indent: str, new_indent: str) -> str | None:
         else:
             return None
     return "".join(out)
-
-
-def _indent(line: str) -> str:
-    return line[: len(line) - len(line.lstrip(" \t"))]
 
 
 def lines_candidates(edit: LatestEdit) -> list[Candidate]:
@@ -328,23 +320,19 @@ def lines_candidates(edit: LatestEdit) -> list[Candidate]:
     last = first + len(new)  # the changed lines are lines[first:last] of `after`
     if old:
         pattern = [line.strip() for line in old]
-        indent = _indent(old[0])
+        indent = indent_of(old[0])
         inserted = False
     else:
         if first == 0 or last >= len(lines):
             return []
         pattern = [lines[first - 1][2], lines[last][2]]
-        indent = _indent(edit.after[lines[first - 1][0] : lines[first - 1][1]])
+        indent = indent_of(edit.after[lines[first - 1][0] : lines[first - 1][1]])
         inserted = True
     code = sum(len(line) for line in pattern if not line.startswith("#"))
     if code < LINES_MIN_CHARS or not (pattern[0] and pattern[-1]):
         return []
     anchor = lines[first - 1 if inserted else first]
-    at = (
-        anchor[0]
-        + len(edit.after[anchor[0] : anchor[1]])
-        - len(edit.after[anchor[0] : anchor[1]].lstrip())
-    )
+    at = edit.after.index(anchor[2], anchor[0])  # its first character
     tree = edit.after_tree if edit.grammar is not None else None
     if tree is None or in_prose(tree, at, at + 1):
         return []  # lines of a docstring or a comment: wording, not code repeated
@@ -355,7 +343,7 @@ def lines_candidates(edit: LatestEdit) -> list[Candidate]:
             continue  # the hunk itself
         if [line[2] for line in lines[i : i + len(pattern)]] != pattern:
             continue
-        site_indent = _indent(edit.after[start:end])
+        site_indent = indent_of(edit.after[start:end])
         if in_prose(tree, start + len(site_indent), start + len(site_indent) + 1):
             continue
         text = _reindent(new, indent, site_indent)
