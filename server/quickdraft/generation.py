@@ -298,6 +298,21 @@ class Backend(Protocol):
         """Compute ahead the caches this request will need; the tokens computed."""
         ...
 
+    def likelihoods(
+        self,
+        prompt_ids: Sequence[int],
+        continuations: Sequence[Sequence[int]],
+        *,
+        slot: str,
+        cancel: threading.Event | None,
+        deadline: float | None,
+    ) -> list[list[float]] | None:
+        """The model's log-probability of each token of each continuation after `prompt_ids`
+        (the prompt computed once, in cache slot `slot`): what the next-edit likelihood veto
+        compares. None where the backend cannot score (a serving engine), or when `cancel` or
+        `deadline` stopped it."""
+        ...
+
     @property
     def compute(self) -> dict[str, Any]:
         """How the models run and why (for `$/quickdraft/stats` and the log)."""

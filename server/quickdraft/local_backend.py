@@ -14,7 +14,7 @@ import logging
 import os
 import platform
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -328,6 +328,20 @@ class LocalBackend:
             draft=self.engine.drafts_with_model(request.language_id, self.config.decoding.strategy),
             cancel=cancel,
         ).computed
+
+    def likelihoods(
+        self,
+        prompt_ids: Sequence[int],
+        continuations: Sequence[Sequence[int]],
+        *,
+        slot: str,
+        cancel: threading.Event | None,
+        deadline: float | None,
+    ) -> list[list[float]] | None:
+        """The target's log-probabilities of the continuations (`Engine.likelihoods`)."""
+        return self.engine.likelihoods(
+            prompt_ids, continuations, slot=slot, cancel=cancel, deadline=deadline
+        )
 
     def reset_cache(self) -> None:
         """A cold start: no KV cache, and no memory of text generated earlier (the n-gram

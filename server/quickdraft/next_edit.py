@@ -29,7 +29,7 @@ import dataclasses
 import difflib
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from quickdraft.admission import refusal
@@ -47,12 +47,19 @@ from quickdraft.context.edit_prompt import (
     render_edit_prompt,
 )
 from quickdraft.context.edit_proposals import propose
-from quickdraft.context.edit_rules import FLOOR, latest_edit
-from quickdraft.context.edit_vetoes import Decision, vet
+from quickdraft.context.edit_rules import FLOOR, Candidate, LatestEdit, latest_edit
+from quickdraft.context.edit_vetoes import (
+    Decision,
+    Judge,
+    likelihood_window,
+    likely_enough,
+    vet,
+)
 from quickdraft.context.prompt import TokenCounter, prompt_tokens
 from quickdraft.context.workspace import WorkspaceHead
 from quickdraft.decoding import GenerationStats
 from quickdraft.generation import (
+    EDIT_SLOT,
     Backend,
     NextEditRequest,
     PreparedEdit,
@@ -133,6 +140,8 @@ class NextEdit:
     """Rule candidates the latest edit gave (before the vetoes)."""
     vetoed: dict[str, int] = field(default_factory=dict)
     """Veto -> rule candidates it removed (context.edit_vetoes)."""
+    judged: int = 0
+    """Rule candidates the model scored for the likelihood veto."""
     abstained: str | None = None
     """Why no edit was proposed when nothing was wrong (no candidate survived, and the model's
     rewrite is off for this model)."""
@@ -250,8 +259,17 @@ def model_rewrites(sources: EditSources) -> bool:
     return edit_format(sources) != "instruct"
 
 
-def rule_decision(sources: EditSources, request: NextEditRequest) -> Decision:
-    """The rules' candidates for the request's latest edit, vetoed (edits.rules off: none)."""
+def rule_decision(
+    sources: EditSources,
+    request: NextEditRequest,
+    *,
+    cancel: threading.Event | None = None,
+    floor: float = FLOOR,
+    clock: StageClock | None = None,
+) -> Decision:
+    """The rules' candidates for the request's latest edit, vetoed, the likelihood veto asked
+    of the backend where `edits.likelihood_veto` is on (edits.rules off: none). `clock`: the
+    rules' time is lapped as `rules_ms`, the model's as `veto_ms`."""
     if not sources.config.edits.rules:
         return Decision()
     others = {
@@ -259,7 +277,17 @@ def rule_decision(sources: EditSources, request: NextEditRequest) -> Decision:
         for uri, document in sources.documents.items()
         if uri != request.uri and document.language_id == request.language_id
     }
-    return decide(request.uri, request.text, request.hunks, request.language_id, others)
+    judge = likelihood_judge(sources, request, cancel, clock or StageClock())
+    return decide(
+        request.uri,
+        request.text,
+        request.hunks,
+        request.language_id,
+        others,
+        floor=floor,
+        judge=judge,
+        cancelled=lambda: cancel is not None and cancel.is_set(),
+    )
 
 
 def decide(
@@ -270,13 +298,72 @@ def decide(
     documents: dict[str, str] | None = None,
     *,
     floor: float = FLOOR,
+    judge: Callable[[LatestEdit], Judge] | None = None,
+    cancelled: Callable[[], bool] = lambda: False,
 ) -> Decision:
     """The rules' candidates for the latest of `hunks` (this document's, oldest first) in
-    `text`, vetoed: what the server shows before asking any model (the bench calls this too)."""
+    `text`, vetoed: what the server shows (the bench calls this too). `judge` makes the
+    likelihood veto's judge for the latest edit (None: that veto is not applied)."""
     edit = latest_edit(uri, text, hunks, language_id)
     if edit is None:
         return Decision()
-    return vet(edit, propose(edit, documents or {}), floor=floor)
+    return vet(
+        edit,
+        propose(edit, documents or {}),
+        floor=floor,
+        judge=judge(edit) if judge is not None else None,
+        cancelled=cancelled,
+    )
+
+
+def likelihood_judge(
+    sources: EditSources,
+    request: NextEditRequest,
+    cancel: threading.Event | None,
+    clock: StageClock,
+) -> Callable[[LatestEdit], Judge] | None:
+    """The likelihood veto's judge (context/edit_vetoes.py) over this request's backend: each
+    candidate's window as a fill-in-the-middle prompt (the template's, the document's path),
+    its changed lines as they are and as the candidate leaves them as the two middles, each
+    closed by the template's end token, scored in the document's next-edit cache slot (the
+    completion cache stays as it is). None where `edits.likelihood_veto` is off."""
+    if not sources.config.edits.likelihood_veto:
+        return None
+    prompts = sources.prompts
+    template = prompts.template
+    path = display_path(request.uri, sources.root)
+    end = list(prompts.cache.ids(template.stop_tokens[0]))
+
+    def judge_for(edit: LatestEdit) -> Judge:
+        def judge(candidate: Candidate) -> bool | None:
+            if candidate.edit.uri not in (None, edit.uri):
+                return None
+            clock.lap("rules_ms")
+            window = likelihood_window(edit, candidate)
+            parts = template.render_parts(
+                window.prefix, window.suffix, (), None, path, request.language_id
+            )
+            prompt = prompts.tokenize(
+                Prompt(text="".join(p.text for p in parts), prefix="", suffix="", parts=parts),
+                heal=False,
+            )
+            middles = [
+                [*prompts.cache.ids(template.sanitize(middle)), *end]
+                for middle in (window.old, window.new)
+            ]
+            scored = sources.backend.likelihoods(
+                prompt.ids,
+                middles,
+                slot=request.uri + EDIT_SLOT,
+                cancel=cancel,
+                deadline=None,
+            )
+            clock.lap("veto_ms")
+            return None if scored is None else likely_enough(*scored)
+
+        return judge
+
+    return judge_for
 
 
 def _context_files(sources: EditSources, uri: str) -> list[ContextFile]:
@@ -369,12 +456,14 @@ def suggest(
     if skipped is not None:
         return NextEdit(skipped=skipped)
     clock = StageClock()
-    decision = rule_decision(sources, request)
+    decision = rule_decision(sources, request, cancel=cancel, clock=clock)
     clock.lap("rules_ms")
     found = {
         "candidates": decision.candidates,
         "vetoed": dict(decision.vetoed),
+        "judged": decision.judged,
     }
+    rule_stages = {k: v for k, v in clock.stages.items() if k in ("rules_ms", "veto_ms")}
     if decision.shown is not None:
         shown = decision.shown
         return NextEdit(
@@ -382,7 +471,7 @@ def suggest(
             mode="rule",
             stop_reason="rule",
             latency_ms=(time.perf_counter() - started) * 1000,
-            stages={"rules_ms": clock.stages["rules_ms"]},
+            stages=rule_stages,
             rule=shown.rule,
             confidence=shown.confidence,
             **found,
@@ -391,7 +480,7 @@ def suggest(
         return NextEdit(
             mode="rule",
             latency_ms=(time.perf_counter() - started) * 1000,
-            stages={"rules_ms": clock.stages["rules_ms"]},
+            stages=rule_stages,
             abstained=(
                 "no rule candidate survived the vetoes, and the model's rewrite is off for a "
                 "model not trained for next edits (edits.model_rewrite)"

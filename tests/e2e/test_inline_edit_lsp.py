@@ -126,6 +126,11 @@ class RenamingBackend:
     def warm(self, prepared, cancel):
         return 0
 
+    def likelihoods(self, prompt_ids, continuations, *, slot, cancel, deadline):
+        """Every token as likely as the next: the likelihood veto keeps every candidate."""
+        self.scored = getattr(self, "scored", 0) + 1
+        return [[-1.0] * len(tokens) for tokens in continuations]
+
     compute = {"runtime": "fake", "dtype": None, "kernel": None, "reason": "a test double"}
     compute_path = None
     batch_invariant = False
@@ -423,6 +428,8 @@ async def test_a_renamed_parameter_is_proposed_at_each_use_in_turn_by_the_rename
             (None, None, 0),
         ]
         assert "model_rewrite" in stats[-1]["abstained"] and stats[0]["tokens"] == 0
+        # The model was asked about each rename before it was shown (the likelihood veto).
+        assert [s["judged"] for s in stats] == [1, 1, 0]
 
 
 def test_history_is_recorded_from_the_changes_the_store_applies():

@@ -96,6 +96,9 @@ class ScriptedBackend:
         )
         return Generated(text, tokens, "eos", stats)
 
+    def likelihoods(self, prompt_ids, continuations, *, slot, cancel, deadline):
+        return None  # cannot score: the likelihood veto keeps what the rules propose
+
     def alternatives(self, prepared, generated, count, *, within, cancel):
         """After `total = `: two other calls (and one that reads like the answer)."""
         from quickdraft.decoding import GenerationStats

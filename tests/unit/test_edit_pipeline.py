@@ -345,16 +345,22 @@ def test_disabled_next_edits_do_no_model_work(completer, monkeypatch):
 def test_a_rule_answers_without_the_model_and_says_which(completer, monkeypatch):
     from quickdraft.next_edit import suggest
 
-    monkeypatch.setattr(completer.backend.engine, "generate", None)  # never called
-    text = "def f(a):\n    return b + b\n\nx = f(1)\n"
-    hunk = Hunk("file:///w/a.py", 0, 0, "def f(b):\n", "def f(a):\n")
-    result = suggest(
-        edit_sources(completer),
-        NextEditRequest("file:///w/a.py", text, 0, 7, "python", hunks=[hunk]),
-    )
-    assert [(e.start, e.end, e.text) for e in result.edits] == [(21, 22, "a")]
-    assert (result.rule, result.confidence, result.candidates) == ("rename", 0.9, 2)
-    assert result.mode == "rule" and list(result.stages) == ["rules_ms"]
+    completer.update_config(load_config({"edits": {**EDITS, "likelihood_veto": False}}))
+    try:
+        monkeypatch.setattr(completer.backend.engine, "generate", None)  # never called
+        monkeypatch.setattr(completer.backend.engine, "likelihoods", None)  # nor this
+        text = "def f(a):\n    return b + b\n\nx = f(1)\n"
+        hunk = Hunk("file:///w/a.py", 0, 0, "def f(b):\n", "def f(a):\n")
+        result = suggest(
+            edit_sources(completer),
+            NextEditRequest("file:///w/a.py", text, 0, 7, "python", hunks=[hunk]),
+        )
+        assert [(e.start, e.end, e.text) for e in result.edits] == [(21, 22, "a")]
+        assert (result.rule, result.confidence, result.candidates) == ("rename", 0.9, 2)
+        assert result.mode == "rule" and list(result.stages) == ["rules_ms"]
+        assert result.judged == 0
+    finally:
+        completer.update_config(load_config({"edits": EDITS}))
 
 
 def test_without_a_rule_a_model_not_trained_for_next_edits_abstains(completer, monkeypatch):

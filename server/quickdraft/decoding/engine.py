@@ -453,6 +453,41 @@ class Engine:
                 )
         return found
 
+    def likelihoods(
+        self,
+        prompt_ids: Sequence[int],
+        continuations: Sequence[Sequence[int]],
+        *,
+        slot: str | None,
+        cancel: threading.Event | None = None,
+        deadline: float | None = None,
+    ) -> list[list[float]] | None:
+        """The target's log-probability of each token of each continuation of `prompt_ids`
+        (greedy or not: what it would give that token there), in `slot`'s cache. The prompt is
+        computed once (reusing what the slot holds); each continuation is one forward on top
+        of it, cropped away after, so the slot then holds the prompt. None when `cancel` or
+        `deadline` stopped it first."""
+        if not prompt_ids or any(not tokens for tokens in continuations):
+            raise InputError("likelihoods need a prompt and continuations of a token or more")
+        self.select_slot(slot)
+        prompt = [int(t) for t in prompt_ids]
+        scored: list[list[float]] = []
+        with self.target.stopping_at(cancel):
+            try:
+                first = self.target.logits_after(prompt, cancel=cancel, deadline=deadline)
+                for tokens in continuations:
+                    if first is None or stopped(cancel, deadline):
+                        return None
+                    rows = first.reshape(1, -1).float()
+                    if len(tokens) > 1:
+                        rows = torch.cat([rows, self.target.forward(tokens[:-1]).float()])
+                    self.target.keep(len(prompt))
+                    picked = torch.log_softmax(rows, dim=-1)[torch.arange(len(tokens)), tokens]
+                    scored.append(picked.tolist())
+            except ForwardCancelled:
+                return None
+        return scored
+
     def _generate(self, request: GenerationRequest, *, forked: bool = False) -> GenerationResult:
         """The loop. `forked`: an alternative (`alternatives`): the target's cache holds the
         prompt but its last token already, computed by decode steps; it is used as it is (no

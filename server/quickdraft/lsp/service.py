@@ -645,6 +645,7 @@ class NextEditService:
             confidence=result.confidence,
             candidates=result.candidates,
             vetoed=dict(result.vetoed),
+            judged=result.judged,
             abstained=result.abstained,
         )
         if self.server.serving is not None:
@@ -658,7 +659,8 @@ class NextEditService:
                 if payload["rule"]
                 else "no rule"
             )
-            why += f" [{shown}; {payload['candidates']} candidates, vetoed: {vetoes}]"
+            judged = f", {payload['judged']} scored by the model" if payload["judged"] else ""
+            why += f" [{shown}; {payload['candidates']} candidates{judged}, vetoed: {vetoes}]"
         self.server.log(
             f"[{request_id}] {feature}: {len(items)} edits{why}, {payload['tokens']} tokens "
             f"({result.copied_tokens} copied), {latency_ms:.0f} ms, "

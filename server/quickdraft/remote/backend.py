@@ -11,7 +11,7 @@ or measures step costs.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -160,6 +160,19 @@ class RemoteBackend:
         samples would be other requests on everyone's capacity, and not the greedy answer's
         branches)."""
         return []
+
+    def likelihoods(
+        self,
+        prompt_ids: Sequence[int],
+        continuations: Sequence[Sequence[int]],
+        *,
+        slot: str,
+        cancel: threading.Event | None,
+        deadline: float | None,
+    ) -> list[list[float]] | None:
+        """None: prompt log-probabilities are not part of the OpenAI-compatible API every
+        engine serves (vLLM's `prompt_logprobs` is its own), so the veto is not asked."""
+        return None
 
     def warm(self, prepared: PreparedCompletion, cancel: threading.Event | None) -> int:
         """No work ahead: a shared engine's capacity is for real requests (it caches the

@@ -1,0 +1,148 @@
+"""The likelihood veto (issue #32): the target scores a rule's candidate before it is shown.
+
+What the engine computes (`Engine.likelihoods`: the log-probabilities one forward over the
+prompt and the continuation gives, the slot left holding the prompt), what the pipeline asks
+(a fill-in-the-middle window, the changed lines as they are and as the candidate leaves them),
+and how the answer follows from it: a vetoed candidate gives way to the next, at most
+LIKELIHOOD_CHECKS are scored, a backend that cannot score keeps the rule's answer, a
+cancelled request shows nothing."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from quickdraft.backends import edit_sources
+from quickdraft.config import load_config
+from quickdraft.context.edit_history import Hunk
+from quickdraft.context.edit_rules import Candidate, TextEdit, latest_edit
+from quickdraft.context.edit_vetoes import (
+    LIKELIHOOD_CHECKS,
+    LIKELIHOOD_DROP,
+    likelihood_window,
+    likely_enough,
+    vet,
+)
+from quickdraft.generation import NextEditRequest
+from quickdraft.next_edit import suggest
+
+URI = "file:///w/a.py"
+# `b` renamed to `a` in the signature: the two uses of `b` below are the rename's candidates.
+TEXT = "def f(a):\n    c = b + 1\n    return b + c\n\nx = f(1)\n"
+HUNK = Hunk(URI, 0, 0, "def f(b):\n", "def f(a):\n")
+
+
+@pytest.fixture(scope="module")
+def completer():
+    from quickdraft.testing import build_tiny_loaded_models, local_completer
+
+    return local_completer(build_tiny_loaded_models(), load_config({}))
+
+
+def request(text: str = TEXT) -> NextEditRequest:
+    return NextEditRequest(URI, text, 0, 7, "python", hunks=[HUNK])
+
+
+def test_the_engine_scores_each_continuation_as_one_forward_over_the_whole_would(completer):
+    engine = completer.backend.engine
+    prompt, first, second = [5, 9, 14, 3, 7], [11, 2, 8], [4]
+    scored = engine.likelihoods(prompt, [first, second], slot="veto-test")
+    assert engine.target.tokens == prompt  # the continuations are cropped away
+    for continuation, got in zip((first, second), scored, strict=True):
+        engine.target.select("veto-reference")
+        engine.target.reset()
+        logits = engine.target.forward(prompt + continuation).float()
+        rows = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
+        want = rows[torch.arange(len(continuation)), continuation]
+        assert torch.allclose(torch.tensor(got), want, atol=1e-4)
+    cancel = threading.Event()
+    cancel.set()
+    assert engine.likelihoods(prompt, [first], slot="veto-test", cancel=cancel) is None
+
+
+def test_the_window_is_the_changed_lines_the_lines_around_them_and_the_latest_edit():
+    text = "".join(f"v{i} = {i}\n" for i in range(80))
+    line = text.index("v50 = 50")
+    # The latest edit is line 30 (20 lines above the candidate: the window reaches it).
+    edit = latest_edit(URI, text, [Hunk(URI, text.index("v30"), 30, "v30 = 0\n", "v30 = 30\n")])
+    candidate = Candidate("repeat", TextEdit(line + 6, line + 8, "51"), 0.6)
+    window = likelihood_window(edit, candidate)
+    assert (window.old, window.new) == ("v50 = 50\n", "v50 = 51\n")
+    assert window.prefix.startswith("v18 = 18\n")  # 12 lines above the edit's line
+    assert window.suffix == "".join(f"v{i} = {i}\n" for i in range(51, 63))
+    # An edit further than REACH_LINES away is not reached for: 12 lines each side.
+    far = latest_edit(URI, text, [Hunk(URI, text.index("v2 "), 2, "v2 = 0\n", "v2 = 2\n")])
+    assert likelihood_window(far, candidate).prefix.startswith("v38 = 38\n")
+
+
+def test_a_candidate_that_makes_its_lines_much_less_likely_is_vetoed():
+    assert likely_enough([-1.0, -1.0], [-0.5, -0.5])  # more likely
+    assert likely_enough([-1.0, -1.0], [-1.0 - LIKELIHOOD_DROP / 2, -1.0])
+    assert likely_enough([-1.0], [-1.0 - LIKELIHOOD_DROP])
+    assert not likely_enough([-1.0], [-1.1 - LIKELIHOOD_DROP])
+
+
+def test_the_pipeline_asks_the_model_about_each_candidate_and_shows_the_first_kept(
+    completer, monkeypatch
+):
+    engine = completer.backend.engine
+    asked = []
+
+    def likelihoods(prompt_ids, continuations, *, slot, cancel, deadline):
+        asked.append((completer.tokenizer.decode(prompt_ids), continuations, slot))
+        old, new = continuations
+        # The first candidate (the nearer use) loses much; the second is kept.
+        drop = 2 * LIKELIHOOD_DROP if len(asked) == 1 else 0.0
+        return [[-1.0] * len(old), [-1.0 - drop] + [-1.0] * (len(new) - 1)]
+
+    monkeypatch.setattr(engine, "likelihoods", likelihoods)
+    monkeypatch.setattr(engine, "generate", None)  # no rewrite is asked
+    result = suggest(edit_sources(completer), request())
+    assert len(asked) == 2 and result.judged == 2
+    assert result.vetoed == {"likelihood": 1} and result.rule == "rename"
+    start = TEXT.index("return b") + len("return ")
+    assert [(e.start, e.end, e.text) for e in result.edits] == [(start, start + 1, "a")]
+    prompt, (old, new), slot = asked[0]
+    assert slot == URI + "#edit"  # the document's completion cache is left be
+    assert prompt.startswith("<|fim_prefix|>") and prompt.endswith("<|fim_middle|>")
+    assert "def f(a):\n" in prompt and "return b + c\n" in prompt  # the window, both sides
+    decode = completer.tokenizer.decode
+    assert decode(old) == "    c = b + 1\n<|endoftext|>"
+    assert decode(new) == "    c = a + 1\n<|endoftext|>"
+    assert list(result.stages) == ["rules_ms", "veto_ms"]
+
+
+def test_at_most_a_few_candidates_are_scored_then_the_answer_is_no_edit():
+    text = "def f(a):\n" + "".join(f"    y{i} = b\n" for i in range(8))
+    edit = latest_edit(URI, text, [HUNK], "python")
+    candidates = [
+        Candidate(
+            "rename", TextEdit(text.index(f"y{i} = b") + 5, text.index(f"y{i} = b") + 6, "a"), 0.9
+        )
+        for i in range(8)
+    ]
+    judged = []
+    decision = vet(edit, candidates, judge=lambda c: judged.append(c) or False)
+    assert decision.shown is None and len(judged) == LIKELIHOOD_CHECKS
+    assert decision.vetoed == {"likelihood": LIKELIHOOD_CHECKS}
+    # A backend that cannot score (None) keeps the rule's answer; a cancelled one shows none.
+    kept = vet(edit, candidates, judge=lambda c: None)
+    assert kept.shown is candidates[0] and kept.unscored == 1
+    stopped = vet(edit, candidates, judge=lambda c: None, cancelled=lambda: True)
+    assert stopped.shown is None and stopped.judged == 1
+
+
+def test_a_serving_engine_is_not_asked_and_the_rule_answers(completer, monkeypatch):
+    monkeypatch.setattr(completer.backend, "likelihoods", lambda *a, **k: None)
+    monkeypatch.setattr(completer.backend.engine, "generate", None)
+    result = suggest(edit_sources(completer), request())
+    assert result.rule == "rename" and result.judged == 1 and result.vetoed == {}
+
+
+def test_a_cancelled_request_ends_the_search_with_no_edit(completer):
+    cancel = threading.Event()
+    cancel.set()
+    result = suggest(edit_sources(completer), request(), cancel=cancel)
+    assert result.edits == [] and result.rule is None
