@@ -26,7 +26,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quickdraft.bench.edits import (
     Candidate,
@@ -41,6 +41,9 @@ from quickdraft.bench.edits import (
 from quickdraft.bench.edits_report import score
 from quickdraft.bench.report import percentile
 from quickdraft.context.syntax import language_for_path
+
+if TYPE_CHECKING:  # the pipeline imports torch; the rules' bench runs without it
+    from quickdraft.next_edit import EditSources
 
 MAX_FILES = 3
 MAX_HUNKS = 6
@@ -125,10 +128,12 @@ def mine_cases(
 # --- replay -------------------------------------------------------------------------------------
 
 
-def replay_case(case: EditPair) -> dict[str, Any]:
-    """One case through the document store and the rules as the server runs them."""
+def replay_case(case: EditPair, sources: EditSources | None = None) -> dict[str, Any]:
+    """One case through the document store and the rules as the server runs them; with
+    `sources` (a loaded model's), the likelihood veto too, as the server asks it."""
+    from quickdraft.generation import NextEditRequest, StageClock
     from quickdraft.lsp.documents import DocumentStore
-    from quickdraft.next_edit import decide
+    from quickdraft.next_edit import decide, likelihood_judge
 
     uri = "file:///bench/" + case.path
     store = DocumentStore()
@@ -143,12 +148,21 @@ def replay_case(case: EditPair) -> dict[str, Any]:
         run["error"] = "the store's text is not the case's"
         return run
     hunks = store.history.hunks(uri)
+    clock = StageClock()
+    judge = None
+    if sources is not None:
+        line, character = store.get(uri).position_at(case.edit_start + len(case.edit_text))
+        request = NextEditRequest(uri, current, line, character, case.language, hunks=hunks)
+        judge = likelihood_judge(sources, request, None, clock)
     began = time.perf_counter()
-    decision = decide(uri, current, hunks, case.language)
+    decision = decide(uri, current, hunks, case.language, judge=judge)
     run["latency_ms"] = round((time.perf_counter() - began) * 1000, 3)
+    run["veto_ms"] = clock.stages.get("veto_ms", 0.0)
+    run["judged"] = decision.judged
     run["candidates"] = decision.candidates
     run["vetoed"] = dict(decision.vetoed)
-    # The best candidate whatever its confidence: what each floor would show (the sweep).
+    # The best candidate whatever its confidence: what each floor would show (the sweep; the
+    # rules' vetoes only, no model).
     best = decide(uri, current, hunks, case.language, floor=0.0).shown
     if best is not None:
         run["best"] = {

@@ -402,6 +402,13 @@ def add_edits_arguments(parser: argparse.ArgumentParser) -> None:
         "the server runs them, scored per rule with 95%% Wilson intervals",
     )
     group.add_argument(
+        "--edits-veto",
+        action="store_true",
+        help="with --edits-rules: load the model (the bench's model flags and --config) and "
+        "run the likelihood veto as the server does (edits.likelihood_veto); without it, the "
+        "rules' vetoes only, no model",
+    )
+    group.add_argument(
         "--edits-timeout-s",
         type=float,
         default=600.0,
@@ -440,6 +447,8 @@ def run_edits(args: argparse.Namespace) -> int:
         raise ConfigError("--edits-repo: required with --edits (or give --repo)")
     if args.edits_rules:
         return run_rules_bench(args, str(repo))
+    if args.edits_veto:
+        raise ConfigError("--edits-veto: only with --edits-rules (the server runs it otherwise)")
     wanted = args.edits_max_pairs or (QUICK_PAIRS if args.quick else DEFAULT_MAX_PAIRS)
     strategies = parse_edit_strategies(args.strategies)
     settings = base_settings(args, max_tokens_section="edits")

@@ -7,12 +7,17 @@ import argparse
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quickdraft.bench import edits_cases
 from quickdraft.bench.provenance import provenance
+from quickdraft.cli_args import ProgressLines, config_dict_from_args, config_file_from_args
+from quickdraft.config import load_config
 from quickdraft.errors import ConfigError
 from quickdraft.models.store import write_json_atomic
+
+if TYPE_CHECKING:
+    from quickdraft.next_edit import EditSources
 
 PREFIX = "quickdraft bench --edits --edits-rules"
 DEFAULT_CASES = 60
@@ -36,9 +41,11 @@ def run_rules_bench(args: argparse.Namespace, repos: str) -> int:
             kind = edits_cases.kind(case)
             print(f"{kind:4} {case.hunks} hunks {case.name} {case.date[:10]}")
         return 0
+
+    sources = model_sources(args) if args.edits_veto else None
     runs = []
     for case in cases:
-        run = edits_cases.replay_case(case)
+        run = edits_cases.replay_case(case, sources)
         run["repository"] = Path(case.repository).name
         runs.append(run)
         if run.get("proposed"):
@@ -50,6 +57,12 @@ def run_rules_bench(args: argparse.Namespace, repos: str) -> int:
                 else ("harmful" if run["harmful"] else "neutral")
             )
             print(f"  {run['kind']:4} {run['rule']:9} {verdict:7} {case.name}  {run['note']}")
+        if run.get("judged"):
+            vetoed = run["vetoed"].get("likelihood", 0)
+            print(
+                f"  {run['kind']:4} the model scored {run['judged']} candidates in "
+                f"{run['veto_ms']:.0f} ms, vetoed {vetoed}: {case.name}"
+            )
     summary = edits_cases.summarize(runs)
     per_history = {
         name: edits_cases.summarize([r for r in runs if r["repository"] == name])["overall"]
@@ -62,6 +75,10 @@ def run_rules_bench(args: argparse.Namespace, repos: str) -> int:
             "since": args.edits_since,
             "seed": args.seed,
             "cases_per_history": wanted,
+            "likelihood_veto": sources is not None,
+            "model": sources.model_names[0]
+            if sources is not None and sources.model_names
+            else None,
         },
         "cases": [case.to_dict() for case in cases],
         "runs": runs,
@@ -76,3 +93,16 @@ def run_rules_bench(args: argparse.Namespace, repos: str) -> int:
     print(table)
     print(f"\nresults: {out / 'results.json'}  report: {out / 'report.md'}")
     return 0
+
+
+def model_sources(args: argparse.Namespace) -> EditSources:
+    """The next-edit pipeline's sources over the model the bench's flags name, loaded as
+    `quickdraft serve` loads it, with the likelihood veto on."""
+    # These import torch: the rules' bench without a model never pays for it.
+    from quickdraft.backends import edit_sources, load_completer
+
+    data = config_dict_from_args(args)
+    data.setdefault("edits", {})["likelihood_veto"] = True
+    config = load_config(data, config_file_from_args(args))
+    print(f"{PREFIX}: loading the model for the likelihood veto…", file=sys.stderr)
+    return edit_sources(load_completer(config, progress=ProgressLines(PREFIX)))
