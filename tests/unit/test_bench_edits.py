@@ -655,3 +655,11 @@ def test_the_rules_bench_writes_its_results_and_report_without_a_server(history,
     assert "0.45" in results["summary"]["floor_sweep"]
     assert "| overall |" in (out / "report.md").read_text()
     assert "| overall |" in capsys.readouterr().out
+
+
+def test_histories_are_named_by_their_folder_not_a_mirrors_repo():
+    from quickdraft.bench.edits_rules_cli import history_name
+
+    assert history_name(Path("/m/huggingface+trl/repo")) == "huggingface+trl"
+    assert history_name(Path("/src/aider/.git")) == "aider"
+    assert history_name(Path("/src/aider")) == "aider"

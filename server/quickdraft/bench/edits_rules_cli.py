@@ -46,7 +46,7 @@ def run_rules_bench(args: argparse.Namespace, repos: str) -> int:
     runs = []
     for case in cases:
         run = edits_cases.replay_case(case, sources)
-        run["repository"] = Path(case.repository).name
+        run["repository"] = history_name(Path(case.repository))
         runs.append(run)
         if run.get("proposed"):
             verdict = (
@@ -93,6 +93,12 @@ def run_rules_bench(args: argparse.Namespace, repos: str) -> int:
     print(table)
     print(f"\nresults: {out / 'results.json'}  report: {out / 'report.md'}")
     return 0
+
+
+def history_name(path: Path) -> str:
+    """What a history is called in the report: its folder's name, or the folder above a bare
+    mirror's `repo` or a checkout's `.git` (two histories must not both be "repo")."""
+    return path.parent.name if path.name in ("repo", ".git") and path.parent.name else path.name
 
 
 def model_sources(args: argparse.Namespace) -> EditSources:
