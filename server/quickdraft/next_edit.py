@@ -49,6 +49,7 @@ from quickdraft.context.edit_prompt import (
 from quickdraft.context.edit_proposals import propose
 from quickdraft.context.edit_rules import FLOOR, Candidate, LatestEdit, latest_edit
 from quickdraft.context.edit_vetoes import (
+    WINDOW_TOKENS,
     Decision,
     Judge,
     likelihood_window,
@@ -351,6 +352,8 @@ def likelihood_judge(
                 [*prompts.cache.ids(template.sanitize(middle)), *end]
                 for middle in (window.old, window.new)
             ]
+            if len(prompt.ids) + sum(map(len, middles)) > WINDOW_TOKENS or not all(middles):
+                return None
             scored = sources.backend.likelihoods(
                 prompt.ids,
                 middles,

@@ -127,8 +127,17 @@ class RenamingBackend:
         return 0
 
     def likelihoods(self, prompt_ids, continuations, *, slot, cancel, deadline):
-        """Every token as likely as the next: the likelihood veto keeps every candidate."""
-        self.scored = getattr(self, "scored", 0) + 1
+        """Every token as likely as the next: the likelihood veto keeps every candidate. A
+        window holding `SLOW_VETO` waits for its cancel event (30 s at most) and scores
+        nothing."""
+        if "SLOW_VETO" in self.models.tokenizer.decode(prompt_ids):
+            started = os.environ.get(SLOW_STARTED)
+            if started:
+                Path(started).touch()
+            deadline_at = time.monotonic() + 30
+            while not cancel.is_set() and time.monotonic() < deadline_at:
+                time.sleep(0.01)  # pacing: polls its cancel event (held until stopped)
+            return None
         return [[-1.0] * len(tokens) for tokens in continuations]
 
     compute = {"runtime": "fake", "dtype": None, "kernel": None, "reason": "a test double"}
@@ -385,6 +394,23 @@ async def test_a_newer_request_supersedes_the_older_and_stops_it(session, tmp_pa
         # The older generation saw its cancel event (it did not run on for 30 s).
         [item] = answer["edits"]
         assert "cancelled" in item["text"] and "ran to its end" not in item["text"]
+
+
+async def test_a_keystroke_stops_the_next_edit_the_model_is_scoring(session, tmp_path, monkeypatch):
+    """The likelihood veto runs on the model worker; the next change to the document stops it,
+    so the keystroke's completion does not wait behind it."""
+    started = tmp_path / "slow-started"
+    monkeypatch.setenv(SLOW_STARTED, str(started))
+    async with session(command("--rules")) as client:
+        text = SHAPES.replace("    scale", "    # SLOW_VETO\n    scale")
+        open_doc(client, URI, text, version=1)
+        edit(client, URI, 2, (0, 9), (0, 14), "w")
+        asked = asyncio.ensure_future(inline_edit(client, URI, 2, 0, 10))
+        await wait_for(started.exists, 20)  # the model is scoring the first candidate
+        assert not asked.done()
+        edit(client, URI, 3, (0, 10), (0, 10), "i")  # the next keystroke
+        # Stopped: answered long before the fake's 30 s, with nothing for an older version.
+        assert (await asyncio.wait_for(asked, 20)) == {"edits": []}
 
 
 async def test_a_renamed_parameter_is_proposed_at_each_use_in_turn_by_the_rename_rule(session):

@@ -146,3 +146,11 @@ def test_a_cancelled_request_ends_the_search_with_no_edit(completer):
     cancel.set()
     result = suggest(edit_sources(completer), request(), cancel=cancel)
     assert result.edits == [] and result.rule is None
+
+
+def test_a_window_too_long_to_score_keeps_the_rules_answer(completer, monkeypatch):
+    monkeypatch.setattr(completer.backend.engine, "likelihoods", None)  # never called
+    monkeypatch.setattr(completer.backend.engine, "generate", None)
+    text = TEXT.replace("    c = b + 1\n", "    c = b + 1  # " + "x " * 3000 + "\n")
+    result = suggest(edit_sources(completer), request(text))
+    assert result.rule == "rename" and result.judged == 1 and result.vetoed == {}

@@ -42,6 +42,9 @@ WINDOW_LINES = 12
 REACH_LINES = 40
 """The window reaches further (by at most this many lines) to take in the latest edit, which is
 what makes the candidate likely."""
+WINDOW_TOKENS = 1024
+"""A window longer than this (a file of very long lines) is not scored: the candidate is kept
+as the rules alone would show it, rather than a prefill of seconds more."""
 LIKELIHOOD_CHECKS = 3
 """At most this many candidates are scored per request (each costs a forward over its window);
 when all are vetoed, the answer is no edit."""

@@ -40,6 +40,10 @@ def did_change(ls: QuickdraftServer, params: types.DidChangeTextDocumentParams) 
                 )
             )
     document = ls.documents.change(uri, changes, params.text_document.version)
+    # A next edit asked for the older version would be dropped by the editor anyway; stopped
+    # now, it frees the model for this keystroke's completion (the likelihood veto takes a
+    # prefill of seconds on a slow CPU).
+    ls.next_edits.cancel(uri)
     ls.sync_document(document)
 
 
