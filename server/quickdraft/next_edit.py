@@ -142,7 +142,8 @@ class NextEdit:
     vetoed: dict[str, int] = field(default_factory=dict)
     """Veto -> rule candidates it removed (context.edit_vetoes)."""
     judged: int = 0
-    """Rule candidates the model scored for the likelihood veto."""
+    """Rule candidates the model scored for the likelihood veto (a backend that cannot score
+    scores none)."""
     abstained: str | None = None
     """Why no edit was proposed when nothing was wrong (no candidate survived, and the model's
     rewrite is off for this model)."""
@@ -464,7 +465,7 @@ def suggest(
     found = {
         "candidates": decision.candidates,
         "vetoed": dict(decision.vetoed),
-        "judged": decision.judged,
+        "judged": decision.scored,
     }
     rule_stages = {k: v for k, v in clock.stages.items() if k in ("rules_ms", "veto_ms")}
     if decision.shown is not None:

@@ -138,7 +138,7 @@ def test_a_serving_engine_is_not_asked_and_the_rule_answers(completer, monkeypat
     monkeypatch.setattr(completer.backend, "likelihoods", lambda *a, **k: None)
     monkeypatch.setattr(completer.backend.engine, "generate", None)
     result = suggest(edit_sources(completer), request())
-    assert result.rule == "rename" and result.judged == 1 and result.vetoed == {}
+    assert result.rule == "rename" and result.judged == 0 and result.vetoed == {}
 
 
 def test_a_cancelled_request_ends_the_search_with_no_edit(completer):
@@ -153,4 +153,4 @@ def test_a_window_too_long_to_score_keeps_the_rules_answer(completer, monkeypatc
     monkeypatch.setattr(completer.backend.engine, "generate", None)
     text = TEXT.replace("    c = b + 1\n", "    c = b + 1  # " + "x " * 3000 + "\n")
     result = suggest(edit_sources(completer), request(text))
-    assert result.rule == "rename" and result.judged == 1 and result.vetoed == {}
+    assert result.rule == "rename" and result.judged == 0 and result.vetoed == {}

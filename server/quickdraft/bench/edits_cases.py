@@ -158,7 +158,7 @@ def replay_case(case: EditPair, sources: EditSources | None = None) -> dict[str,
     decision = decide(uri, current, hunks, case.language, judge=judge)
     run["latency_ms"] = round((time.perf_counter() - began) * 1000, 3)
     run["veto_ms"] = clock.stages.get("veto_ms", 0.0)
-    run["judged"] = decision.judged
+    run["judged"] = decision.scored
     run["candidates"] = decision.candidates
     run["vetoed"] = dict(decision.vetoed)
     # The best candidate whatever its confidence: what each floor would show (the sweep; the

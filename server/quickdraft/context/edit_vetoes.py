@@ -70,6 +70,11 @@ class Decision:
     """Of those, the ones it could not score (kept: a backend without log-probabilities)."""
 
     @property
+    def scored(self) -> int:
+        """Candidates the model scored (asked, less those it could not score)."""
+        return self.judged - self.unscored
+
+    @property
     def rule(self) -> str | None:
         return self.shown.rule if self.shown is not None else None
 
