@@ -216,10 +216,11 @@ class EditsConfig:
     model_rewrite: Literal["auto", "on", "off"] = "auto"
     """The model rewriting the region when no rule proposes: `auto` only with a model trained
     for next edits (the zeta, sweep or instinct format), `on` always, `off` never."""
-    likelihood_veto: bool = True
-    """Before a rule's edit is shown, the model scores the changed lines as they are and as the
+    likelihood_veto: Literal["draft", "target", "off"] = "draft"
+    """Before a rule's edit is shown, a model scores the changed lines as they are and as the
     edit leaves them; one that makes them much less likely is not shown
-    (context/edit_vetoes.py). A serving engine (`backend: openai`) cannot score: not asked."""
+    (context/edit_vetoes.py): `draft`, the draft model (the target where none is loaded),
+    `target`, `off`. A serving engine (`backend: openai`) cannot score: not asked."""
 
 
 @dataclass

@@ -304,12 +304,13 @@ class Backend(Protocol):
         continuations: Sequence[Sequence[int]],
         *,
         slot: str,
+        model: str,
         cancel: threading.Event | None,
         deadline: float | None,
     ) -> list[list[float]] | None:
-        """The model's log-probability of each token of each continuation after `prompt_ids`
-        (the prompt computed once, in cache slot `slot`): what the next-edit likelihood veto
-        compares. None where the backend cannot score (a serving engine), or when `cancel` or
+        """`model`'s log-probability ("target", or "draft" where one is loaded) of each token
+        of each continuation after `prompt_ids` (the prompt computed once, in cache slot
+        `slot`): what the next-edit likelihood veto compares. None where the backend cannot score (a serving engine), or when `cancel` or
         `deadline` stopped it."""
         ...
 

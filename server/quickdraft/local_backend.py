@@ -335,12 +335,13 @@ class LocalBackend:
         continuations: Sequence[Sequence[int]],
         *,
         slot: str,
+        model: str,
         cancel: threading.Event | None,
         deadline: float | None,
     ) -> list[list[float]] | None:
         """The target's log-probabilities of the continuations (`Engine.likelihoods`)."""
         return self.engine.likelihoods(
-            prompt_ids, continuations, slot=slot, cancel=cancel, deadline=deadline
+            prompt_ids, continuations, slot=slot, model=model, cancel=cancel, deadline=deadline
         )
 
     def reset_cache(self) -> None:

@@ -328,8 +328,10 @@ def likelihood_judge(
     candidate's window as a fill-in-the-middle prompt (the template's, the document's path),
     its changed lines as they are and as the candidate leaves them as the two middles, each
     closed by the template's end token, scored in the document's next-edit cache slot (the
-    completion cache stays as it is). None where `edits.likelihood_veto` is off."""
-    if not sources.config.edits.likelihood_veto:
+    completion cache stays as it is), by the model `edits.likelihood_veto` names. None where it
+    is off."""
+    scorer = sources.config.edits.likelihood_veto
+    if scorer == "off":
         return None
     prompts = sources.prompts
     template = prompts.template
@@ -359,11 +361,12 @@ def likelihood_judge(
                 prompt.ids,
                 middles,
                 slot=request.uri + EDIT_SLOT,
+                model=scorer,
                 cancel=cancel,
                 deadline=None,
             )
             clock.lap("veto_ms")
-            return None if scored is None else likely_enough(*scored)
+            return None if scored is None else likely_enough(*scored, model=scorer)
 
         return judge
 

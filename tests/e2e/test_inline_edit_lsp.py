@@ -126,7 +126,7 @@ class RenamingBackend:
     def warm(self, prepared, cancel):
         return 0
 
-    def likelihoods(self, prompt_ids, continuations, *, slot, cancel, deadline):
+    def likelihoods(self, prompt_ids, continuations, *, slot, model, cancel, deadline):
         """Every token as likely as the next: the likelihood veto keeps every candidate. A
         window holding `SLOW_VETO` waits for its cancel event (30 s at most) and scores
         nothing."""

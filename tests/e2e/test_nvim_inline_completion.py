@@ -96,7 +96,7 @@ class ScriptedBackend:
         )
         return Generated(text, tokens, "eos", stats)
 
-    def likelihoods(self, prompt_ids, continuations, *, slot, cancel, deadline):
+    def likelihoods(self, prompt_ids, continuations, *, slot, model, cancel, deadline):
         return None  # cannot score: the likelihood veto keeps what the rules propose
 
     def alternatives(self, prepared, generated, count, *, within, cancel):

@@ -345,7 +345,7 @@ def test_disabled_next_edits_do_no_model_work(completer, monkeypatch):
 def test_a_rule_answers_without_the_model_and_says_which(completer, monkeypatch):
     from quickdraft.next_edit import suggest
 
-    completer.update_config(load_config({"edits": {**EDITS, "likelihood_veto": False}}))
+    completer.update_config(load_config({"edits": {**EDITS, "likelihood_veto": "off"}}))
     try:
         monkeypatch.setattr(completer.backend.engine, "generate", None)  # never called
         monkeypatch.setattr(completer.backend.engine, "likelihoods", None)  # nor this

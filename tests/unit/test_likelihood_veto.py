@@ -29,6 +29,8 @@ from quickdraft.generation import NextEditRequest
 from quickdraft.next_edit import suggest
 
 URI = "file:///w/a.py"
+DROP = LIKELIHOOD_DROP["draft"]
+"""The default scorer's (edits.likelihood_veto: draft)."""
 # `b` renamed to `a` in the signature: the two uses of `b` below are the rename's candidates.
 TEXT = "def f(a):\n    c = b + 1\n    return b + c\n\nx = f(1)\n"
 HUNK = Hunk(URI, 0, 0, "def f(b):\n", "def f(a):\n")
@@ -45,15 +47,18 @@ def request(text: str = TEXT) -> NextEditRequest:
     return NextEditRequest(URI, text, 0, 7, "python", hunks=[HUNK])
 
 
-def test_the_engine_scores_each_continuation_as_one_forward_over_the_whole_would(completer):
+@pytest.mark.parametrize("model", ["target", "draft"])
+def test_the_engine_scores_each_continuation_as_one_forward_over_the_whole_would(completer, model):
     engine = completer.backend.engine
+    runner = engine.drafter.runner if model == "draft" else engine.target
+    assert runner is not engine.target or model == "target"  # the tiny models have a draft
     prompt, first, second = [5, 9, 14, 3, 7], [11, 2, 8], [4]
-    scored = engine.likelihoods(prompt, [first, second], slot="veto-test")
-    assert engine.target.tokens == prompt  # the continuations are cropped away
+    scored = engine.likelihoods(prompt, [first, second], slot="veto-test", model=model)
+    assert runner.tokens == prompt  # the continuations are cropped away
     for continuation, got in zip((first, second), scored, strict=True):
-        engine.target.select("veto-reference")
-        engine.target.reset()
-        logits = engine.target.forward(prompt + continuation).float()
+        runner.select("veto-reference")
+        runner.reset()
+        logits = runner.forward(prompt + continuation).float()
         rows = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
         want = rows[torch.arange(len(continuation)), continuation]
         assert torch.allclose(torch.tensor(got), want, atol=1e-4)
@@ -79,9 +84,10 @@ def test_the_window_is_the_changed_lines_the_lines_around_them_and_the_latest_ed
 
 def test_a_candidate_that_makes_its_lines_much_less_likely_is_vetoed():
     assert likely_enough([-1.0, -1.0], [-0.5, -0.5])  # more likely
-    assert likely_enough([-1.0, -1.0], [-1.0 - LIKELIHOOD_DROP / 2, -1.0])
-    assert likely_enough([-1.0], [-1.0 - LIKELIHOOD_DROP])
-    assert not likely_enough([-1.0], [-1.1 - LIKELIHOOD_DROP])
+    assert likely_enough([-1.0, -1.0], [-1.0 - DROP / 2, -1.0])
+    assert likely_enough([-1.0], [-1.0 - DROP])
+    assert not likely_enough([-1.0], [-1.1 - DROP])
+    assert not likely_enough([-1.0], [-1.1 - LIKELIHOOD_DROP["target"]], model="target")
 
 
 def test_the_pipeline_asks_the_model_about_each_candidate_and_shows_the_first_kept(
@@ -90,11 +96,12 @@ def test_the_pipeline_asks_the_model_about_each_candidate_and_shows_the_first_ke
     engine = completer.backend.engine
     asked = []
 
-    def likelihoods(prompt_ids, continuations, *, slot, cancel, deadline):
+    def likelihoods(prompt_ids, continuations, *, slot, model, cancel, deadline):
+        assert model == "draft"  # the default scorer
         asked.append((completer.tokenizer.decode(prompt_ids), continuations, slot))
         old, new = continuations
         # The first candidate (the nearer use) loses much; the second is kept.
-        drop = 2 * LIKELIHOOD_DROP if len(asked) == 1 else 0.0
+        drop = 2 * DROP if len(asked) == 1 else 0.0
         return [[-1.0] * len(old), [-1.0 - drop] + [-1.0] * (len(new) - 1)]
 
     monkeypatch.setattr(engine, "likelihoods", likelihoods)

@@ -75,7 +75,7 @@ def run_rules_bench(args: argparse.Namespace, repos: str) -> int:
             "since": args.edits_since,
             "seed": args.seed,
             "cases_per_history": wanted,
-            "likelihood_veto": sources is not None,
+            "likelihood_veto": sources.config.edits.likelihood_veto if sources else "off",
             "model": sources.model_names[0]
             if sources is not None and sources.model_names
             else None,
@@ -102,13 +102,13 @@ def history_name(path: Path) -> str:
 
 
 def model_sources(args: argparse.Namespace) -> EditSources:
-    """The next-edit pipeline's sources over the model the bench's flags name, loaded as
-    `quickdraft serve` loads it, with the likelihood veto on."""
+    """The next-edit pipeline's sources over the models the bench's flags name, loaded as
+    `quickdraft serve` loads them; the veto scores with the model the settings name."""
     # These import torch: the rules' bench without a model never pays for it.
     from quickdraft.backends import edit_sources, load_completer
 
-    data = config_dict_from_args(args)
-    data.setdefault("edits", {})["likelihood_veto"] = True
-    config = load_config(data, config_file_from_args(args))
+    config = load_config(config_dict_from_args(args), config_file_from_args(args))
+    if config.edits.likelihood_veto == "off":
+        raise ConfigError("--edits-veto: the settings turn the veto off (edits.likelihood_veto)")
     print(f"{PREFIX}: loading the model for the likelihood veto…", file=sys.stderr)
     return edit_sources(load_completer(config, progress=ProgressLines(PREFIX)))

@@ -459,10 +459,12 @@ class Engine:
         continuations: Sequence[Sequence[int]],
         *,
         slot: str | None,
+        model: str = "target",
         cancel: threading.Event | None = None,
         deadline: float | None = None,
     ) -> list[list[float]] | None:
-        """The target's log-probability of each token of each continuation of `prompt_ids`
+        """The log-probability `model` ("target", or "draft": the draft model where one is
+        loaded, else the target) gives each token of each continuation of `prompt_ids`
         (greedy or not: what it would give that token there), in `slot`'s cache. The prompt is
         computed once (reusing what the slot holds); each continuation is one forward on top
         of it, cropped away after, so the slot then holds the prompt. None when `cancel` or
@@ -470,18 +472,19 @@ class Engine:
         if not prompt_ids or any(not tokens for tokens in continuations):
             raise InputError("likelihoods need a prompt and continuations of a token or more")
         self.select_slot(slot)
+        runner = self.drafter.runner if model == "draft" and self.drafter else self.target
         prompt = [int(t) for t in prompt_ids]
         scored: list[list[float]] = []
-        with self.target.stopping_at(cancel):
+        with runner.stopping_at(cancel):
             try:
-                first = self.target.logits_after(prompt, cancel=cancel, deadline=deadline)
+                first = runner.logits_after(prompt, cancel=cancel, deadline=deadline)
                 for tokens in continuations:
                     if first is None or stopped(cancel, deadline):
                         return None
                     rows = first.reshape(1, -1).float()
                     if len(tokens) > 1:
-                        rows = torch.cat([rows, self.target.forward(tokens[:-1]).float()])
-                    self.target.keep(len(prompt))
+                        rows = torch.cat([rows, runner.forward(tokens[:-1]).float()])
+                    runner.keep(len(prompt))
                     picked = torch.log_softmax(rows, dim=-1)[torch.arange(len(tokens)), tokens]
                     scored.append(picked.tolist())
             except ForwardCancelled:

@@ -167,6 +167,7 @@ class RemoteBackend:
         continuations: Sequence[Sequence[int]],
         *,
         slot: str,
+        model: str,
         cancel: threading.Event | None,
         deadline: float | None,
     ) -> list[list[float]] | None:
