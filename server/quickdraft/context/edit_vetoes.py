@@ -7,9 +7,9 @@ In order, cheapest first; the first that applies removes the candidate and is co
 - `undo`: it touches the lines of the latest edit, or turns the document back into what it was
   before it.
 - `parse`: the document with it applied has more tree-sitter errors than without it.
-- `likelihood`: the target model finds the changed lines much less likely than they were
-  (`likely_enough`). The caller asks the model (`vet`'s `judge`: the pipeline has the
-  backend, this module only says what to score: `likelihood_window`); at most
+- `likelihood`: a model (the draft by default) finds the changed lines much less likely than
+  they were (`likely_enough`). The caller asks the model (`vet`'s `judge`: the pipeline has
+  the backend, this module only says what to score: `likelihood_window`); at most
   LIKELIHOOD_CHECKS candidates are scored per request.
 
 The first candidate, best first, that no veto removes is shown; none shown is the answer "no
