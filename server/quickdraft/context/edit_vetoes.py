@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from quickdraft.context import syntax
 from quickdraft.context.edit_history import lines_with_breaks
-from quickdraft.context.edit_rules import FLOOR, Candidate, LatestEdit
+from quickdraft.context.edit_rules import FLOOR, Candidate, LatestEdit, line_span
 
 VETOES = ("floor", "other-document", "undo", "parse", "likelihood")
 
@@ -169,9 +169,7 @@ def likelihood_window(edit: LatestEdit, candidate: Candidate) -> LikelihoodWindo
     lines it changes, WINDOW_LINES around them, stretched up or down to take in the latest edit
     when it is at most REACH_LINES away."""
     text, target = edit.after, candidate.edit
-    start = text.rfind("\n", 0, target.start) + 1
-    end = text.find("\n", target.end)
-    end = len(text) if end < 0 else end + 1
+    start, end = line_span(text, target.start, target.end)
     first, last = text.count("\n", 0, start), text.count("\n", 0, end)
     edit_first, edit_last = text.count("\n", 0, edit.start), text.count("\n", 0, edit.new_end)
     above = WINDOW_LINES + (first - edit_first if 0 < first - edit_first <= REACH_LINES else 0)
