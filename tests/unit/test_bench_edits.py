@@ -637,6 +637,24 @@ def test_the_rules_are_replayed_as_the_server_runs_them_and_scored_per_rule(hist
     assert "| rename |" in render(summary) and "| 0.45 |" in render(summary)
 
 
+def test_a_rule_row_times_its_own_proposals_and_scored_answers_are_timed_apart():
+    from quickdraft.bench.edits_cases import render, summarize
+
+    def run(rule, latency, judged=0):
+        verdict = {"exact": True, "helpful": True, "harmful": False}
+        proposed = {"rule": rule, "proposed": True, **verdict} if rule else {"proposed": False}
+        return {"kind": "edit", "latency_ms": latency, "judged": judged, **proposed}
+
+    runs = [run(None, 2.0), run(None, 4.0), run("hoist", 6.0), run("rename", 3000.0, judged=1)]
+    summary = summarize(runs)
+    assert summary["rules"]["hoist"]["p50_ms"] == 6.0
+    assert summary["rules"]["rename"]["p50_ms"] == 3000.0
+    assert summary["overall"]["p50_ms"] == 5.0  # every answer's
+    assert (summary["overall"]["scored"], summary["overall"]["scored_p50_ms"]) == (1, 3000.0)
+    assert "scored: 1, p50 3000 ms" in render(summary)
+    assert "model scored" not in render(summarize(runs[:3]))
+
+
 def test_wilson_intervals():
     from quickdraft.bench.edits_cases import rate, wilson
 

@@ -218,12 +218,16 @@ def rate(successes: int, trials: int) -> dict[str, Any]:
 
 def summarize_runs(runs: list[dict[str, Any]], rule: str | None = None) -> dict[str, Any]:
     """Coverage, precision, harmful rate and exact, overall (`rule` None) or for one rule (its
-    proposals; the denominators of coverage and harmful stay all edit cases / all cases)."""
+    proposals; the denominators of coverage and harmful stay all edit cases / all cases).
+    Latency: of all answers overall, of the rule's proposals for a rule; `scored_*`: of the
+    answers the likelihood veto's model scored (no model: none)."""
     answered = [r for r in runs if not r.get("error")]
     edit_cases = [r for r in answered if r["kind"] == "edit"]
     proposals = [r for r in answered if r.get("proposed") and (rule is None or r["rule"] == rule)]
     on_edit = [r for r in proposals if r["kind"] == "edit"]
-    latencies = [r["latency_ms"] for r in answered if r.get("latency_ms") is not None]
+    timed = answered if rule is None else proposals
+    latencies = [r["latency_ms"] for r in timed if r.get("latency_ms") is not None]
+    scored = [r["latency_ms"] for r in timed if r.get("judged") and r.get("latency_ms") is not None]
     return {
         "cases": len(runs),
         "edit_cases": len(edit_cases),
@@ -235,6 +239,9 @@ def summarize_runs(runs: list[dict[str, Any]], rule: str | None = None) -> dict[
         "exact": rate(sum(1 for r in on_edit if r["exact"]), len(edit_cases)),
         "p50_ms": round(percentile(latencies, 50), 3) if latencies else None,
         "p90_ms": round(percentile(latencies, 90), 3) if latencies else None,
+        "scored": len(scored),
+        "scored_p50_ms": round(percentile(scored, 50), 3) if scored else None,
+        "scored_p90_ms": round(percentile(scored, 90), 3) if scored else None,
     }
 
 
@@ -296,6 +303,8 @@ def _cell(value: dict[str, Any]) -> str:
 def render(summary: dict[str, Any]) -> str:
     """The summary as a markdown table, one row per rule and one overall."""
     rows = [
+        "Latency: a rule's row, its proposals'; overall, every answer's.",
+        "",
         "| rule | proposals | coverage | precision | harmful | exact | p50 ms | p90 ms |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
@@ -316,6 +325,13 @@ def render(summary: dict[str, Any]) -> str:
             f"{_cell(item['precision'])} | {_cell(item['harmful'])} | {_cell(item['exact'])} |"
         )
     overall = summary["overall"]
+    if overall.get("scored"):
+        rows += [
+            "",
+            f"Answers the likelihood veto's model scored: {overall['scored']}, "
+            f"p50 {overall['scored_p50_ms']:.0f} ms, p90 {overall['scored_p90_ms']:.0f} ms "
+            "(the others answered from the rules alone).",
+        ]
     rows.append("")
     rows.append(
         f"{overall['cases']} cases ({overall['edit_cases']} edit cases, "
