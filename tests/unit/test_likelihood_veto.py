@@ -21,6 +21,7 @@ from quickdraft.context.edit_rules import Candidate, TextEdit, latest_edit
 from quickdraft.context.edit_vetoes import (
     LIKELIHOOD_CHECKS,
     LIKELIHOOD_DROP,
+    UNSCORED_RULES,
     likelihood_window,
     likely_enough,
     vet,
@@ -139,6 +140,20 @@ def test_at_most_a_few_candidates_are_scored_then_the_answer_is_no_edit():
     assert kept.shown is candidates[0] and kept.unscored == 1
     stopped = vet(edit, candidates, judge=lambda c: None, cancelled=lambda: True)
     assert stopped.shown is None and stopped.judged == 1
+
+
+def test_the_rules_the_veto_never_corrected_are_not_scored():
+    text = "def f(a):\n    import os\n    y = b\n"
+    edit = latest_edit(URI, text, [HUNK], "python")
+    at = text.index("y = b") + 4
+    moved = text.index("    import os")
+    hoist = Candidate("hoist", TextEdit(moved, moved + len("    import os\n"), ""), 0.9)
+    rename = Candidate("rename", TextEdit(at, at + 1, "a"), 0.9)
+    judged = []
+    decision = vet(edit, [hoist, rename], judge=lambda c: judged.append(c) or False)
+    assert "hoist" in UNSCORED_RULES and decision.shown is hoist and judged == []
+    decision = vet(edit, [rename, hoist], judge=lambda c: judged.append(c) or False)
+    assert judged == [rename] and decision.shown is hoist and decision.judged == 1
 
 
 def test_a_serving_engine_is_not_asked_and_the_rule_answers(completer, monkeypatch):
