@@ -154,6 +154,10 @@ def test_the_rules_the_veto_never_corrected_are_not_scored():
     assert "hoist" in UNSCORED_RULES and decision.shown is hoist and judged == []
     decision = vet(edit, [rename, hoist], judge=lambda c: judged.append(c) or False)
     assert judged == [rename] and decision.shown is hoist and decision.judged == 1
+    # After LIKELIHOOD_CHECKS vetoes the search ends: an unscored candidate after them is not
+    # shown either.
+    decision = vet(edit, [rename] * LIKELIHOOD_CHECKS + [hoist], judge=lambda c: False)
+    assert decision.shown is None and decision.judged == LIKELIHOOD_CHECKS
 
 
 def test_a_serving_engine_is_not_asked_and_the_rule_answers(completer, monkeypatch):

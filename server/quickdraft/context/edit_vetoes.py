@@ -51,7 +51,7 @@ WINDOW_TOKENS = 1024
 as the rules alone would show it, rather than a prefill of seconds more."""
 UNSCORED_RULES = frozenset({"hoist", "import"})
 """Rules whose candidates the model is not asked about: on the tuning sets the veto (draft at
--3 nats) never removed one of theirs (hoist: 21 helpful, 5 harmful; import: 8 helpful, all
+-3 nats) never removed one of theirs (hoist: 16 helpful, 5 harmful; import: 8 helpful, all
 kept), nor on the untuned trl, aider and lerobot runs (7 hoists, 3 imports), so scoring them
 only made their answers seconds later."""
 LIKELIHOOD_CHECKS = 3
@@ -141,15 +141,16 @@ def vet(
     for candidate in candidates:
         reason, parsed = veto(edit, candidate, other_documents=other_documents, floor=floor)
         decision.parses += parsed
-        if reason is None and judge is not None and candidate.rule not in UNSCORED_RULES:
+        if reason is None and judge is not None:
             if decision.judged >= LIKELIHOOD_CHECKS:
                 return decision
-            decision.judged += 1
-            verdict = judge(candidate)
-            if verdict is None and cancelled():
-                return decision
-            decision.unscored += verdict is None
-            reason = "likelihood" if verdict is False else None
+            if candidate.rule not in UNSCORED_RULES:
+                decision.judged += 1
+                verdict = judge(candidate)
+                if verdict is None and cancelled():
+                    return decision
+                decision.unscored += verdict is None
+                reason = "likelihood" if verdict is False else None
         if reason is None:
             decision.shown = candidate
             return decision
