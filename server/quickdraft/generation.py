@@ -310,8 +310,8 @@ class Backend(Protocol):
     ) -> list[list[float]] | None:
         """`model`'s log-probability ("target", or "draft" where one is loaded) of each token
         of each continuation after `prompt_ids` (the prompt computed once, in cache slot
-        `slot`): what the next-edit likelihood veto compares. None where the backend cannot score (a serving engine), or when `cancel` or
-        `deadline` stopped it."""
+        `slot`): what the next-edit likelihood veto compares. None where the backend cannot
+        score (a serving engine), or when `cancel` or `deadline` stopped it."""
         ...
 
     @property

@@ -339,7 +339,7 @@ class LocalBackend:
         cancel: threading.Event | None,
         deadline: float | None,
     ) -> list[list[float]] | None:
-        """The target's log-probabilities of the continuations (`Engine.likelihoods`)."""
+        """`model`'s log-probabilities of the continuations (`Engine.likelihoods`)."""
         return self.engine.likelihoods(
             prompt_ids, continuations, slot=slot, model=model, cancel=cancel, deadline=deadline
         )
