@@ -40,6 +40,8 @@ from pygls.exceptions import (
 )
 from pygls.protocol.json_rpc import JsonRPCNotification
 
+from quickdraft import prefill_progress
+
 # --- the fake server (runs in the server process) ------------------------------------------
 
 LOADS = 0
@@ -170,6 +172,12 @@ class FakeCompleter:
             ended = "cancelled" if cancel.is_set() else "ran to its end"
             self.slow_endings.append(ended)
             return FakeCompletion(ended)
+        if "READING" in prefix:  # a prefill of 4 chunks that lasts, reported as the engine does
+            for chunk in range(4):
+                prefill_progress.report(chunk * 512, 2048)
+                time.sleep(0.5)  # pacing: one chunk's forward
+            prefill_progress.report(2048, 2048)
+            return FakeCompletion("read()")
         if "ENDED" in prefix:  # how the SLOW generations ended, in order
             return FakeCompletion(", ".join(self.slow_endings) or "none")
         if "UNTIL_JOINED" in prefix:  # generate until a second request shares this one
@@ -299,6 +307,38 @@ async def test_loading_is_reported_with_status_and_progress_until_ready(session)
         await wait_for(lambda: isinstance(reports[-1], types.WorkDoneProgressEnd))
         assert isinstance(reports[0], types.WorkDoneProgressBegin)
         assert any("fake step costs" in (r.message or "") for r in reports)
+
+
+async def test_a_request_waiting_over_a_second_says_what_the_model_is_doing(session):
+    """A completion whose prefill lasts (a cold file) shows a work-done progress from its
+    second second: the file and how far its reading has got, then the writing, and it ends with
+    the answer. An answer within the second shows none."""
+    async with session(fake_command()) as client:
+        await wait_for(lambda: any(plain(s)["state"] == "ready" for s in client.statuses))
+        loads = set(client.progress_reports)
+        open_doc(client, URI, "x = GREET\ny = READING")
+        assert await inline_text(client, URI, 0, 9) == "hello_world()"
+        assert set(client.progress_reports) == loads  # answered at once: nothing shown
+
+        assert await inline_text(client, URI, 1, 11) == "read()"
+        [token] = set(client.progress_reports) - loads
+        assert token.startswith("quickdraft-wait-")
+        reports = client.progress_reports[token]
+        await wait_for(lambda: isinstance(reports[-1], types.WorkDoneProgressEnd))
+        assert isinstance(reports[0], types.WorkDoneProgressBegin)
+        assert reports[0].title == "quickdraft"
+        messages = [r.message for r in reports[:-1]]
+        # Shown from its second second (while about half the tokens were in), each
+        # update as the prefill went on; the last poll may have caught the writing.
+        said = [
+            "reading a.py: 512 of 2,048 tokens",
+            "reading a.py: 1,024 of 2,048 tokens",
+            "reading a.py: 1,536 of 2,048 tokens",
+            "writing a suggestion for a.py",
+        ]
+        assert messages and set(messages) <= set(said), messages
+        assert messages == sorted(messages, key=said.index)
+        assert messages[0].startswith("reading")
 
 
 async def test_a_failed_load_is_an_error_state(session):

@@ -15,6 +15,7 @@ from quickdraft.lsp.assembly import create_server
 from quickdraft.lsp.handlers.completion import completion_item
 from quickdraft.lsp.server import MalformedRequest
 from quickdraft.lsp.service import Answer, stats_payload
+from quickdraft.lsp.status import file_name
 from quickdraft.lsp.worker import Loaded, ModelHost, ModelWorker
 
 
@@ -434,3 +435,9 @@ def test_a_stopped_warm_up_goes_on_first_unless_the_person_moved_on():
 
     assert order(None) == ["a.py", "a.py", "b.py"]
     assert order("file:///b.py") == ["a.py", "b.py", "a.py"]
+
+
+def test_a_wait_names_the_file_as_a_person_does():
+    assert file_name("file:///work/my%20app/m%C3%A9tier.py") == "métier.py"
+    assert file_name("untitled:Untitled-1") == "Untitled-1"
+    assert file_name("file:///work/a.py") == "a.py"

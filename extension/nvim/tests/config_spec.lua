@@ -262,6 +262,9 @@ test('statusline text for each state', function()
   eq('qd 84 ms · copied 12 of 14 tokens', status.line('ready', '', nil,
     { latency_ms = 83.6, tokens = 14, accepted_by_source = { ngram = 12 }, drafted_by_source = { ngram = 14 } }))
   eq('qd 2 ms · cached', status.line('ready', '', nil, { cached = true, latency_ms = 2 }))
+  -- ready, with a request waiting over a second: what the model does for it, not the last answer
+  eq('qd … reading app.py: 1,280 of 5,800 tokens', status.line('ready', '',
+    'quickdraft: reading app.py: 1,280 of 5,800 tokens', { cached = true, latency_ms = 2 }))
   eq('qd 310 ms', status.line('ready', '', nil, { latency_ms = 310, tokens = 15, tokens_per_forward = 1,
     accepted_by_source = { ngram = 0, draft = 0 }, drafted_by_source = { ngram = 0, draft = 0 } }))
   eq('qd stopped', status.line('stopped', nil, nil, last))

@@ -250,7 +250,7 @@ async function openFromExplorer(page, name) {
  * accepts it with Tab, saves and checks the file on disk: what was there with what was typed and
  * exactly the suggestion shown inserted after BIG_FILE_AFTER. Returns the times to the ghost text.
  */
-async function typeInBigFile(page, file) {
+async function typeInBigFile(page, file, statusWatch) {
   const name = path.basename(file);
   const original = fs.readFileSync(file, "utf8");
   const lines = original.split("\n");
@@ -287,6 +287,21 @@ async function typeInBigFile(page, file) {
   });
   const shownAt = Date.now();
   await page.screenshot({ path: path.join(artifacts, "big-file-ghost-text.png") });
+  if (mode === "preset" && shownAt - firstKeyAt > 3000) {
+    // A wait this long (a cold file's prefill) says what it is doing: the server's progress
+    // names the file and how far its reading got, and the status item shows a spinner.
+    const during = (entry) => entry.atMs >= firstKeyAt - t0 && entry.atMs <= shownAt - t0;
+    const said = statusWatch.progress.filter(
+      (p) => during(p) && p.text.startsWith("quickdraft: ") && p.text.includes(name) && /\b(reading|writing)\b/.test(p.text),
+    );
+    const spun = statusWatch.seen.filter((s) => during(s) && s.icon === "loading" && s.text === "quickdraft");
+    results.data.bigFileWait = { said, spun };
+    check(
+      `while the first suggestion in ${name} took ${seconds(shownAt - firstKeyAt)}, VS Code showed what the model was doing`,
+      said.length > 0 && spun.length > 0,
+      { said, spun },
+    );
+  }
   results.data.bigFile = { name, lines: lineCount(original), line: index + 1, ghost: shown, typed };
   if (!check(`ghost text appears after typing in the middle of ${name}`, shown && shown.length > 0, shown)) {
     return null;
@@ -908,7 +923,7 @@ async function main() {
       await cycleCandidates(page, args.file);
     }
     if (args["big-file"]) {
-      const big = await typeInBigFile(page, args["big-file"]);
+      const big = await typeInBigFile(page, args["big-file"], statusWatch);
       if (big) {
         results.data.timeToGhostMs.bigFile = big;
         process.stdout.write(

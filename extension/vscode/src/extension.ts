@@ -30,6 +30,7 @@ import {
   SettingsReader,
 } from "./config";
 import { debounced } from "./debounce";
+import { WaitingRequests } from "./waiting";
 import { FocusPoint, FocusReporter } from "./focus";
 import { NextEdits } from "./nextEditUi";
 import { ServerLogClassifier } from "./serverLog";
@@ -57,6 +58,8 @@ let quietMs = DEFAULT_DEBOUNCE_MS;
 let reportedFewTokensPerForward = false;
 let focus: FocusReporter<vscode.TextEditor>;
 let nextEdits: NextEdits;
+/** inline completion requests the server has not answered within a second (the item says so) */
+const waitingRequests = new WaitingRequests(() => updateStatus());
 /** the last `$/quickdraft/stats` with feature "inlineEdit" (never counted as a completion) */
 let lastNextEdit: QuickdraftStats | undefined;
 /** which of the shown suggestions VS Code has on screen ("2/3"; see candidates.ts) */
@@ -99,6 +102,7 @@ function updateStatus(): void {
     totals,
     { visible: nextEdits?.visible ?? false, last: lastNextEdit },
     candidates.label(),
+    waitingRequests.active,
   );
   statusItem.text = view.text;
   statusItem.tooltip = view.tooltip;
@@ -164,7 +168,9 @@ async function provideInlineCompletionItems(
   next: ProvideInlineCompletionItemsSignature,
 ): Promise<vscode.InlineCompletionItem[] | vscode.InlineCompletionList | null | undefined> {
   const automatic = context.triggerKind === vscode.InlineCompletionTriggerKind.Automatic;
-  const result = await debounced(automatic, quietMs, token, () => next(document, position, context, token));
+  const result = await debounced(automatic, quietMs, token, () =>
+    waitingRequests.track(Promise.resolve(next(document, position, context, token))),
+  );
   if (!result) {
     if (!token.isCancellationRequested) {
       answered([], automatic);

@@ -31,7 +31,7 @@ export interface Timers {
   clearTimeout(handle: unknown): void;
 }
 
-const REAL_TIMERS: Timers = {
+export const REAL_TIMERS: Timers = {
   setTimeout: (callback, ms) => setTimeout(callback, ms),
   clearTimeout: (handle) => clearTimeout(handle as ReturnType<typeof setTimeout>),
 };

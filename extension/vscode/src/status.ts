@@ -89,7 +89,8 @@ export interface NextEditStatus {
 
 /**
  * What the item shows. A server that never sends `$/quickdraft/status` (older ones) is "starting"
- * until its first stats arrive; one that does is "loading" until it says "ready".
+ * until its first stats arrive; one that does is "loading" until it says "ready". `waiting`: a
+ * request has waited over a second (waiting.ts); the item then shows a spinner, not old stats.
  */
 export function statusView(
   client: ClientState,
@@ -97,6 +98,7 @@ export function statusView(
   totals: StatsTotals,
   nextEdit?: NextEditStatus,
   candidate?: string,
+  waiting = false,
 ): StatusView {
   let text: string;
   let headline: string;
@@ -136,7 +138,11 @@ export function statusView(
   }
   let tooltip = formatTooltip(totals, `quickdraft — ${headline}`);
   const serving = client === "running" && (server === undefined || server.state === "ready");
-  if (nextEdit?.visible && serving) {
+  if (waiting && serving && !nextEdit?.visible) {
+    // a request has waited over a second: not the last answer's stats, but that one is coming
+    text = "$(loading~spin) quickdraft";
+    tooltip += "\nWaiting for a suggestion: the quickdraft progress item says what the model is doing.";
+  } else if (nextEdit?.visible && serving) {
     // an edit is shown: the item says so (its latency and speed), Tab applies it
     text = `$(zap) ${formatNextEdit(nextEdit.last)} · Tab`;
   } else if (candidate !== undefined && serving) {

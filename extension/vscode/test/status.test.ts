@@ -153,3 +153,16 @@ test("one of several suggestions shown: the item says which, and how to see the 
   assert.doesNotMatch(statusView("running", { state: "loading", message: "" }, totals, undefined, "2/3").text, /2\/3/);
   assert.doesNotMatch(statusView("running", ready, totals, { visible: true }, "2/3").text, /2\/3/);
 });
+
+test("a request waiting over a second shows a spinner, not the last answer's stats", () => {
+  const totals = new StatsTotals();
+  totals.add(computed);
+  const ready = { state: "ready" as const, message: "" };
+  const waiting = statusView("running", ready, totals, undefined, undefined, true);
+  assert.equal(waiting.text, "$(loading~spin) quickdraft");
+  assert.match(waiting.tooltip, /Waiting for a suggestion: the quickdraft progress item says what the model is doing\./);
+  assert.equal(statusView("running", ready, totals, undefined, undefined, false).text, "$(zap) 84 ms · copied 12 of 15 tokens");
+  // loading says more than waiting does
+  const loading = statusView("running", { state: "loading", message: "loading models" }, totals, undefined, undefined, true);
+  assert.equal(loading.text, "$(loading~spin) quickdraft loading models");
+});

@@ -31,6 +31,8 @@ from typing import Any, Protocol
 
 import torch
 
+from quickdraft import prefill_progress
+
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
@@ -146,7 +148,8 @@ def extend_in_chunks(
     """Every runner's `extend`: keep the first `reused` cached tokens (None: the longest prefix
     the cache shares with `tokens`), then compute the rest by `forward_chunk` (a prefill
     forward, returning the chunk's last logits, or None when a cancel stopped it part way),
-    checking `cancel` and `deadline` before each chunk.
+    checking `cancel` and `deadline` before each chunk. A prefill of more than one chunk reports
+    its progress (`quickdraft.prefill_progress`: the server shows a long one).
 
     Chunks end on multiples of `runner.prefill_chunk`: a warm prefill is cut as a cold one is
     (row-wise attention computes prefill rows in aligned blocks, cheapest whole). Returns
@@ -158,6 +161,9 @@ def extend_in_chunks(
     runner.keep(reused)
     logits = None
     position = reused
+    to_compute = len(tokens) - reused
+    if to_compute > runner.prefill_chunk:  # more than one forward: someone may be waiting
+        prefill_progress.report(0, to_compute)
     while position < len(tokens) and not stopped(cancel, deadline):
         end = (position // runner.prefill_chunk + 1) * runner.prefill_chunk
         chunk = tokens[position:end]
@@ -166,6 +172,8 @@ def extend_in_chunks(
             position = len(runner.tokens)
             break
         position += len(chunk)
+        if to_compute > runner.prefill_chunk:
+            prefill_progress.report(position - reused, to_compute)
     return reused, position - reused, logits
 
 

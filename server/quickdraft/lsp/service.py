@@ -23,6 +23,7 @@ from quickdraft.errors import PositionError, QuickdraftError
 from quickdraft.generation import ModelAnswer, NextEditRequest
 from quickdraft.lsp.documents import Document, completion_request
 from quickdraft.lsp.server_api import ServerApi
+from quickdraft.lsp.status import WaitProgress
 from quickdraft.lsp.typed_ahead import TypedAheadCache
 from quickdraft.lsp.work_ahead import WorkAhead
 from quickdraft.text import position_after
@@ -93,6 +94,8 @@ class _Job:
     waiters: int = 1
     prefetched: bool = False
     """Its answer is a prefetch's, computed in the background before the request came."""
+    wait: WaitProgress | None = None
+    """What the client is told while it waits (after a second), until the job ends."""
 
     def serves(self, text: str, offset: int) -> bool:
         return (
@@ -198,7 +201,8 @@ class CompletionService:
         else:
             self._cancel_inflight(uri)
             request, name = place(), f"[{request_id}] {feature}"
-            job = self._await_prefetch(request, name) or self._submit(request, name)
+            wait = WaitProgress(server, asyncio.get_running_loop(), str(request_id), uri)
+            job = self._await_prefetch(request, name, wait) or self._submit(request, name, wait)
             joined = False
         try:
             completion = await asyncio.shield(job.future)
@@ -349,15 +353,15 @@ class CompletionService:
             if entry.cancel is not None:
                 entry.cancel.set()  # a running one stops at its next step
 
-    def _submit(self, request, name: str) -> _Job:
+    def _submit(self, request, name: str, wait: WaitProgress) -> _Job:
         """Queue the generation of `request` (a CompletionRequest) on the worker."""
         cancel = threading.Event()
+        future = self._generate(request, name, cancel, wait)
         return self._track(
-            _Job(request.text, request.offset, self._generate(request, name, cancel), cancel),
-            request.uri,
+            _Job(request.text, request.offset, future, cancel, wait=wait.start()), request.uri
         )
 
-    def _await_prefetch(self, request, name: str) -> _Job | None:
+    def _await_prefetch(self, request, name: str, wait: WaitProgress) -> _Job | None:
         """A job for `request` that waits for the prefetch already computing it (Tab, then the
         request at the end of the accepted text, before the prefetch is done), or None when
         none is. Stopping the prefetch would throw its work away and compute it again. Should
@@ -383,10 +387,11 @@ class CompletionService:
             job.prefetched = False
             if cancel.is_set():
                 return None  # superseded meanwhile: nobody reads it
-            return await self._generate(request, name, cancel)
+            return await self._generate(request, name, cancel, wait)
 
         future = asyncio.ensure_future(answer())
-        job = _Job(request.text, request.offset, future, cancel, prefetched=True)
+        wait.start(running=True)  # the prefetch is computing it
+        job = _Job(request.text, request.offset, future, cancel, prefetched=True, wait=wait)
         return self._track(job, request.uri)
 
     def _track(self, job: _Job, uri: str) -> _Job:
@@ -396,17 +401,21 @@ class CompletionService:
         def finished(done: asyncio.Future) -> None:
             if self._inflight.get(uri) is job:
                 del self._inflight[uri]
+            if job.wait is not None:
+                job.wait.finish()
             if not done.cancelled():
                 done.exception()  # retrieved: every waiter may have gone
 
         job.future.add_done_callback(finished)
         return job
 
-    def _generate(self, request, name: str, cancel: threading.Event) -> asyncio.Future:
+    def _generate(
+        self, request, name: str, cancel: threading.Event, wait: WaitProgress
+    ) -> asyncio.Future:
         """Queue the generation of `request` on the worker, stopping any background job. When
         the worker starts it, `name` ("[id] feature") is logged at log level with the time it
         waited in the queue: a client (or a test) knows the generation is running, not only
-        asked for."""
+        asked for. `wait` hears that it runs and how far its prefills got."""
         server, loop, queued = self.server, asyncio.get_running_loop(), time.monotonic()
 
         def generate(request, cancel):  # worker thread
@@ -414,7 +423,7 @@ class CompletionService:
                 waited_ms = (time.monotonic() - queued) * 1000
                 message = f"{name}: generating ({waited_ms:.0f} ms queued)"
                 loop.call_soon_threadsafe(server.log, message, "log")
-            return server.host.complete(request, cancel)
+            return wait.run(server.host.complete, request, cancel)
 
         return asyncio.wrap_future(server.worker.submit(generate, request, cancel, preempt=True))
 
@@ -578,7 +587,11 @@ class NextEditService:
         cancel = threading.Event()
         self._inflight[uri] = cancel
         started = time.monotonic()
-        future = server.worker.submit(server.host.suggest_edit, request, cancel, preempt=True)
+        loop = asyncio.get_running_loop()
+        wait = WaitProgress(server, loop, str(request_id), uri, writing="a next edit").start()
+        future = server.worker.submit(
+            wait.run, server.host.suggest_edit, request, cancel, preempt=True
+        )
         try:
             result = await asyncio.wrap_future(future)
         except asyncio.CancelledError:
@@ -589,6 +602,7 @@ class NextEditService:
             server.log(f"[{request_id}] {feature}: {exc}", "warning")
             return []
         finally:
+            wait.finish()
             if self._inflight.get(uri) is cancel:
                 del self._inflight[uri]
         if cancel.is_set() or result is None:

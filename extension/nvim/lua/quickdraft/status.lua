@@ -109,7 +109,9 @@ end
 
 --- The statusline text: '' without a server; `qd … loading: <step>` (`qd … loading models`),
 --- `qd ✗ error: <why>`, `qd ⚠ unavailable: <why>`, `qd ready` until the first completion, then
---- the last completion's latency and what sped it up (`qd 84 ms · copied 12 of 15 tokens`).
+--- the last completion's latency and what sped it up (`qd 84 ms · copied 12 of 15 tokens`);
+--- while a request has waited over a second, the server's progress for it
+--- (`qd … reading app.py: 1,280 of 5,800 tokens`).
 ---@param state string from resolve(), or 'inactive'
 ---@param message string|nil the server's message
 ---@param progress string|nil from progress_text()
@@ -120,6 +122,10 @@ function M.line(state, message, progress, last)
     return ''
   end
   if state == 'ready' then
+    if progress and M.step(progress) ~= '' then
+      -- a request waiting over a second: what the model does for it (`reading app.py: ...`)
+      return 'qd ' .. M.icons.loading .. ' ' .. shorten(M.step(progress))
+    end
     return 'qd ' .. (last and stats.format(last) or 'ready')
   end
   local icon = M.icons[state]
