@@ -51,6 +51,12 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, runtime_list: bool =
         help="static KV cache + torch.compile'd decode/verify steps (auto: on with CUDA)",
     )
     group.add_argument(
+        "--draft-format",
+        choices=["auto", "as-is"],
+        help="llama.cpp runs the draft from a Q4_0 copy made once where that is faster here "
+        "(auto, default), or from its GGUF as given (as-is)",
+    )
+    group.add_argument(
         "--no-calibrate",
         action="store_true",
         help="skip measuring step costs at load (the adaptive draft length then uses estimates)",
@@ -166,6 +172,7 @@ def config_dict_from_args(args: argparse.Namespace) -> dict[str, Any]:
             "dtype",
             "threads",
             "compile",
+            "draft_format",
             *REMOTE_MODEL_KEYS,
         )
         if getattr(args, key, None) is not None

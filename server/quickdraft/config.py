@@ -54,6 +54,10 @@ class ModelConfig:
     dtype: Literal["auto", "float32", "bfloat16", "float16", "int8"] = "auto"
     """torch runtime only. `auto` is bfloat16 on CUDA; on a CPU, the fastest of exact int8,
     bfloat16 and float32 as measured on this machine (`quickdraft models stepcost` shows it)."""
+    draft_format: Literal["auto", "as-is"] = "auto"
+    """The GGUF llama.cpp runs the draft from: `auto` makes a Q4_0 copy once and runs that where
+    llama.cpp runs it faster on this CPU (models/draft_format.py; the draft only proposes and
+    scores, so no completion changes); `as-is` runs the file as given."""
     threads: int | None = None
     """CPU threads for torch; None uses the physical cores."""
     calibrate: bool = True

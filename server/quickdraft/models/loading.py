@@ -33,6 +33,7 @@ from quickdraft.decoding import llamacpp
 from quickdraft.errors import ConfigError, ModelError
 from quickdraft.models import cpu_kernels
 from quickdraft.models.cpu_kernels import KernelChoice
+from quickdraft.models.draft_format import DraftFormat, choose_draft_format
 from quickdraft.models.draft_runtime import DraftRuntime, choose_draft_runtime, torch_step_ms
 from quickdraft.models.llamacpp import LlamaCppModel, load_llamacpp_models
 from quickdraft.models.presets import STOP_TOKENS, Preset
@@ -94,6 +95,9 @@ class LoadedModels:
     draft_runtime: DraftRuntime | None = None
     """Where the draft runs and why, when it was measured on both runtimes (it may differ
     from `runtime`, the target's)."""
+    draft_format: DraftFormat | None = None
+    """Which GGUF llama.cpp runs the draft from and why (models/draft_format.py), where it
+    may run it."""
 
     def names(self) -> list[str]:
         """The names the target is known by: its preset's and its reference (a next edit's
@@ -141,7 +145,14 @@ class LoadedModels:
             "draft_runtime": dataclasses.asdict(self.draft_runtime)
             if self.draft_runtime is not None
             else None,
+            "draft_format": self.draft_format.reason if self.draft_format is not None else None,
         }
+
+    @property
+    def _draft_on_llamacpp(self) -> bool:
+        if self.draft_runtime is not None:
+            return self.draft_runtime.runtime == "llamacpp"
+        return self.runtime == "llamacpp"
 
     def summary(self) -> str:
         """One line for logs and status items: what runs, on what, with which draft."""
@@ -155,6 +166,8 @@ class LoadedModels:
         if self.kernel is not None and self.runtime == "torch" and self.dtype == "int8":
             how = f"torch {self.kernel.label}"
         draft = name(self.draft_info)
+        if self.draft_format is not None and self.draft_format.copy and self._draft_on_llamacpp:
+            draft += " as Q4_0"
         if self.draft_runtime is not None and self.draft_runtime.runtime != self.runtime:
             draft += " on llama.cpp" if self.draft_runtime.runtime == "llamacpp" else " on torch"
         return (
@@ -307,10 +320,15 @@ def load_models(
     if draft_info is not None and not same_tokenizer_files(target_info.path, draft_info.path):
         draft_tokenizer = load_tokenizer(draft_info)
     say = functools.partial(_say, progress)
+    # The GGUF llama.cpp would run the draft from: its Q4_0 copy where that is faster here.
+    draft_format = _draft_format(config, draft_info, runtime, device, threads or 1, home, say)
+    llama_draft = draft_info
+    if draft_info is not None and draft_format is not None:
+        llama_draft = dataclasses.replace(draft_info, gguf=draft_format.path)
     chosen_kernel: KernelChoice | None = None
     if runtime.runtime == "llamacpp":
         extra = runtime.probe.extra_bufts if runtime.probe is not None else True
-        target, draft = load_llamacpp_models(target_info, draft_info, threads or 1, extra, say)
+        target, draft = load_llamacpp_models(target_info, llama_draft, threads or 1, extra, say)
         dtype = "gguf"
         log.info("runtime %s: %s", runtime.runtime, runtime.reason)
     else:
@@ -329,7 +347,16 @@ def load_models(
     draft_runtime = None
     if draft is not None and config.runtime == "auto" and device.type == "cpu":
         draft, draft_runtime = _draft_on_its_cheapest_runtime(
-            draft, runtime, draft_info, preset, threads or 1, config, device, kernel, say
+            draft,
+            runtime,
+            draft_info,
+            llama_draft.gguf,
+            preset,
+            threads or 1,
+            config,
+            device,
+            kernel,
+            say,
         )
 
     model_type = getattr(getattr(target, "config", None), "model_type", None)
@@ -373,13 +400,38 @@ def load_models(
         runtime_reason=runtime.reason,
         kernel=chosen_kernel or runtime.kernel,
         draft_runtime=draft_runtime,
+        draft_format=draft_format,
     )
+
+
+def _draft_format(
+    config: ModelConfig,
+    draft_info: ResolvedModel | None,
+    runtime: RuntimeChoice,
+    device: torch.device,
+    threads: int,
+    home: Path | None,
+    say: Progress,
+) -> DraftFormat | None:
+    """The GGUF llama.cpp runs the draft from (models/draft_format.py), where llama.cpp may
+    run it here: as the runtime, or as the draft's own when `runtime: auto` on a CPU compares
+    both. None where it will not, or the draft has no GGUF."""
+    if draft_info is None or draft_info.gguf is None or device.type != "cpu":
+        return None
+    if runtime.runtime != "llamacpp" and (config.runtime != "auto" or not llamacpp.available()):
+        return None
+    if config.draft_format == "as-is":
+        return DraftFormat(draft_info.gguf, "model.draft_format is as-is")
+    chosen = choose_draft_format(draft_info.gguf, threads, home=home, say=say)
+    log.info("draft format: %s", chosen.reason)
+    return chosen
 
 
 def _draft_on_its_cheapest_runtime(
     draft: Any,
     runtime: RuntimeChoice,
     draft_info: ResolvedModel,
+    draft_gguf: Path | None,
     preset: Preset | None,
     threads: int,
     config: ModelConfig,
@@ -410,7 +462,7 @@ def _draft_on_its_cheapest_runtime(
     try:
         choice = choose_draft_runtime(
             runtime.runtime,
-            gguf=draft_info.gguf,
+            gguf=draft_gguf,
             threads=threads,
             torch_ms=lambda: torch_step_ms(torch_draft(), vocab),
             torch_estimate_ms=torch_estimate,
@@ -420,9 +472,9 @@ def _draft_on_its_cheapest_runtime(
         log.warning("could not measure the draft on both runtimes: %s", exc)
         return draft, None
     if choice.runtime not in loaded:
-        say(f"loading the draft {draft_info.gguf.name} in llama.cpp (cheaper here)")
+        say(f"loading the draft {draft_gguf.name} in llama.cpp (cheaper here)")
         loaded[choice.runtime] = LlamaCppModel(
-            draft_info.gguf, threads=threads, extra_bufts=choice.extra_bufts
+            draft_gguf, threads=threads, extra_bufts=choice.extra_bufts
         )
     chosen = loaded.pop(choice.runtime)
     for other in loaded.values():  # the draft not taken: free it now
