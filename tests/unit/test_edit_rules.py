@@ -269,6 +269,31 @@ def test_a_fixed_typo_is_fixed_in_the_other_comments_with_its_case():
     assert propose(edit) == []
 
 
+def test_text_changed_inside_a_string_is_replayed_in_the_other_strings_only():
+    # A non-breaking hyphen made a plain one in one tool description: the other has it too.
+    after, edit, candidates, seen = proposals(188, "short write\u2011up", "short write-up")
+    assert seen == [("text", 193, " write-up ")]
+    assert after[candidates[0].edit.start : candidates[0].edit.end] == " write\u2011up "
+    assert vet(edit, candidates).shown == candidates[0]
+    # Text that reads as code is replayed in prose, never in the code that holds it too
+    # (`trace(..., trace_id=trace_id)` on line 76).
+    text = MANAGER.replace('"Search the web"', '"Search the web, trace_id=trace_id"')
+    text = text.replace('"Searching..."', '"Searching, trace_id=trace_id"')
+    changed = text.replace('trace_id=trace_id"', 'trace_id=trace-id"', 1)
+    edit, _ = edited(text, changed)
+    assert "=trace_id" in text.split("\n")[75]
+    seen = [(c.rule, line_of(changed, c.edit.start), c.edit.text) for c in propose(edit)]
+    assert seen == [("text", 134, "=trace-id")]
+
+
+def test_a_phrase_reworded_in_a_string_proposes_nothing():
+    # "report" -> "the report": wording, not a name; the other messages keep theirs.
+    *_, seen = proposals(197, "Thinking about report...", "Thinking about the report...")
+    assert seen == []
+    *_, seen = proposals(134, '"Searching..."', '"Searching the web..."')
+    assert seen == []
+
+
 def test_a_line_made_several_is_replayed_with_each_site_s_indentation():
     before = MANAGER.replace(
         "        finally:\n            self.printer.end()",

@@ -2,7 +2,8 @@
 
 The rules, tried in this order until one has candidates: `rename`/`import` and `signature`
 (context/edit_rules.py: what a name or a `def` binds), `repeat` (the hunk's token change
-replayed), `word` (a word of a comment or string, context/edit_words.py), `hoist` and `inline`
+replayed), `word` and `text` (a word, or other text, of a comment or string:
+context/edit_words.py), `hoist` and `inline`
 (a statement moved, context/edit_statements.py), an import that moved a name (edit_rules), and
 last `lines` (the changed lines replayed where they stand word for word, edit_statements.py;
 under the floor, measured only).
@@ -26,7 +27,7 @@ from quickdraft.context.edit_statements import (
     inline_candidates,
     lines_candidates,
 )
-from quickdraft.context.edit_words import word_candidates
+from quickdraft.context.edit_words import text_candidates, word_candidates
 
 
 def propose(edit: LatestEdit, documents: dict[str, str] | None = None) -> list[Candidate]:
@@ -43,6 +44,7 @@ def propose(edit: LatestEdit, documents: dict[str, str] | None = None) -> list[C
             lambda: signature_candidates(edit, documents),
             lambda: repeat_candidates(edit, change),
             lambda: word_candidates(edit),
+            lambda: text_candidates(edit),
             lambda: hoist_candidates(edit),
             lambda: inline_candidates(edit),
             lambda: duplicate_import_candidates(edit),

@@ -55,6 +55,7 @@ CONFIDENCE = {
     "signature": 0.8,
     "repeat": 0.6,
     "word": 0.6,
+    "text": 0.6,
     "hoist": 0.6,
     "inline": 0.6,
     "lines": 0.4,
@@ -901,12 +902,12 @@ def repeat_candidates(edit: LatestEdit, change: TokenChange) -> list[Candidate]:
     if _agrees(edit, pattern):
         confidence += REPEAT_AGREEMENT
     note = f"{' '.join(t or '_' for t in pattern.old)} -> {pattern.new_text}"
-    home = _top_level(after, edit.start)
+    home = top_level(after, edit.start)
     return [
         Candidate(
             "repeat",
             TextEdit(s, e, text),
-            round(confidence - (REPEAT_FAR if _top_level(after, s) != home else 0.0), 3),
+            round(confidence - (REPEAT_FAR if top_level(after, s) != home else 0.0), 3),
             note,
         )
         for s, e, text in sites
@@ -914,7 +915,7 @@ def repeat_candidates(edit: LatestEdit, change: TokenChange) -> list[Candidate]:
     ]
 
 
-def _top_level(tree: Tree, offset: int) -> tuple[int, int] | None:
+def top_level(tree: Tree, offset: int) -> tuple[int, int] | None:
     """The span of the module's child holding `offset` (None without a grammar)."""
     if tree.root is None:
         return None
