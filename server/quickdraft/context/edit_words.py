@@ -28,6 +28,7 @@ none on one-hunk commits. Pure functions; offsets are code points.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from quickdraft.context.edit_rules import (
     CONFIDENCE,
@@ -56,9 +57,9 @@ CODE_CHARS = re.compile(r"[\[\](){}<>/\\@#$%^&*=+|~`_\d-]")
 PROSE_WORD = re.compile(r"[^\W\d_]+")
 
 
-def changed_word(old: str, new: str) -> tuple[int, str, str] | None:
-    """(offset in `old`, the word there, the word that replaced it) when `old` and `new` differ
-    in one run of word characters only, else None."""
+def common_ends(old: str, new: str) -> tuple[int, int]:
+    """(characters `old` and `new` share at the start, characters they share at the end after
+    those): what lies between them changed."""
     limit = min(len(old), len(new))
     head = 0
     while head < limit and old[head] == new[head]:
@@ -66,6 +67,13 @@ def changed_word(old: str, new: str) -> tuple[int, str, str] | None:
     tail = 0
     while tail < limit - head and old[-1 - tail] == new[-1 - tail]:
         tail += 1
+    return head, tail
+
+
+def changed_word(old: str, new: str) -> tuple[int, str, str] | None:
+    """(offset in `old`, the word there, the word that replaced it) when `old` and `new` differ
+    in one run of word characters only, else None."""
+    head, tail = common_ends(old, new)
     while head > 0 and WORD_CHARS.match(old[head - 1]):
         head -= 1
     while tail > 0 and WORD_CHARS.match(old[len(old) - tail]):
@@ -128,20 +136,33 @@ def with_case_of(found: str, old_word: str, new_word: str) -> str | None:
     return None
 
 
-def word_candidates(edit: LatestEdit) -> list[Candidate]:
-    changed = changed_word(edit.old, edit.new)
-    if changed is None or edit.grammar is None:
-        return []
-    offset, old_word, new_word = changed
-    if not specific(old_word, new_word):
-        return []
+def change_in_prose(
+    edit: LatestEdit,
+    find: Callable[[str, str], tuple[int, str, str] | None],
+    means_one_thing: Callable[[str, str], bool],
+) -> tuple[str, str] | None:
+    """(old, new) of the change `find` sees in the latest edit, where it lies in prose before
+    and after it and `means_one_thing`; else None."""
+    changed = find(edit.old, edit.new)
+    if changed is None or edit.grammar is None or edit.after_tree.root is None:
+        return None
+    offset, old, new = changed
     start = edit.start + offset
-    before, after = edit.before_tree, edit.after_tree
-    if after.root is None or not (
-        in_prose(before, start, start + len(old_word))
-        and in_prose(after, start, start + len(new_word))
+    if not means_one_thing(old, new):
+        return None
+    if in_prose(edit.before_tree, start, start + len(old)) and in_prose(
+        edit.after_tree, start, start + len(new)
     ):
+        return old, new
+    return None
+
+
+def word_candidates(edit: LatestEdit) -> list[Candidate]:
+    changed = change_in_prose(edit, changed_word, specific)
+    if changed is None:
         return []
+    old_word, new_word = changed
+    after = edit.after_tree
     pattern = re.compile(rf"(?<!\w){re.escape(old_word)}(?!\w)", re.IGNORECASE)
     sites: list[tuple[int, int, str]] = []
     for match in pattern.finditer(edit.after):
@@ -163,13 +184,7 @@ def changed_text(old: str, new: str) -> tuple[int, str, str] | None:
     """(offset in `old`, the text there, the text that replaced it): the characters that differ,
     widened to whole words and by one more character on each side that is not a quote or a
     line break; None when that spans lines or holds no word."""
-    limit = min(len(old), len(new))
-    head = 0
-    while head < limit and old[head] == new[head]:
-        head += 1
-    tail = 0
-    while tail < limit - head and old[-1 - tail] == new[-1 - tail]:
-        tail += 1
+    head, tail = common_ends(old, new)
     start, end, new_end = head, len(old) - tail, len(new) - tail
     while start > 0 and WORD_CHARS.match(old[start - 1]):
         start -= 1
@@ -207,16 +222,11 @@ def names_something(old_text: str, new_text: str) -> bool:
 
 
 def text_candidates(edit: LatestEdit) -> list[Candidate]:
-    changed = changed_text(edit.old, edit.new)
-    if changed is None or edit.grammar is None:
-        return []
-    offset, old_text, new_text = changed
-    if not names_something(old_text, new_text):
-        return []
-    start = edit.start + offset
+    changed = change_in_prose(edit, changed_text, names_something)
+    if changed is None:
+        return []  # a change made in code is `repeat`'s, not this rule's
+    old_text, new_text = changed
     after = edit.after_tree
-    if after.root is None or not in_prose(edit.before_tree, start, start + len(old_text)):
-        return []  # a change made in code: `repeat`'s, not this rule's
     home = top_level(after, edit.start)
     sites: list[int] = []
     at = edit.after.find(old_text)
