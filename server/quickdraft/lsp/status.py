@@ -222,9 +222,9 @@ class WaitProgress:
 
     The worker thread runs the request's job through `run`, which notes that it started and
     how far its prefills have got (`prefilling`, a `quickdraft.prefill_progress` listener):
-    plain stores, read by the event loop every `WAIT_REPORT_EVERY_S`. The message is "waiting for the model to finish
-    other work" while queued, "reading <file>: <n> of <m> tokens" during a prefill of more
-    than one chunk, else "writing <what> for <file>".
+    plain stores, read by the event loop every WAIT_REPORT_EVERY_S. The message is "waiting
+    for the model to finish other work" while queued, "reading <file>: <n> of <m> tokens"
+    during a prefill of more than one chunk, else "writing <what> for <file>".
     """
 
     def __init__(
@@ -235,20 +235,17 @@ class WaitProgress:
         uri: str,
         *,
         writing: str = "a suggestion",
-        show_after: float = SHOW_WAIT_AFTER_S,
     ):
         self.server = server
         self.loop = loop
         self.file = file_name(uri)
         self.writing = writing
-        self.show_after = show_after
         self.progress = ClientProgress(
             server, loop, f"quickdraft-wait-{name}-{time.monotonic_ns()}"
         )
         self._running = False
         self._reading: tuple[int, int] | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self.shown = False
 
     # --- worker thread ---------------------------------------------------------------------
 
@@ -269,7 +266,7 @@ class WaitProgress:
     def start(self, *, running: bool = False) -> WaitProgress:
         """The request is waiting from now (`running`: its job is not queued behind others)."""
         self._running = self._running or running
-        self._timer = self.loop.call_later(self.show_after, self._show)
+        self._timer = self.loop.call_later(SHOW_WAIT_AFTER_S, self._show)
         return self
 
     def message(self) -> str:
@@ -286,7 +283,6 @@ class WaitProgress:
         if self.server.serving is None:  # the models' load is the wait, and says so itself
             self._timer = self.loop.call_later(WAIT_REPORT_EVERY_S, self._show)
             return
-        self.shown = True
         self.progress.show(self.message())
         self._timer = self.loop.call_later(WAIT_REPORT_EVERY_S, self._update)
 
