@@ -292,6 +292,9 @@ def test_a_phrase_reworded_in_a_string_proposes_nothing():
     assert seen == []
     *_, seen = proposals(134, '"Searching..."', '"Searching the web..."')
     assert seen == []
+    # A word wrapped in brackets is not a typo fixed.
+    *_, seen = proposals(188, "short write\u2011up of key", "short (write\u2011up) of key")
+    assert seen == []
 
 
 def test_a_line_made_several_is_replayed_with_each_site_s_indentation():

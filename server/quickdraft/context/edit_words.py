@@ -54,7 +54,9 @@ same change elsewhere."""
 QUOTES_AND_BREAKS = "\"'\n"
 CODE_CHARS = re.compile(r"[\[\](){}<>/\\@#$%^&*=+|~`_\d-]")
 """Characters that make prose read as code (a path, a call, a tag, a flag, a number)."""
-PROSE_WORD = re.compile(r"[^\W\d_]+")
+PROSE_WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)*")
+"""A word of prose: letters, with an apostrophe inside (`What's`); punctuation around it is not
+part of it (`(agent)` is `agent`)."""
 
 
 def common_ends(old: str, new: str) -> tuple[int, int]:
@@ -205,11 +207,15 @@ def changed_text(old: str, new: str) -> tuple[int, str, str] | None:
 def names_something(old_text: str, new_text: str) -> bool:
     """Whether text changed this way means the same change wherever it stands, as `specific`
     says of one word: it reads as code (a symbol, an underscore, a digit, an inner capital:
-    `"github-actions[bot]"`), or each word it changes is a typo fixed (`Whats` -> `What's`). A
-    phrase reworded (`report` -> `the report`) is wording, not a name: no candidate."""
+    `"github-actions[bot]"`), the change lies within a word (`Whats` -> `What's`), or each word
+    it changes is a typo fixed. A phrase reworded (`report` -> `the report`) or a word wrapped
+    (`agent` -> `(agent)`) is wording, not a name: no candidate."""
     if CODE_CHARS.search(old_text) or any(_code_like(w) for w in PROSE_WORD.findall(old_text)):
         return True
-    old_words, new_words = old_text.split(), new_text.split()
+    head, tail = common_ends(old_text, new_text)
+    if head > 0 and tail > 0 and old_text[head - 1].isalpha() and old_text[-tail].isalpha():
+        return True  # within a word (`write‑up` -> `write-up`), not around one (`(agent)`)
+    old_words, new_words = PROSE_WORD.findall(old_text), PROSE_WORD.findall(new_text)
     if len(old_words) != len(new_words):
         return False
     changed = [(a, b) for a, b in zip(old_words, new_words, strict=True) if a != b]
