@@ -26,6 +26,8 @@ def load_completer(config: QuickdraftConfig, *, progress: Progress | None = None
     models = load_models(
         config.model, progress=progress, prompt_tokens=prompt_tokens(config.context)
     )
+    if progress is not None:
+        progress("setting up the KV caches")  # llama.cpp allocates its contexts: seconds
     backend = LocalBackend(models, config)
     if config.model.calibrate and needs_step_costs(config):
         backend.calibrate(progress=progress)

@@ -76,6 +76,7 @@ def test_a_q4_0_copy_is_made_once_and_taken_where_it_is_faster(tmp_path, probed)
     again = choose_draft_format(tmp_path / "draft.gguf", 1, home=home, say=said.append)
     assert again.path == chosen.path and chosen.path.stat().st_mtime_ns == made
     assert not any("making" in line for line in said)
+    assert any("measuring" in line for line in said)  # the scripted probe cached nothing
     # Where it is not faster, the file as given runs.
     probed["copy"] = measured(31.0, 110.0)
     kept = choose_draft_format(tmp_path / "draft.gguf", 1, home=home, say=said.append)

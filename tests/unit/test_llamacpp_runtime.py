@@ -181,12 +181,16 @@ def test_load_models_with_the_llamacpp_runtime(tiny, tmp_path, monkeypatch):
 
 def test_probe_measures_in_a_child_process_and_caches(tiny, tmp_path):
     directory, *_ = tiny
-    result = llamacpp_probe.probe(directory / "target.gguf", 1, context=32, home=tmp_path)
+    path = directory / "target.gguf"
+    assert not llamacpp_probe.is_measured(path, 1, context=32, home=tmp_path)
+    result = llamacpp_probe.probe(path, 1, context=32, home=tmp_path)
     assert set(result.target_ms) == set(MEASURED_SIZES)  # the one size list
     assert result.prefill_tokens_per_s > 0
-    if not result.busy:
-        cached = llamacpp_probe.probe(directory / "target.gguf", 1, context=32, home=tmp_path)
+    if not result.busy:  # the load's progress then says nothing of measuring
+        assert llamacpp_probe.is_measured(path, 1, context=32, home=tmp_path)
+        cached = llamacpp_probe.probe(path, 1, context=32, home=tmp_path)
         assert cached.target_ms == result.target_ms
+    assert not llamacpp_probe.is_measured(directory / "missing.gguf", 1, home=tmp_path)
 
 
 def test_every_open_document_keeps_its_sequence(tiny, model):

