@@ -162,7 +162,8 @@ def extend_in_chunks(
     logits = None
     position = reused
     to_compute = len(tokens) - reused
-    if to_compute > runner.prefill_chunk:  # more than one forward: someone may be waiting
+    reporting = to_compute > runner.prefill_chunk  # more than one forward: someone may wait
+    if reporting:
         prefill_progress.report(0, to_compute)
     while position < len(tokens) and not stopped(cancel, deadline):
         end = (position // runner.prefill_chunk + 1) * runner.prefill_chunk
@@ -172,7 +173,7 @@ def extend_in_chunks(
             position = len(runner.tokens)
             break
         position += len(chunk)
-        if to_compute > runner.prefill_chunk:
+        if reporting:
             prefill_progress.report(position - reused, to_compute)
     return reused, position - reused, logits
 

@@ -91,11 +91,11 @@ class _Job:
     offset: int
     future: asyncio.Future
     cancel: threading.Event
+    wait: WaitProgress
+    """What the client is told while it waits (after a second), until the job ends."""
     waiters: int = 1
     prefetched: bool = False
     """Its answer is a prefetch's, computed in the background before the request came."""
-    wait: WaitProgress | None = None
-    """What the client is told while it waits (after a second), until the job ends."""
 
     def serves(self, text: str, offset: int) -> bool:
         return (
@@ -358,7 +358,7 @@ class CompletionService:
         cancel = threading.Event()
         future = self._generate(request, name, cancel, wait)
         return self._track(
-            _Job(request.text, request.offset, future, cancel, wait=wait.start()), request.uri
+            _Job(request.text, request.offset, future, cancel, wait.start()), request.uri
         )
 
     def _await_prefetch(self, request, name: str, wait: WaitProgress) -> _Job | None:
@@ -391,7 +391,7 @@ class CompletionService:
 
         future = asyncio.ensure_future(answer())
         wait.start(running=True)  # the prefetch is computing it
-        job = _Job(request.text, request.offset, future, cancel, prefetched=True, wait=wait)
+        job = _Job(request.text, request.offset, future, cancel, wait, prefetched=True)
         return self._track(job, request.uri)
 
     def _track(self, job: _Job, uri: str) -> _Job:
@@ -401,8 +401,7 @@ class CompletionService:
         def finished(done: asyncio.Future) -> None:
             if self._inflight.get(uri) is job:
                 del self._inflight[uri]
-            if job.wait is not None:
-                job.wait.finish()
+            job.wait.finish()
             if not done.cancelled():
                 done.exception()  # retrieved: every waiter may have gone
 

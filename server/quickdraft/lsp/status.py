@@ -84,11 +84,14 @@ class ClientProgress:
     it all the same (nothing is begun after). Runs on the event loop.
     """
 
-    def __init__(self, server: ServerApi, loop: asyncio.AbstractEventLoop, token: str):
+    def __init__(
+        self, server: ServerApi, loop: asyncio.AbstractEventLoop, token: str, message: str = ""
+    ):
         self.server = server
         self.loop = loop
         self.token = token
-        self.message = ""
+        self.message = message
+        """What the progress says (or will say once begun)."""
         self.begun = False
         self.ended = False
         self._asked = False
@@ -163,8 +166,9 @@ class LoadProgress:
         self.server = server
         self.reporter = reporter
         self.loop = loop
-        self.progress = ClientProgress(server, loop, f"quickdraft-load-{generation}")
-        self.message = "loading models"
+        self.progress = ClientProgress(
+            server, loop, f"quickdraft-load-{generation}", "loading models"
+        )
 
     # --- worker thread ---------------------------------------------------------------------
 
@@ -176,18 +180,17 @@ class LoadProgress:
     def start(self) -> None:
         """Announce the load: status now (held until `initialized`), progress once the client
         can take it."""
-        self.reporter.set("loading", self.message)
+        self.reporter.set("loading", self.progress.message)
         if self.reporter.client_ready:
             self.client_initialized()
 
     def client_initialized(self) -> None:
         """The client finished its handshake: the progress may be shown now."""
-        self.progress.show(self.message)
+        self.progress.show(self.progress.message)
 
     def _step(self, message: str) -> None:
         if self.progress.ended:
             return
-        self.message = message
         self.server.log(f"loading: {message}")
         self.reporter.set("loading", message)
         self.progress.report(message)
@@ -280,6 +283,8 @@ class WaitProgress:
     def _show(self) -> None:
         if self.progress.ended:
             return
+        if not self.progress.supported():
+            return  # nothing to show it in: no updates to poll for
         if self.server.serving is None:  # the models' load is the wait, and says so itself
             self._timer = self.loop.call_later(WAIT_REPORT_EVERY_S, self._show)
             return
