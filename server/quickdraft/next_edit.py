@@ -49,9 +49,12 @@ from quickdraft.context.edit_prompt import (
 from quickdraft.context.edit_proposals import propose
 from quickdraft.context.edit_rules import FLOOR, Candidate, LatestEdit, latest_edit
 from quickdraft.context.edit_vetoes import (
+    NEAR_GAIN,
     WINDOW_TOKENS,
     Decision,
     Judge,
+    LikelihoodWindow,
+    clearly_likely,
     likelihood_window,
     likely_enough,
     vet,
@@ -59,6 +62,7 @@ from quickdraft.context.edit_vetoes import (
 from quickdraft.context.prompt import TokenCounter, prompt_tokens
 from quickdraft.context.workspace import WorkspaceHead
 from quickdraft.decoding import GenerationStats
+from quickdraft.decoding.runner import common_prefix_length
 from quickdraft.generation import (
     EDIT_SLOT,
     Backend,
@@ -324,53 +328,82 @@ def likelihood_judge(
     cancel: threading.Event | None,
     clock: StageClock,
 ) -> Callable[[LatestEdit], Judge] | None:
-    """The likelihood veto's judge (context/edit_vetoes.py) over this request's backend: each
-    candidate's window as a fill-in-the-middle prompt (the template's, the document's path),
-    its changed lines as they are and as the candidate leaves them as the two middles, each
-    closed by the template's end token, scored in the document's next-edit cache slot (the
-    completion cache stays as it is), by the model `edits.likelihood_veto` names. None where it
-    is off."""
+    """The likelihood veto's judge (context/edit_vetoes.py) over this request's backend, by the
+    model `edits.likelihood_veto` names; None where it is off. A candidate is scored in its
+    quick look's window first (where the model has one) and kept when that finds it clearly
+    likely; otherwise in its full window, which decides (`likely_enough`)."""
     scorer = sources.config.edits.likelihood_veto
     if scorer == "off":
         return None
-    prompts = sources.prompts
-    template = prompts.template
-    path = display_path(request.uri, sources.root)
-    end = list(prompts.cache.ids(template.stop_tokens[0]))
+    score = window_scorer(sources, request, cancel)
+
+    def judged(edit: LatestEdit, candidate: Candidate) -> bool | None:
+        full = likelihood_window(edit, candidate)
+        if scorer in NEAR_GAIN:
+            near = likelihood_window(edit, candidate, near=True)
+            quick = score(near, scorer)
+            if quick is None or clearly_likely(*quick, model=scorer):
+                return None if quick is None else True
+            if near == full:  # a short file: the quick look read the whole window
+                return likely_enough(*quick, model=scorer)
+        scored = score(full, scorer)
+        return None if scored is None else likely_enough(*scored, model=scorer)
 
     def judge_for(edit: LatestEdit) -> Judge:
         def judge(candidate: Candidate) -> bool | None:
             if candidate.edit.uri not in (None, edit.uri):
                 return None
             clock.lap("rules_ms")
-            window = likelihood_window(edit, candidate)
-            parts = template.render_parts(
-                window.prefix, window.suffix, (), None, path, request.language_id
-            )
-            prompt = prompts.tokenize(
-                Prompt(text="".join(p.text for p in parts), prefix="", suffix="", parts=parts),
-                heal=False,
-            )
-            middles = [
-                [*prompts.cache.ids(template.sanitize(middle)), *end]
-                for middle in (window.old, window.new)
-            ]
-            if len(prompt.ids) + sum(map(len, middles)) > WINDOW_TOKENS or not all(middles):
-                return None
-            scored = sources.backend.likelihoods(
-                prompt.ids,
-                middles,
-                slot=request.uri + EDIT_SLOT,
-                model=scorer,
-                cancel=cancel,
-                deadline=None,
-            )
+            verdict = judged(edit, candidate)
             clock.lap("veto_ms")
-            return None if scored is None else likely_enough(*scored, model=scorer)
+            return verdict
 
         return judge
 
     return judge_for
+
+
+def window_scorer(
+    sources: EditSources, request: NextEditRequest, cancel: threading.Event | None
+) -> Callable[[LikelihoodWindow, str], tuple[list[float], list[float]] | None]:
+    """Scores a likelihood window with a model: the window as a fill-in-the-middle prompt (the
+    template's, the document's path), its changed lines as they are and as the candidate
+    leaves them as the two middles, each closed by the template's end token, in the document's
+    next-edit cache slot (the completion cache stays as it is). The middles' shared first
+    tokens join the prompt: they score the same in both, so only what follows them is
+    computed twice (with every position's logits). The two scores' sums differ as the whole
+    middles' do. None: not scored (too long, a backend that cannot score, cancelled)."""
+    prompts = sources.prompts
+    template = prompts.template
+    path = display_path(request.uri, sources.root)
+    end = list(prompts.cache.ids(template.stop_tokens[0]))
+
+    def score(window: LikelihoodWindow, model: str) -> tuple[list[float], list[float]] | None:
+        parts = template.render_parts(
+            window.prefix, window.suffix, (), None, path, request.language_id
+        )
+        prompt = prompts.tokenize(
+            Prompt(text="".join(p.text for p in parts), prefix="", suffix="", parts=parts),
+            heal=False,
+        )
+        old, new = (
+            [*prompts.cache.ids(template.sanitize(middle)), *end]
+            for middle in (window.old, window.new)
+        )
+        if len(prompt.ids) + len(old) + len(new) > WINDOW_TOKENS:
+            return None
+        shared = min(common_prefix_length(old, new), min(len(old), len(new)) - 1)
+        scored = sources.backend.likelihoods(
+            [*prompt.ids, *old[:shared]],
+            [old[shared:], new[shared:]],
+            slot=request.uri + EDIT_SLOT,
+            model=model,
+            cancel=cancel,
+            deadline=None,
+        )
+        return None if scored is None else (scored[0], scored[1])
+
+    return score
 
 
 def _context_files(sources: EditSources, uri: str) -> list[ContextFile]:

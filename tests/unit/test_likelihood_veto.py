@@ -21,7 +21,9 @@ from quickdraft.context.edit_rules import Candidate, TextEdit, latest_edit
 from quickdraft.context.edit_vetoes import (
     LIKELIHOOD_CHECKS,
     LIKELIHOOD_DROP,
+    NEAR_GAIN,
     UNSCORED_RULES,
+    clearly_likely,
     likelihood_window,
     likely_enough,
     vet,
@@ -83,10 +85,80 @@ def test_the_window_is_the_changed_lines_the_lines_around_them_and_the_latest_ed
     assert likelihood_window(far, candidate).prefix.startswith("v38 = 38\n")
 
 
+def test_the_quick_look_reads_a_few_lines_and_the_latest_edit_across_the_gap():
+    text = "".join(f"v{i} = {i}\n" for i in range(80))
+    line = text.index("v50 = 50")
+    candidate = Candidate("repeat", TextEdit(line + 6, line + 8, "51"), 0.6)
+    above = latest_edit(URI, text, [Hunk(URI, text.index("v30"), 30, "v30 = 0\n", "v30 = 30\n")])
+    window = likelihood_window(above, candidate, near=True)
+    assert (window.old, window.new) == ("v50 = 50\n", "v50 = 51\n")
+    assert window.prefix == "v30 = 30\n" + "".join(f"v{i} = {i}\n" for i in range(47, 50))
+    assert window.suffix == "".join(f"v{i} = {i}\n" for i in range(51, 54))
+    below = latest_edit(URI, text, [Hunk(URI, text.index("v70"), 70, "v70 = 0\n", "v70 = 70\n")])
+    window = likelihood_window(below, candidate, near=True)
+    assert window.prefix == "".join(f"v{i} = {i}\n" for i in range(47, 50))
+    assert window.suffix == "".join(f"v{i} = {i}\n" for i in range(51, 54)) + "v70 = 70\n"
+    # An edit inside the window is read where it stands.
+    near = latest_edit(URI, text, [Hunk(URI, text.index("v48"), 48, "v48 = 0\n", "v48 = 48\n")])
+    assert likelihood_window(near, candidate, near=True).prefix.startswith("v47 = 47\n")
+
+
+GAIN = NEAR_GAIN["draft"]
+
+
+@pytest.mark.parametrize(
+    "quick_gain, full_gain, kept",
+    [
+        (GAIN, -2 * DROP, True),  # clearly likely at a glance: kept after one look
+        (GAIN - 1, -2 * DROP, False),  # not clearly: the full window vetoes it
+        (GAIN - 1, 0.0, True),  # ... or keeps it
+    ],
+)
+def test_the_quick_look_keeps_a_clearly_likely_candidate_and_asks_the_full_window_otherwise(
+    completer, monkeypatch, quick_gain, full_gain, kept
+):
+    text = "def f(a):\n" + "".join(f"    y{i} = {i}\n" for i in range(30)) + "    return b\n"
+    at = text.index("return b") + len("return ")
+    asked = []
+
+    def likelihoods(prompt_ids, continuations, *, slot, model, cancel, deadline):
+        asked.append(completer.tokenizer.decode(prompt_ids))
+        old, new = continuations
+        change = quick_gain if len(asked) == 1 else full_gain
+        return [[-5.0] * len(old), [-5.0 + change] + [-5.0] * (len(new) - 1)]
+
+    monkeypatch.setattr(completer.backend.engine, "likelihoods", likelihoods)
+    monkeypatch.setattr(completer.backend.engine, "generate", None)
+    result = suggest(edit_sources(completer), request(text))
+    assert (result.rule == "rename") is kept and result.judged == 1
+    assert len(asked) == (1 if quick_gain >= GAIN else 2)
+    if kept:
+        assert [(e.start, e.end, e.text) for e in result.edits] == [(at, at + 1, "a")]
+    # The quick look: the edit's line across the gap, then the 3 lines above the candidate;
+    # the full window reaches up to the edit.
+    assert asked[0].startswith("<|fim_prefix|>def f(a):\n    y27 = 27\n")
+    assert "y26" not in asked[0]
+    if len(asked) == 2:
+        assert "y1 = 1\n" in asked[1] and "y26 = 26\n" in asked[1]
+
+
+def test_the_shared_start_of_the_middles_leaves_the_change_in_likelihood_as_it_was(completer):
+    engine = completer.backend.engine
+    prompt, old, new = [5, 9, 14, 3], [7, 7, 11, 2, 8], [7, 7, 4, 8]
+    whole = engine.likelihoods(prompt, [old, new], slot="veto-test", model="draft")
+    split = engine.likelihoods(
+        prompt + old[:2], [old[2:], new[2:]], slot="veto-test", model="draft"
+    )
+    assert abs((sum(whole[1]) - sum(whole[0])) - (sum(split[1]) - sum(split[0]))) < 1e-4
+
+
 def test_a_candidate_that_makes_its_lines_much_less_likely_is_vetoed():
     assert likely_enough([-1.0, -1.0], [-0.5, -0.5])  # more likely
     assert likely_enough([-1.0, -1.0], [-1.0 - DROP / 2, -1.0])
     assert likely_enough([-1.0], [-1.0 - DROP])
+    assert clearly_likely([-9.0], [-9.0 + NEAR_GAIN["draft"]])
+    assert not clearly_likely([-9.0], [-9.1 + NEAR_GAIN["draft"]])
+    assert not clearly_likely([-9.0], [0.0], model="target")  # no quick look: the full window
     assert not likely_enough([-1.0], [-1.1 - DROP])
     assert not likely_enough([-1.0], [-1.1 - LIKELIHOOD_DROP["target"]], model="target")
 
@@ -114,11 +186,14 @@ def test_the_pipeline_asks_the_model_about_each_candidate_and_shows_the_first_ke
     assert [(e.start, e.end, e.text) for e in result.edits] == [(start, start + 1, "a")]
     prompt, (old, new), slot = asked[0]
     assert slot == URI + "#edit"  # the document's completion cache is left be
-    assert prompt.startswith("<|fim_prefix|>") and prompt.endswith("<|fim_middle|>")
+    # The file is short: the quick look's window is the whole window, scored once.
+    assert prompt.startswith("<|fim_prefix|>")
     assert "def f(a):\n" in prompt and "return b + c\n" in prompt  # the window, both sides
+    # The middles' shared first tokens close the prompt; what follows them is scored twice.
+    assert prompt.endswith("<|fim_middle|>    c = ")
     decode = completer.tokenizer.decode
-    assert decode(old) == "    c = b + 1\n<|endoftext|>"
-    assert decode(new) == "    c = a + 1\n<|endoftext|>"
+    assert decode(old) == "b + 1\n<|endoftext|>"
+    assert decode(new) == "a + 1\n<|endoftext|>"
     assert list(result.stages) == ["rules_ms", "veto_ms"]
 
 
