@@ -195,6 +195,33 @@ def test_mining_reads_a_bare_mirror_as_it_reads_a_checkout(history, tmp_path):
     assert from_mirror[0].repository == str(bare.resolve())
 
 
+def test_a_mirror_missing_a_large_blob_is_mined_as_the_whole_history(tmp_path):
+    """A partial clone lacks its largest blobs: `git log --numstat` fails on them. The files
+    then come from names alone, the line counts from the source files, and the cases are the
+    same as the whole history gives."""
+    from quickdraft.bench.edits_cases import mine_cases
+
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    commit(root, {"geo/area.py": lines(AREA), "data.csv": "a,b\n"}, "2024-05-01T12:00:00+00:00")
+    commit(root, {"data.csv": "a,b\n" + "1,2\n" * 500}, "2025-02-01T12:00:00+00:00")
+    edited = renamed(AREA, "width", "w", [0, 2, 4])
+    commit(root, {"geo/area.py": lines(edited)}, "2025-02-02T12:00:00+00:00")
+    commit(
+        root,
+        {"geo/area.py": lines(edited).replace("value < 0", "value <= 0"), "data.csv": "x\n"},
+        "2025-02-03T12:00:00+00:00",
+    )
+    whole = (mine_pairs(root), mine_cases(root, since="2025-01-01", max_cases=8))
+    blob = git(root, "rev-parse", "HEAD~2:data.csv")
+    (root / ".git" / "objects" / blob[:2] / blob[2:]).unlink()  # as a partial clone lacks it
+    with pytest.raises(subprocess.CalledProcessError):
+        git(root, "log", "--numstat")
+    assert (mine_pairs(root), mine_cases(root, since="2025-01-01", max_cases=8)) == whole
+    assert len(whole[0]) == 1 and len(whole[1]) == 2  # the rename, and the one-hunk change
+
+
 def test_since_max_pairs_and_seed_choose_the_pairs_deterministically(history):
     assert mine_pairs(history["root"], since="2025-02-05") == mine_pairs(
         history["root"], since="2025-02-05"

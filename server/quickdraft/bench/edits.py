@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from quickdraft.bench.holes import SKIP_DIRS
-from quickdraft.context.syntax import language_for_path
+from quickdraft.context.syntax import EXTENSIONS, language_for_path
 from quickdraft.errors import ConfigError
 
 DEFAULT_SINCE = "2025-01-01"
@@ -185,7 +185,33 @@ class Candidate:
 
 def commit_files(directory: Path, since: str) -> Iterator[tuple[str, str, list[tuple[str, ...]]]]:
     """(commit, date, [(added, deleted, path), ...]) of each commit since `since`, newest
-    first, merges left out (`git log --numstat`; a binary file's counts are "-")."""
+    first, merges left out (`git log --numstat`; a binary file's counts are "-").
+
+    A partial clone (a mirror without its largest blobs) cannot count lines in a file whose
+    blob it lacks: there the files come from `--name-only` (which reads no blob), and the
+    counts only for source files (EXTENSIONS), which such mirrors keep; the others read "-"."""
+    try:
+        yield from _log_files(directory, since, "--numstat")
+        return
+    except ConfigError as error:
+        if "unable to read" not in str(error):
+            raise
+    counted = {
+        commit: {path: (added, deleted) for added, deleted, path in files}
+        for commit, _, files in _log_files(
+            directory, since, "--numstat", "--", *(f"*{suffix}" for suffix in EXTENSIONS)
+        )
+    }
+    for commit, date, files in _log_files(directory, since, "--name-only"):
+        counts = counted.get(commit, {})
+        yield commit, date, [(*counts.get(path, ("-", "-")), path) for *_, path in files]
+
+
+def _log_files(
+    directory: Path, since: str, *how: str
+) -> Iterator[tuple[str, str, list[tuple[str, ...]]]]:
+    """`git log` of the commits since `since` with the files each changes (`how`: --numstat
+    gives (added, deleted, path), --name-only (path,))."""
     raw = _git(
         directory,
         "log",
@@ -193,8 +219,8 @@ def commit_files(directory: Path, since: str) -> Iterator[tuple[str, str, list[t
         "--no-renames",
         f"--since={since}",
         "--format=%x01%H %cI",
-        "--numstat",
         "-z",
+        *how,
     )
     for block in raw.decode("utf-8", "replace").split("\x01")[1:]:
         header, *entries = block.split("\x00")
@@ -202,9 +228,7 @@ def commit_files(directory: Path, since: str) -> Iterator[tuple[str, str, list[t
         files = []
         for entry in entries:
             if entry.strip():
-                added, _, tail = entry.strip("\n").partition("\t")
-                deleted, _, path = tail.partition("\t")
-                files.append((added, deleted, path))
+                files.append(tuple(entry.strip("\n").split("\t", 2)))
         yield commit, date, files
 
 
