@@ -330,8 +330,9 @@ def likelihood_judge(
 ) -> Callable[[LatestEdit], Judge] | None:
     """The likelihood veto's judge (context/edit_vetoes.py) over this request's backend, by the
     model `edits.likelihood_veto` names; None where it is off. A candidate is scored in its
-    quick look's window first (where the model has one) and kept when that finds it clearly
-    likely; otherwise in its full window, which decides (`likely_enough`)."""
+    quick look's window first (where the model has one): kept when that finds it clearly
+    likely, vetoed when it loses what the full window vetoes; between, its full window
+    decides (`likely_enough`)."""
     scorer = sources.config.edits.likelihood_veto
     if scorer == "off":
         return None
@@ -344,8 +345,11 @@ def likelihood_judge(
             quick = score(near, scorer)
             if quick is None or clearly_likely(*quick, model=scorer):
                 return None if quick is None else True
-            if near == full:  # a short file: the quick look read the whole window
-                return likely_enough(*quick, model=scorer)
+            # A loss the full window would veto is vetoed at a glance too; and in a short file
+            # the quick look read the whole window.
+            kept = likely_enough(*quick, model=scorer)
+            if not kept or near == full:
+                return kept
         scored = score(full, scorer)
         return None if scored is None else likely_enough(*scored, model=scorer)
 

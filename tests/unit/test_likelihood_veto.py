@@ -112,9 +112,10 @@ GAIN = NEAR_GAIN["draft"]
         (GAIN, -2 * DROP, True),  # clearly likely at a glance: kept after one look
         (GAIN - 1, -2 * DROP, False),  # not clearly: the full window vetoes it
         (GAIN - 1, 0.0, True),  # ... or keeps it
+        (-DROP - 0.5, 0.0, False),  # a loss the full window vetoes: vetoed after one look
     ],
 )
-def test_the_quick_look_keeps_a_clearly_likely_candidate_and_asks_the_full_window_otherwise(
+def test_the_quick_look_keeps_what_is_clearly_likely_vetoes_a_loss_and_asks_the_full_window(
     completer, monkeypatch, quick_gain, full_gain, kept
 ):
     text = "def f(a):\n" + "".join(f"    y{i} = {i}\n" for i in range(30)) + "    return b\n"
@@ -131,7 +132,7 @@ def test_the_quick_look_keeps_a_clearly_likely_candidate_and_asks_the_full_windo
     monkeypatch.setattr(completer.backend.engine, "generate", None)
     result = suggest(edit_sources(completer), request(text))
     assert (result.rule == "rename") is kept and result.judged == 1
-    assert len(asked) == (1 if quick_gain >= GAIN else 2)
+    assert len(asked) == (1 if quick_gain >= GAIN or quick_gain < -DROP else 2)
     if kept:
         assert [(e.start, e.end, e.text) for e in result.edits] == [(at, at + 1, "a")]
     # The quick look: the edit's line across the gap, then the 3 lines above the candidate;
