@@ -77,6 +77,17 @@ def test_a_q4_0_copy_is_made_once_and_taken_where_it_is_faster(tmp_path, probed)
     assert again.path == chosen.path and chosen.path.stat().st_mtime_ns == made
     assert not any("making" in line for line in said)
     assert any("measuring" in line for line in said)  # the scripted probe cached nothing
+    # The file changes (fetched again): a new copy, and the old one is removed; a copy of
+    # another file with the same name stays.
+    elsewhere = tmp_path / "elsewhere" / "draft.gguf"
+    elsewhere.parent.mkdir()
+    write_tiny_gguf(elsewhere, seed=3, layers=1, hidden=64)
+    theirs = choose_draft_format(elsewhere, 1, home=home, say=said.append).path
+    write_tiny_gguf(tmp_path / "draft.gguf", seed=2, layers=1, hidden=64)
+    os.utime(tmp_path / "draft.gguf", (made / 1e9 + 60, made / 1e9 + 60))
+    remade = choose_draft_format(tmp_path / "draft.gguf", 1, home=home, say=said.append).path
+    assert remade != chosen.path and remade.is_file() and not chosen.path.parent.exists()
+    assert theirs.is_file()
     # Where it is not faster, the file as given runs.
     probed["copy"] = measured(31.0, 110.0)
     kept = choose_draft_format(tmp_path / "draft.gguf", 1, home=home, say=said.append)

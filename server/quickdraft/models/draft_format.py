@@ -18,7 +18,9 @@ runs. `model.draft_format: as-is` turns it off.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import shutil
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -98,10 +100,13 @@ def file_type(path: Path) -> int:
 
 
 def q4_0_copy(gguf: Path, *, home: Path | None = None, say: Callable[[str], None]) -> Path:
-    """`gguf` requantized to Q4_0, made once under `converted/` (keyed by the file's size and
-    time), reused after."""
+    """`gguf` requantized to Q4_0, made once under `converted/` (keyed by the file's path, size
+    and time), reused after."""
     stat = gguf.stat()
-    final = store.converted_dir(home) / f"{gguf.stem}-q4_0-{stat.st_size}-{int(stat.st_mtime)}"
+    where = hashlib.sha1(str(gguf.resolve()).encode()).hexdigest()[:8]
+    final = (
+        store.converted_dir(home) / f"{gguf.stem}-q4_0-{stat.st_size}-{int(stat.st_mtime)}-{where}"
+    )
     copy = final / f"{gguf.stem}-q4_0.gguf"
     if store.is_complete(final) and copy.is_file():
         return copy
@@ -114,7 +119,17 @@ def q4_0_copy(gguf: Path, *, home: Path | None = None, say: Callable[[str], None
         code = lib.llama_model_quantize(str(gguf).encode(), str(temp / copy.name).encode(), params)
         if code != 0:
             raise ModelError(f"llama.cpp could not requantize {gguf.name} (code {code})")
+    _remove_older_copies(gguf, final)
     return copy
+
+
+def _remove_older_copies(gguf: Path, kept: Path) -> None:
+    """Copies made of an earlier version of the same file (its size or time changed: a fetch
+    again, an edit) are never used again: removed, so a re-fetch does not leave 400 MB behind."""
+    for other in kept.parent.glob(f"{gguf.stem}-q4_0-*"):
+        if other != kept and store.read_marker(other).get("source") == str(gguf):
+            log.info("removing %s, a copy of an earlier %s", other.name, gguf.name)
+            shutil.rmtree(other, ignore_errors=True)
 
 
 def faster(copy: ProbeResult, original: ProbeResult) -> bool:
