@@ -164,8 +164,9 @@ def test_a_candidate_that_makes_its_lines_much_less_likely_is_vetoed():
     assert not likely_enough([-1.0], [-1.1 - LIKELIHOOD_DROP["target"]], model="target")
 
 
-def test_the_pipeline_asks_the_model_about_each_candidate_and_shows_the_first_kept(
-    completer, monkeypatch
+@pytest.mark.parametrize("first_drop", [0.0, 2 * DROP])
+def test_the_pipeline_asks_the_model_about_the_best_candidate_and_shows_it_if_kept(
+    completer, monkeypatch, first_drop
 ):
     engine = completer.backend.engine
     asked = []
@@ -174,17 +175,23 @@ def test_the_pipeline_asks_the_model_about_each_candidate_and_shows_the_first_ke
         assert model == "draft"  # the default scorer
         asked.append((completer.tokenizer.decode(prompt_ids), continuations, slot))
         old, new = continuations
-        # The first candidate (the nearer use) loses much; the second is kept.
-        drop = 2 * DROP if len(asked) == 1 else 0.0
+        # The first candidate (the nearer use) loses `first_drop`; any later one nothing.
+        drop = first_drop if len(asked) == 1 else 0.0
         return [[-1.0] * len(old), [-1.0 - drop] + [-1.0] * (len(new) - 1)]
 
     monkeypatch.setattr(engine, "likelihoods", likelihoods)
     monkeypatch.setattr(engine, "generate", None)  # no rewrite is asked
     result = suggest(edit_sources(completer), request())
-    assert len(asked) == 2 and result.judged == 2
-    assert result.vetoed == {"likelihood": 1} and result.rule == "rename"
-    start = TEXT.index("return b") + len("return ")
-    assert [(e.start, e.end, e.text) for e in result.edits] == [(start, start + 1, "a")]
+    if first_drop > DROP:  # vetoed: after LIKELIHOOD_CHECKS vetoes the answer is no edit
+        assert len(asked) == result.judged == LIKELIHOOD_CHECKS
+        assert result.vetoed == {"likelihood": 1} and (result.rule is None) is (
+            LIKELIHOOD_CHECKS == 1
+        )
+    else:
+        assert len(asked) == 1 and result.judged == 1 and result.vetoed == {}
+        at = TEXT.index("c = b") + len("c = ")
+        assert [(e.start, e.end, e.text) for e in result.edits] == [(at, at + 1, "a")]
+        assert result.rule == "rename"
     prompt, (old, new), slot = asked[0]
     assert slot == URI + "#edit"  # the document's completion cache is left be
     # The file is short: the quick look's window is the whole window, scored once.
@@ -229,9 +236,10 @@ def test_the_rules_the_veto_never_corrected_are_not_scored():
     decision = vet(edit, [hoist, rename], judge=lambda c: judged.append(c) or False)
     assert "hoist" in UNSCORED_RULES and decision.shown is hoist and judged == []
     decision = vet(edit, [rename, hoist], judge=lambda c: judged.append(c) or False)
-    assert judged == [rename] and decision.shown is hoist and decision.judged == 1
+    assert judged == [rename] and decision.judged == 1
     # After LIKELIHOOD_CHECKS vetoes the search ends: an unscored candidate after them is not
     # shown either.
+    assert (decision.shown is hoist) is (LIKELIHOOD_CHECKS > 1)
     decision = vet(edit, [rename] * LIKELIHOOD_CHECKS + [hoist], judge=lambda c: False)
     assert decision.shown is None and decision.judged == LIKELIHOOD_CHECKS
 
