@@ -193,9 +193,8 @@ def commit_files(directory: Path, since: str) -> Iterator[tuple[str, str, list[t
     try:
         yield from _log_files(directory, since, "--numstat")
         return
-    except ConfigError as error:
-        if "unable to read" not in str(error):
-            raise
+    except ConfigError:
+        pass  # git's own words may be translated: any other failure recurs below, as clear
     counted = {
         commit: {path: (added, deleted) for added, deleted, path in files}
         for commit, _, files in _log_files(
