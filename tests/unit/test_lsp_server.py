@@ -15,7 +15,7 @@ from quickdraft.lsp.assembly import create_server
 from quickdraft.lsp.handlers.completion import completion_item
 from quickdraft.lsp.server import MalformedRequest
 from quickdraft.lsp.service import Answer, stats_payload
-from quickdraft.lsp.status import file_name
+from quickdraft.lsp.status import WaitProgress, file_name
 from quickdraft.lsp.worker import Loaded, ModelHost, ModelWorker
 
 
@@ -441,3 +441,18 @@ def test_a_wait_names_the_file_as_a_person_does():
     assert file_name("file:///work/my%20app/m%C3%A9tier.py") == "métier.py"
     assert file_name("untitled:Untitled-1") == "Untitled-1"
     assert file_name("file:///work/a.py") == "a.py"
+
+
+def test_a_wait_says_what_is_done_for_the_file():
+    """Queued, reading (a prefill of several chunks), then what the request is for: a
+    suggestion is written; a next edit is prepared (the model checks a rule's candidate, or
+    writes one)."""
+    wait = WaitProgress(None, None, "1", "file:///w/app.py", doing="preparing a next edit")
+    assert wait.message() == "waiting for the model to finish other work"
+    wait.prefilling(128, 1280)
+    assert wait.message() == "reading app.py: 128 of 1,280 tokens"
+    wait.prefilling(1280, 1280)
+    assert wait.message() == "preparing a next edit for app.py"
+    suggestion = WaitProgress(None, None, "2", "file:///w/app.py")
+    suggestion.prefilling(1280, 1280)
+    assert suggestion.message() == "writing a suggestion for app.py"

@@ -587,7 +587,9 @@ class NextEditService:
         self._inflight[uri] = cancel
         started = time.monotonic()
         loop = asyncio.get_running_loop()
-        wait = WaitProgress(server, loop, str(request_id), uri, writing="a next edit").start()
+        wait = WaitProgress(
+            server, loop, str(request_id), uri, doing="preparing a next edit"
+        ).start()
         future = server.worker.submit(
             wait.run, server.host.suggest_edit, request, cancel, preempt=True
         )

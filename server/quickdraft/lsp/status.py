@@ -227,7 +227,8 @@ class WaitProgress:
     how far its prefills have got (`prefilling`, a `quickdraft.prefill_progress` listener):
     plain stores, read by the event loop every WAIT_REPORT_EVERY_S. The message is "waiting
     for the model to finish other work" while queued, "reading <file>: <n> of <m> tokens"
-    during a prefill of more than one chunk, else "writing <what> for <file>".
+    during a prefill of more than one chunk, else "<doing> for <file>" ("writing a suggestion";
+    a next edit is "preparing": the rules' candidate is checked by the model, or written).
     """
 
     def __init__(
@@ -237,12 +238,12 @@ class WaitProgress:
         name: str,
         uri: str,
         *,
-        writing: str = "a suggestion",
+        doing: str = "writing a suggestion",
     ):
         self.server = server
         self.loop = loop
         self.file = file_name(uri)
-        self.writing = writing
+        self.doing = doing
         self.progress = ClientProgress(
             server, loop, f"quickdraft-wait-{name}-{time.monotonic_ns()}"
         )
@@ -278,7 +279,7 @@ class WaitProgress:
         reading = self._reading
         if reading is not None and reading[0] < reading[1]:
             return f"reading {self.file}: {reading[0]:,} of {reading[1]:,} tokens"
-        return f"writing {self.writing} for {self.file}"
+        return f"{self.doing} for {self.file}"
 
     def _show(self) -> None:
         if self.progress.ended:
