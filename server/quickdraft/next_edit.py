@@ -343,8 +343,10 @@ def likelihood_judge(
         if scorer in NEAR_GAIN:
             near = likelihood_window(edit, candidate, near=True)
             quick = score(near, scorer)
-            if quick is None or clearly_likely(*quick, model=scorer):
-                return None if quick is None else True
+            if quick is None:
+                return None
+            if clearly_likely(*quick, model=scorer):
+                return True
             # A loss the full window would veto is vetoed at a glance too; and in a short file
             # the quick look read the whole window.
             kept = likely_enough(*quick, model=scorer)
