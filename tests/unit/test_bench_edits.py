@@ -1,4 +1,4 @@
-"""`quickdraft bench --edits` without a model: mining pairs from a git history the test writes,
+"""`quickdraft bench --edits` without a model: mining cases from a git history the test writes,
 applying and scoring answers, the summary, and the whole command against a stand-in server
 that speaks the next-edit protocol."""
 
@@ -13,16 +13,10 @@ from pathlib import Path
 import pytest
 
 from quickdraft.bench import edits_replay
-from quickdraft.bench.edits import (
-    Hunk,
-    apply_hunks,
-    close_small_hunks,
-    is_source,
-    mine_pairs,
-    smallest_change,
-)
+from quickdraft.bench.edits import Hunk, apply_hunks, is_source, smallest_change
+from quickdraft.bench.edits_cases import close_hunks, edit_distance, kind, mine_cases, score
 from quickdraft.bench.edits_replay import EditError, apply_edits
-from quickdraft.bench.edits_report import edit_distance, outcome, score, summarize
+from quickdraft.bench.edits_report import outcome, summarize
 from quickdraft.cli import main
 from quickdraft.errors import ConfigError
 from quickdraft.lsp.documents import UTF16, Document
@@ -107,21 +101,17 @@ def history(tmp_path_factory) -> dict:
     far = list(FAR)
     far[1], far[3] = "x_1 = 10", "x_3 = 30"
     commits["old"] = commit(root, {"geo/far.py": lines(far)}, "2024-06-01T12:00:00+00:00")
-    # 3 hunks close together (lines 1, 3, 5: the parameter renamed): one pair.
+    # 3 hunks close together (lines 1, 3, 5: the parameter renamed): one case.
     commits["area"] = commit(
         root,
         {"geo/area.py": lines(renamed(AREA, "width", "w", [0, 2, 4]))},
         "2025-02-01T12:00:00+00:00",
     )
-    # Two files at once: skipped.
-    shapes = list(SHAPES)
-    shapes[-1] = "    def method_5(self):\n        return 50"
+    # Two files at once, one hunk each: two no-edit cases.
+    far[100] = "x_100 = 1000"
     commits["two"] = commit(
         root,
-        {
-            "geo/shapes.py": lines(shapes),
-            "geo/other.py": "y = 2\n",
-        },
+        {"geo/far.py": lines(far), "geo/other.py": "y = 2\n"},
         "2025-02-02T12:00:00+00:00",
     )
     # Hunks 150 lines apart: skipped.
@@ -137,10 +127,11 @@ def history(tmp_path_factory) -> dict:
         {"node_modules/lib/index.js": "var a = 10;\nvar b = 2;\nvar c = 30;\nvar d = 4;\n"},
         "2025-02-05T12:00:00+00:00",
     )
-    # One hunk only: skipped.
+    # One hunk only: a no-edit case.
     far[5] = "x_5 = 5"
     commits["one"] = commit(root, {"geo/far.py": lines(far)}, "2025-02-06T12:00:00+00:00")
-    # Two hunks in the class (a field renamed in two methods, 4 lines apart): one pair.
+    # Two hunks in the class (a field renamed in two methods, 4 lines apart): one case.
+    shapes = list(SHAPES)
     shapes[1] = "    def __init__(self, label):"
     shapes[2] = "        self.label = label"
     shapes[5] = "    def method_1(self):\n        return self.label"
@@ -153,11 +144,14 @@ def history(tmp_path_factory) -> dict:
     return {"root": root, "commits": commits}
 
 
-def test_mining_keeps_the_commits_with_one_file_and_close_small_hunks(history):
-    pairs = mine_pairs(history["root"], since="2025-01-01")
+def edit_cases(root: Path, **options) -> list:
+    return [c for c in mine_cases(root, since="2025-01-01", max_cases=8, **options) if c.hunks > 1]
+
+
+def test_a_case_is_the_first_hunk_typed_and_the_file_as_the_commit_left_it(history):
     commits = history["commits"]
-    assert [p.commit for p in pairs] == [commits["area"], commits["shapes"]]  # oldest first
-    area = pairs[0]
+    area, shapes = edit_cases(history["root"])
+    assert (area.commit, shapes.commit) == (commits["area"], commits["shapes"])  # oldest first
     assert area.path == "geo/area.py" and area.language == "python" and area.hunks == 3
     assert area.date.startswith("2025-02-01T12:00:00")
     assert area.repository == str(history["root"].resolve())
@@ -167,10 +161,9 @@ def test_mining_keeps_the_commits_with_one_file_and_close_small_hunks(history):
     assert area.before[area.edit_start : area.edit_end] == "idth"
     assert area.current == lines(renamed(AREA, "width", "w", [0]))
     assert area.current[: area.cursor].endswith("def area(w")
-    # The truth: the next hunk applied too, the third not yet.
-    assert area.truth == lines(renamed(AREA, "width", "w", [0, 2]))
+    # The truth: every hunk of the commit applied (its order is lost: any is the next).
+    assert area.truth == lines(renamed(AREA, "width", "w", [0, 2, 4]))
     assert area.next_lines == 2
-    shapes = pairs[1]
     # Hunk 1 is the two lines of the constructor; hunk 2 the method that reads the field.
     assert shapes.current.splitlines()[1:3] == [
         "    def __init__(self, label):",
@@ -187,8 +180,8 @@ def test_mining_reads_a_bare_mirror_as_it_reads_a_checkout(history, tmp_path):
         check=True,
         env={**os.environ, "GIT_CONFIG_GLOBAL": os.devnull},
     )
-    from_checkout = mine_pairs(history["root"])
-    from_mirror = mine_pairs(bare)
+    from_checkout = mine_cases(history["root"], since="2025-01-01", max_cases=8)
+    from_mirror = mine_cases(bare, since="2025-01-01", max_cases=8)
     assert [(p.commit, p.path, p.before, p.truth) for p in from_mirror] == [
         (p.commit, p.path, p.before, p.truth) for p in from_checkout
     ]
@@ -199,8 +192,6 @@ def test_a_mirror_missing_a_large_blob_is_mined_as_the_whole_history(tmp_path):
     """A partial clone lacks its largest blobs: `git log --numstat` fails on them. The files
     then come from names alone, the line counts from the source files, and the cases are the
     same as the whole history gives."""
-    from quickdraft.bench.edits_cases import mine_cases
-
     root = tmp_path / "repo"
     root.mkdir()
     git(root, "init", "-q", "-b", "main")
@@ -213,38 +204,41 @@ def test_a_mirror_missing_a_large_blob_is_mined_as_the_whole_history(tmp_path):
         {"geo/area.py": lines(edited).replace("value < 0", "value <= 0"), "data.csv": "x\n"},
         "2025-02-03T12:00:00+00:00",
     )
-    whole = (mine_pairs(root), mine_cases(root, since="2025-01-01", max_cases=8))
+    whole = mine_cases(root, since="2025-01-01", max_cases=8)
     blob = git(root, "rev-parse", "HEAD~2:data.csv")
     (root / ".git" / "objects" / blob[:2] / blob[2:]).unlink()  # as a partial clone lacks it
     with pytest.raises(subprocess.CalledProcessError):
         git(root, "log", "--numstat")
-    assert (mine_pairs(root), mine_cases(root, since="2025-01-01", max_cases=8)) == whole
-    assert len(whole[0]) == 1 and len(whole[1]) == 2  # the rename, and the one-hunk change
+    assert mine_cases(root, since="2025-01-01", max_cases=8) == whole
+    assert [c.hunks for c in whole] == [3, 1]  # the rename, and the one-hunk change
 
 
-def test_since_max_pairs_and_seed_choose_the_pairs_deterministically(history):
-    assert mine_pairs(history["root"], since="2025-02-05") == mine_pairs(
-        history["root"], since="2025-02-05"
+def test_since_max_cases_and_seed_choose_the_cases_deterministically(history):
+    root, commits = history["root"], history["commits"]
+    assert mine_cases(root, since="2025-02-05", max_cases=4) == mine_cases(
+        root, since="2025-02-05", max_cases=4
     )
-    (later,) = mine_pairs(history["root"], since="2025-02-05")
-    assert later.commit == history["commits"]["shapes"]
-    assert mine_pairs(history["root"], since="2030-01-01") == []
-    everything = mine_pairs(history["root"], since="2000-01-01")
-    assert [p.commit for p in everything][0] == history["commits"]["old"]
-    assert len(everything) == 3
+    later = mine_cases(root, since="2025-02-05", max_cases=4)
+    assert [(c.commit, c.hunks) for c in later] == [(commits["one"], 1), (commits["shapes"], 2)]
+    assert mine_cases(root, since="2030-01-01", max_cases=4) == []
+    everything = mine_cases(root, since="2000-01-01", max_cases=12)
+    assert everything[0].commit == commits["old"]
+    assert len([c for c in everything if c.hunks > 1]) == 3
     chosen = {
-        p.commit for seed in range(6) for p in mine_pairs(history["root"], max_pairs=1, seed=seed)
+        c.commit
+        for seed in range(8)
+        for c in mine_cases(root, since="2025-01-01", max_cases=1, seed=seed)
     }
-    assert chosen == {history["commits"]["area"], history["commits"]["shapes"]}
+    assert chosen == {commits["area"], commits["shapes"]}  # one edit case, no one-hunk one
     with pytest.raises(ConfigError, match="at least 1"):
-        mine_pairs(history["root"], max_pairs=0)
+        mine_cases(root, since="2025-01-01", max_cases=0)
 
 
 def test_not_a_repository_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="not a git repository"):
-        mine_pairs(tmp_path)
+        mine_cases(tmp_path, since="2025-01-01", max_cases=1)
     with pytest.raises(ConfigError, match="does not exist"):
-        mine_pairs(tmp_path / "nowhere")
+        mine_cases(tmp_path / "nowhere", since="2025-01-01", max_cases=1)
 
 
 def test_hunks_their_limits_and_applying_them():
@@ -257,11 +251,11 @@ def test_hunks_their_limits_and_applying_them():
     assert apply_hunks(old, new, hunks[:1]) == "a\nB\nc\nd\n"
     assert apply_hunks(old, new, hunks) == "".join(new)
     small = Hunk(10, 2, 10, 3)
-    assert close_small_hunks([small, Hunk(20, 1, 21, 1), Hunk(65, 3, 66, 3)])
-    assert not close_small_hunks([small])  # one hunk
-    assert not close_small_hunks([small] * 5)  # five
-    assert not close_small_hunks([small, Hunk(80, 1, 81, 1)])  # 71 lines apart
-    assert not close_small_hunks([small, Hunk(20, 9, 21, 1)])  # 9 lines removed
+    assert close_hunks([small, Hunk(20, 1, 21, 1), Hunk(85, 3, 86, 3)])
+    assert close_hunks([small])  # one hunk: a no-edit case
+    assert not close_hunks([small] * 7)  # seven
+    assert not close_hunks([small, Hunk(100, 1, 101, 1)])  # 91 lines apart
+    assert not close_hunks([small, Hunk(20, 9, 21, 1)])  # 9 lines removed
     assert smallest_change("f(a, b)\n", "f(a, bc)\n") == (6, 6, "c")
     assert smallest_change("abc", "abc") == (3, 3, "")
 
@@ -321,6 +315,11 @@ def test_scores_compare_the_answer_with_the_truth_over_the_changed_region():
     }
     halfway = "def f(w):\n    g(wi)\n    h(width)\n"
     assert score(current, truth, halfway)["helpful"] and not score(current, truth, halfway)["exact"]
+    # A step toward a truth of several changes is exact when it is one of them.
+    both = "def f(w):\n    g(w)\n    h(w)\n"
+    assert score(current, both, truth)["exact"] and score(current, both, truth)["helpful"]
+    elsewhere = "def f(w):\n    g(w)\n    h(width)\n    k(w)\n"
+    assert not score(current, both, elsewhere)["exact"]
     worse = "def f(w):\n    g(widthxx)\n    h(width)\n"
     result = score(current, truth, worse)
     assert result["harmful"] and result["distance_after"] == 6
@@ -416,7 +415,7 @@ while True:
         reply["result"] = {"items": []}
     elif method == "textDocument/copilotInlineEdit":
         doc = message["params"]["textDocument"]
-        path = doc["uri"].rsplit("/repo/", 1)[-1]
+        path = doc["uri"].split("/workspace/", 1)[-1].split("/", 1)[-1]
         spec = answers.get(strategy, {}).get(path, [])
         if spec == "unknown":
             reply = {"jsonrpc": "2.0", "id": message["id"],
@@ -433,6 +432,7 @@ while True:
                 tokens = 20
                 send({"jsonrpc": "2.0", "method": "$/quickdraft/stats", "params": {
                     "requestId": message["id"], "feature": "inlineEdit", "latencyMs": 5.0,
+                    "rule": "repeat" if edits else None, "judged": 1 if edits else 0,
                     "tokens": tokens, "targetForwards": 20 if strategy == "ar" else 5,
                     "tokensPerForward": 1.0 if strategy == "ar" else 4.0,
                     "copiedTokens": 0 if strategy == "ar" else 15, "editCount": len(edits),
@@ -458,7 +458,8 @@ def truth_edit(pair, **extra) -> dict:
 
 @pytest.fixture
 def fake_server(history, tmp_path, monkeypatch):
-    area, shapes = mine_pairs(history["root"])
+    cases = mine_cases(history["root"], since="2025-01-01", max_cases=12)
+    area, shapes = (c for c in cases if c.hunks > 1)
     junk = lsp_edit(area.current, area.cursor, area.cursor, "_junk_")
     answers = {
         "ar": {"geo/area.py": [truth_edit(area)], "geo/shapes.py": []},
@@ -475,7 +476,7 @@ def fake_server(history, tmp_path, monkeypatch):
     serve(answers)
     command = [sys.executable, str(script), str(wire), str(answers_path)]
     monkeypatch.setattr(edits_replay, "serve_command", lambda flags: command)
-    return {"pairs": (area, shapes), "wire": wire, "serve": serve}
+    return {"cases": cases, "pairs": (area, shapes), "wire": wire, "serve": serve}
 
 
 def edits_args(repo: Path, out: Path, *extra: str) -> list[str]:
@@ -498,9 +499,14 @@ def test_bench_edits_drives_the_server_as_a_client_and_reports(
     assert main(edits_args(history["root"], out)) == 1  # hybrid's wrong version is a failure
     results = json.loads((out / "results.json").read_text())
     area, shapes = fake_server["pairs"]
-    assert [p["commit"] for p in results["env"]["pairs"]] == [area.commit, shapes.commit]
-    assert results["env"]["repository"] == str(history["root"].resolve())
-    assert results["env"]["head"] == git(history["root"], "rev-parse", "HEAD")
+    # The rules bench's cases: the two edit cases and three one-hunk files, oldest first.
+    assert [p["commit"] for p in results["env"]["pairs"]] == [
+        c.commit for c in fake_server["cases"]
+    ]
+    assert [p["hunks"] for p in results["env"]["pairs"]] == [3, 1, 1, 1, 2]
+    root = str(history["root"].resolve())
+    assert results["env"]["repositories"] == [root]
+    assert results["env"]["heads"] == {root: git(history["root"], "rev-parse", "HEAD")}
     assert results["env"]["cpu"] and results["env"]["since"] == "2025-01-01"
     assert list(results["strategies"]) == ["ar", "ngram", "hybrid"]
     # Each server's facts: its log, the warm-up, the errors shown, its exit status.
@@ -509,23 +515,33 @@ def test_bench_edits_drives_the_server_as_a_client_and_reports(
     assert server["warmup_s"] >= 0 and server["exit_status"] is not None
 
     ar, ngram, hybrid = (results["strategies"][n]["runs"] for n in ("ar", "ngram", "hybrid"))
-    assert [outcome(r) for r in ar] == ["exact", "no edit"]
-    assert [outcome(r) for r in ngram] == ["exact", "exact"]
-    assert [outcome(r) for r in hybrid] == ["harmful", "error"]
+    no_edits = ["no edit"] * 3
+    assert [outcome(r) for r in ar] == ["exact", *no_edits, "no edit"]
+    assert [outcome(r) for r in ngram] == ["exact", *no_edits, "exact"]
+    assert [outcome(r) for r in hybrid] == ["harmful", *no_edits, "error"]
+    assert [r["kind"] for r in ar] == ["edit", "none", "none", "none", "edit"]
     assert (
-        hybrid[1]["error"] == "edit 1 is for version 1, asked for version 2" and hybrid[1]["edits"]
+        hybrid[4]["error"] == "edit 1 is for version 1, asked for version 2" and hybrid[4]["edits"]
     )
     assert ngram[0]["stats"] and ngram[0]["copied_tokens"] == 15 and ngram[0]["tokens"] == 20
     assert ngram[0]["stats_edit_count"] == 1 and ngram[0]["feature"] == "inlineEdit"
     assert all(r["version"] == 2 for r in ar)
     summary = results["summary"]
-    assert summary["ar"]["exact"] == 0.5 and summary["ar"]["no_edit"] == 1
-    assert summary["ngram"]["identical_to_ar"] == 0.5 and summary["ngram"]["exact"] == 1.0
+    assert summary["ar"]["exact"] == 0.2 and summary["ar"]["no_edit"] == 4
+    assert summary["ngram"]["identical_to_ar"] == 0.8 and summary["ngram"]["exact"] == 0.4
     assert (
         summary["ngram"]["tokens_per_forward"] == 4.0 and summary["ngram"]["copied_share"] == 0.75
     )
-    assert summary["hybrid"]["harmful"] == 0.5 and summary["hybrid"]["errors"] == 1
+    assert summary["hybrid"]["harmful"] == 0.2 and summary["hybrid"]["errors"] == 1
     assert summary["ngram"]["speedup_vs_ar"] > 0
+    # ...and scored per rule as the rules bench scores its cases.
+    ngram_cases = summary["ngram"]["cases"]["overall"]
+    assert (ngram_cases["cases"], ngram_cases["edit_cases"], ngram_cases["proposals"]) == (5, 2, 2)
+    assert ngram_cases["coverage"]["rate"] == 1.0 and ngram_cases["precision"]["rate"] == 1.0
+    assert ngram_cases["scored"] == 2 and summary["ngram"]["cases"]["rules"]["repeat"]
+    hybrid_cases = summary["hybrid"]["cases"]["overall"]
+    assert (hybrid_cases["errors"], hybrid_cases["harmful"]["n"]) == (1, 1)
+    assert hybrid_cases["harmful"]["of"] == 4 and hybrid_cases["precision"]["rate"] == 0.0
 
     # On the wire: per pair didOpen, the request where the cursor arrives (before the edit, at
     # its start), an incremental didChange, the request at the cursor, and (for an edit shown)
@@ -565,9 +581,11 @@ def test_bench_edits_drives_the_server_as_a_client_and_reports(
 
     report = (out / "report.md").read_text()
     assert "CPU" in report and str(history["root"].resolve()) in report
-    assert "| `ngram` | 2 |" in report and "## Per pair" in report
+    assert "| `ngram` | 5 |" in report and "## Per case" in report
+    assert "## `ngram`, scored per rule" in report and "| repeat | 2 |" in report
     printed = capsys.readouterr()
-    assert "ngram" in printed.out and "hybrid: 1 of 2 pairs failed" in printed.err
+    assert "ngram" in printed.out and "hybrid: 1 of 5 cases failed" in printed.err
+    assert "ngram, scored per rule" in printed.out
 
 
 def test_arrival_off_asks_only_after_the_edit(history, fake_server, tmp_path):
@@ -601,11 +619,11 @@ def test_a_server_without_next_edits_stops_each_strategy_clearly(
     assert "stopped" in capsys.readouterr().err
 
 
-def test_edits_list_prints_the_pairs_and_starts_no_server(history, tmp_path, capsys):
+def test_edits_list_prints_the_cases_and_starts_no_server(history, tmp_path, capsys):
     out = tmp_path / "out"
     assert main([*edits_args(history["root"], out), "--edits-list"]) == 0
     printed = capsys.readouterr().out.splitlines()
-    assert printed[0].startswith("2 pairs from ")
+    assert printed[0].startswith("5 cases from ")
     area = history["commits"]["area"][:10]
     assert (
         printed[1]
@@ -621,7 +639,7 @@ def test_flags_are_checked(history, tmp_path, capsys):
     assert main([*edits_args(history["root"], out), "--strategies", "fast"]) == 2
     assert "--strategies: unknown fast" in capsys.readouterr().err
     assert main([*edits_args(history["root"], out), "--edits-since", "2031-01-01"]) == 2
-    assert "no commit since 2031-01-01" in capsys.readouterr().err
+    assert "no case since 2031-01-01" in capsys.readouterr().err
     assert main(["bench", "--out", str(out)]) == 2
     assert "--repo: required" in capsys.readouterr().err
 
@@ -630,8 +648,6 @@ def test_flags_are_checked(history, tmp_path, capsys):
 
 
 def test_cases_are_mined_wider_with_one_hunk_files_as_no_edit_cases(history):
-    from quickdraft.bench.edits_cases import kind, mine_cases
-
     commits = history["commits"]
     cases = mine_cases(history["root"], since="2025-01-01", max_cases=8)
     edit_cases = [c for c in cases if kind(c) == "edit"]
@@ -648,7 +664,8 @@ def test_cases_are_mined_wider_with_one_hunk_files_as_no_edit_cases(history):
 
 
 def test_the_rules_are_replayed_as_the_server_runs_them_and_scored_per_rule(history):
-    from quickdraft.bench.edits_cases import mine_cases, render, replay_case, summarize
+    from quickdraft.bench.edits_cases import render, replay_case
+    from quickdraft.bench.edits_cases import summarize as summarize_cases
 
     cases = mine_cases(history["root"], since="2025-01-01", max_cases=8)
     runs = [replay_case(case) for case in cases]
@@ -656,7 +673,7 @@ def test_the_rules_are_replayed_as_the_server_runs_them_and_scored_per_rule(hist
     area = by_commit[history["commits"]["area"]]
     assert (area["rule"], area["helpful"], area["harmful"]) == ("rename", True, False)
     assert area["note"] == "width -> w" and area["latency_ms"] >= 0
-    summary = summarize(runs)
+    summary = summarize_cases(runs)
     overall = summary["overall"]
     assert (overall["cases"], overall["edit_cases"], overall["errors"]) == (4, 2, 0)
     assert overall["precision"]["n"] == summary["rules"]["rename"]["precision"]["n"] >= 1

@@ -1,20 +1,16 @@
-"""`quickdraft bench --edits`: next-edit pairs mined from a repository's git history.
+"""Next-edit cases from a repository's git history: what both next-edit benches read of git.
 
-A commit that changes one source file in 2-4 small hunks close together is what a next-edit
-suggestion is for: the author made the first change, then the matching one a few lines away.
-Each such commit gives one pair: the file before the commit with the first hunk applied (the
-user's edit, sent to the server as an incremental didChange), the cursor at the end of that
-edit's new text, and the truth: the file with the second hunk applied as well.
+A commit's change to one file is a case (`EditPair`, built by `edit_pair`): the file before the
+commit with the first hunk applied (the user's edit, sent to the server as an incremental
+didChange), the cursor at the end of that edit's new text, and the truth (the file as the
+commit left it). Which commits and files qualify, and how many are picked, is edits_cases.py's.
 
 Only `git log` and `git show` are used (subprocess, `--git-dir`), so a bare mirror with no work
-tree serves as well as a checkout. Commits are listed newest first since `since`; with more
-candidates than wanted, a seeded shuffle picks which are examined, and the pairs come back oldest
-first, so the same history, `since`, count and seed give the same pairs.
+tree serves as well as a checkout.
 """
 
 from __future__ import annotations
 
-import random
 import re
 import subprocess
 from collections.abc import Iterator
@@ -27,13 +23,6 @@ from quickdraft.context.syntax import EXTENSIONS, language_for_path
 from quickdraft.errors import ConfigError
 
 DEFAULT_SINCE = "2025-01-01"
-DEFAULT_MAX_PAIRS = 12
-MIN_HUNKS = 2
-MAX_HUNKS = 4
-MAX_HUNK_LINES = 8
-"""Most lines one hunk may remove, and most it may add (a modified line counts once)."""
-MAX_SPAN_LINES = 60
-"""All hunks lie within this many lines of the file (first hunk's start to last one's end)."""
 MAX_FILE_BYTES = 200_000
 GIT_TIMEOUT_S = 120.0
 
@@ -104,11 +93,13 @@ class EditPair:
     edit_text: str
     """The user's edit: `before[edit_start:edit_end]` replaced by `edit_text` (code points)."""
     truth: str
-    """The file after the first two hunks: what the next edit should make of `current`."""
+    """The file as the commit left it: what the next edits should make of `current` (one hunk:
+    `current` itself, no edit is right)."""
     hunks: int
-    """How many hunks the commit has (the pair uses the first two)."""
+    """How many hunks the commit's change to the file has (the first is the user's edit)."""
     next_lines: int
-    """Lines from the cursor's line down to the first line the next hunk changes."""
+    """Lines from the cursor's line down to the first line the second hunk changes (0: one
+    hunk)."""
 
     @property
     def current(self) -> str:
@@ -231,23 +222,6 @@ def _log_files(
         yield commit, date, files
 
 
-def candidates(directory: Path, since: str) -> list[Candidate]:
-    """Commits since `since` (newest first, merges left out) that change exactly one file, a
-    source file, in text, by few enough lines for MAX_HUNKS small hunks."""
-    found: list[Candidate] = []
-    limit = MAX_HUNKS * MAX_HUNK_LINES
-    for commit, date, files in commit_files(directory, since):
-        if len(files) != 1:
-            continue
-        added, deleted, path = files[0]
-        if not (added.isdigit() and deleted.isdigit()):
-            continue  # binary: numstat says "-"
-        if int(added) > limit or int(deleted) > limit or not is_source(path):
-            continue
-        found.append(Candidate(commit, date, path))
-    return found
-
-
 def is_source(path: str) -> bool:
     """A source file quickdraft knows the language of, not vendored, generated or a lock file."""
     if not path or language_for_path(path) is None:
@@ -292,15 +266,6 @@ def _hunks(directory: Path, candidate: Candidate) -> list[Hunk]:
     return hunks
 
 
-def close_small_hunks(hunks: list[Hunk]) -> bool:
-    """2-4 hunks, each at most MAX_HUNK_LINES removed and added, all within MAX_SPAN_LINES."""
-    if not MIN_HUNKS <= len(hunks) <= MAX_HUNKS:
-        return False
-    if any(max(h.old_count, h.new_count) > MAX_HUNK_LINES for h in hunks):
-        return False
-    return max(h.old_end for h in hunks) - min(h.old_start for h in hunks) <= MAX_SPAN_LINES
-
-
 def apply_hunks(old: list[str], new: list[str], hunks: list[Hunk]) -> str:
     """The old file's lines with `hunks` (in file order) taken from the new file."""
     out: list[str] = []
@@ -329,26 +294,15 @@ def smallest_change(before: str, after: str) -> tuple[int, int, str]:
     return prefix, len(before) - suffix, after[prefix : len(after) - suffix]
 
 
-def pair_of(directory: Path, repository: str, candidate: Candidate) -> EditPair | None:
-    """The commit's pair, or None when it does not qualify (hunks, binary, size, language)."""
-    hunks = _hunks(directory, candidate)
-    if not close_small_hunks(hunks):
-        return None
-    pair = edit_pair(directory, repository, candidate, hunks, truth_hunks=2)
-    return None if pair is None or pair.truth == pair.current else pair
-
-
 def edit_pair(
     directory: Path,
     repository: str,
     candidate: Candidate,
     hunks: list[Hunk],
-    *,
-    truth_hunks: int | None,
 ) -> EditPair | None:
     """The case of `candidate`'s file changed by `hunks`: the first one typed, the truth the
-    file with the first `truth_hunks` applied (None: all of them, the commit's result); None
-    when the file is binary, huge, added or deleted, or its lines disagree with the diff."""
+    file as the commit left it; None when the file is binary, huge, added or deleted, or its
+    lines disagree with the diff."""
     try:
         old_data = _git(directory, "show", f"{candidate.commit}^:{candidate.path}")
         new_data = _git(directory, "show", f"{candidate.commit}:{candidate.path}")
@@ -361,7 +315,7 @@ def edit_pair(
     if any(h.old_end > len(old) or h.new_start + h.new_count > len(new) for h in hunks):
         return None  # line counts the diff and the blobs disagree on (e.g. lone \r)
     current = apply_hunks(old, new, hunks[:1])
-    truth = apply_hunks(old, new, hunks[:truth_hunks])
+    truth = apply_hunks(old, new, hunks)
     if current == before:
         return None
     start, end, text = smallest_change(before, current)
@@ -371,7 +325,7 @@ def edit_pair(
         first, second = hunks[0], hunks[1]
         next_lines = second.old_start + first.new_count - first.old_count - cursor_line
     language = language_for_path(candidate.path)
-    assert language is not None  # candidates() checked
+    assert language is not None  # is_source() checked
     return EditPair(
         repository=repository,
         commit=candidate.commit,
@@ -386,29 +340,3 @@ def edit_pair(
         hunks=len(hunks),
         next_lines=next_lines,
     )
-
-
-def mine_pairs(
-    repo: Path,
-    *,
-    since: str = DEFAULT_SINCE,
-    max_pairs: int = DEFAULT_MAX_PAIRS,
-    seed: int = 0,
-) -> list[EditPair]:
-    """Up to `max_pairs` next-edit pairs from `repo`'s history since `since`, oldest first."""
-    if max_pairs < 1:
-        raise ConfigError(f"--edits-max-pairs: must be at least 1, got {max_pairs}")
-    directory = git_dir(repo)
-    repository = str(Path(repo).expanduser().resolve())
-    found = candidates(directory, since)
-    order = list(range(len(found)))
-    random.Random(seed).shuffle(order)
-    pairs: list[tuple[int, EditPair]] = []
-    for index in order:
-        pair = pair_of(directory, repository, found[index])
-        if pair is not None:
-            pairs.append((index, pair))
-            if len(pairs) == max_pairs:
-                break
-    # `found` is newest first: the highest index is the oldest commit.
-    return [pair for _, pair in sorted(pairs, key=lambda item: -item[0])]

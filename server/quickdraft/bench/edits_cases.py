@@ -11,7 +11,7 @@ Replay (`replay_case`): the file is opened in the language server's own document
 first hunk is sent as one incremental change (the store records the history as it does for an
 editor), and the next-edit rules and vetoes run exactly as `next_edit.suggest` runs them
 (`next_edit.decide`), the cursor at the end of the edit. The one edit shown, if any, is applied
-and scored (edits_report.score): exact, helpful, harmful. `latency_ms` is the rules' own time,
+and scored (`score`): exact, helpful, harmful. `latency_ms` is the rules' own time,
 server-side (what the answer adds to an LSP round trip when no model is asked).
 
 Report: per rule and overall, coverage (proposals / edit cases), precision (helpful /
@@ -21,9 +21,12 @@ Wilson interval; latency p50/p90.
 
 from __future__ import annotations
 
+import difflib
 import math
 import random
+import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,9 +41,9 @@ from quickdraft.bench.edits import (
     git_dir,
     is_source,
 )
-from quickdraft.bench.edits_report import score
 from quickdraft.bench.report import percentile
 from quickdraft.context.syntax import language_for_path
+from quickdraft.errors import ConfigError
 
 if TYPE_CHECKING:  # the pipeline imports torch; the rules' bench runs without it
     from quickdraft.next_edit import EditSources
@@ -89,7 +92,7 @@ def case_of(directory: Path, repository: str, change: FileChange) -> EditPair | 
     hunks = _hunks(directory, candidate)
     if not close_hunks(hunks):
         return None
-    return edit_pair(directory, repository, candidate, hunks, truth_hunks=None)
+    return edit_pair(directory, repository, candidate, hunks)
 
 
 def mine_cases(
@@ -102,6 +105,8 @@ def mine_cases(
 ) -> list[EditPair]:
     """Up to `max_cases` cases from `repo` since `since`: edit cases (2+ hunks) and, at
     NO_EDIT_SHARE, one-hunk cases; a seeded shuffle picks them, oldest first."""
+    if max_cases < 1:
+        raise ConfigError(f"--edits-max-pairs: must be at least 1, got {max_cases}")
     directory = git_dir(repo)
     repository = str(Path(repo).expanduser().resolve())
     found = changes(directory, since)
@@ -123,6 +128,77 @@ def mine_cases(
         if len(bucket) < (want_none if case.hunks == 1 else want_edit):
             bucket.append((index, case))
     return [case for _, case in sorted(edit_cases + none_cases, key=lambda item: -item[0])]
+
+
+# --- scoring one answer ---------------------------------------------------------------------
+
+
+def region(*texts: str) -> tuple[int, int]:
+    """(common prefix length, common suffix length) of all `texts`: outside them they agree."""
+    shortest = min(len(t) for t in texts)
+    prefix = 0
+    while prefix < shortest and len({t[prefix] for t in texts}) == 1:
+        prefix += 1
+    suffix = 0
+    while suffix < shortest - prefix and len({t[len(t) - 1 - suffix] for t in texts}) == 1:
+        suffix += 1
+    return prefix, suffix
+
+
+def edit_distance(a: Sequence[str], b: Sequence[str]) -> int:
+    """Characters (or, given lists, tokens) inserted, deleted or replaced to turn `a` into `b`,
+    by difflib's alignment (each replaced block counts its longer side): Levenshtein's distance
+    or a little over it."""
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    return sum(
+        max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"
+    )
+
+
+def score(current: str, truth: str, applied: str) -> dict[str, Any]:
+    """exact (`exact`), helpful, harmful, and the distances to the truth before (`current`) and after (`applied`) the
+    answer, over the region where the three differ."""
+    prefix, suffix = region(current, truth, applied)
+
+    def cut(text: str) -> str:
+        return text[prefix : len(text) - suffix]
+
+    before = edit_distance(cut(current), cut(truth))
+    after = edit_distance(cut(applied), cut(truth))
+    return {
+        "exact": exact(current, truth, applied),
+        "distance_before": before,
+        "distance_after": after,
+        "helpful": after < before,
+        "harmful": after > before,
+    }
+
+
+TOKENS = re.compile(r"\w+|\s+|[^\w\s]")
+
+
+def exact(current: str, truth: str, applied: str) -> bool:
+    """Whether every change the answer made is one the commit made: the answer is the truth, or
+    a step toward it, token for token (the way from `current` through `applied` to `truth` is
+    no longer than the straight one, counted in tokens over the lines where they differ). A
+    next edit shows one change of several, so it can be exact without being all of them; half
+    a word is not a change the commit made."""
+    if applied == truth:
+        return True
+    if applied == current:
+        return False
+    prefix, suffix = region(current, truth, applied)
+    prefix = current.rfind("\n", 0, prefix) + 1  # whole lines: no token cut in two
+    newline = current.find("\n", len(current) - suffix)
+    suffix = len(current) - newline - 1 if newline >= 0 else 0
+
+    def tokens(text: str) -> list[str]:
+        return TOKENS.findall(text[prefix : len(text) - suffix])
+
+    before, through, after = tokens(current), tokens(applied), tokens(truth)
+    return edit_distance(before, through) + edit_distance(through, after) == edit_distance(
+        before, after
+    )
 
 
 # --- replay -------------------------------------------------------------------------------------
@@ -231,6 +307,7 @@ def summarize_runs(runs: list[dict[str, Any]], rule: str | None = None) -> dict[
     return {
         "cases": len(runs),
         "edit_cases": len(edit_cases),
+        "no_edit_cases": len(answered) - len(edit_cases),
         "errors": len(runs) - len(answered),
         "proposals": len(proposals),
         "coverage": rate(len(on_edit), len(edit_cases)),
@@ -300,31 +377,21 @@ def _cell(value: dict[str, Any]) -> str:
     return f"{value['rate']:.0%} ({value['n']}/{value['of']}; {low:.0%}-{high:.0%})"
 
 
-def render(summary: dict[str, Any]) -> str:
-    """The summary as a markdown table, one row per rule and one overall."""
+def rule_table(overall: dict[str, Any], rules: dict[str, dict[str, Any]]) -> list[str]:
+    """Per rule and overall (`summarize_runs`'s): the markdown table, the latency of the
+    answers the model scored, and the case counts."""
     rows = [
         "Latency: a rule's row, its proposals'; overall, every answer's.",
         "",
         "| rule | proposals | coverage | precision | harmful | exact | p50 ms | p90 ms |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for name, item in [*summary["rules"].items(), ("overall", summary["overall"])]:
+    for name, item in [*rules.items(), ("overall", overall)]:
         rows.append(
             f"| {name} | {item['proposals']} | {_cell(item['coverage'])} | "
             f"{_cell(item['precision'])} | {_cell(item['harmful'])} | {_cell(item['exact'])} | "
             f"{item['p50_ms']} | {item['p90_ms']} |"
         )
-    rows += ["", "Floor sweep (the frozen floor is edit_rules.FLOOR):", ""]
-    rows += [
-        "| floor | proposals | coverage | precision | harmful | exact |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for floor, item in summary.get("floor_sweep", {}).items():
-        rows.append(
-            f"| {floor} | {item['proposals']} | {_cell(item['coverage'])} | "
-            f"{_cell(item['precision'])} | {_cell(item['harmful'])} | {_cell(item['exact'])} |"
-        )
-    overall = summary["overall"]
     if overall.get("scored"):
         rows += [
             "",
@@ -335,6 +402,22 @@ def render(summary: dict[str, Any]) -> str:
     rows.append("")
     rows.append(
         f"{overall['cases']} cases ({overall['edit_cases']} edit cases, "
-        f"{overall['cases'] - overall['edit_cases']} one-hunk), {overall['errors']} errors"
+        f"{overall['no_edit_cases']} one-hunk, {overall['errors']} errors)"
     )
+    return rows
+
+
+def render(summary: dict[str, Any]) -> str:
+    """The summary as markdown: `rule_table`, then the floor sweep."""
+    rows = rule_table(summary["overall"], summary["rules"])
+    rows += ["", "Floor sweep (the frozen floor is edit_rules.FLOOR):", ""]
+    rows += [
+        "| floor | proposals | coverage | precision | harmful | exact |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for floor, item in summary.get("floor_sweep", {}).items():
+        rows.append(
+            f"| {floor} | {item['proposals']} | {_cell(item['coverage'])} | "
+            f"{_cell(item['precision'])} | {_cell(item['harmful'])} | {_cell(item['exact'])} |"
+        )
     return "\n".join(rows)

@@ -1,5 +1,7 @@
-"""`quickdraft bench --edits`: next-edit pairs (edits.py) replayed through the real language
-server, as an editor asks for next edits.
+"""`quickdraft bench --edits`: next-edit cases replayed through the real language server, as an
+editor asks for next edits. The cases are the rules bench's (edits_cases.py: mined as the
+literature mines them from each comma-separated history, one-hunk files kept as cases whose
+right answer is no edit), so both benches score the same cases the same way.
 
 For every strategy (`ar` first: the baseline) one `quickdraft serve` runs as a subprocess with
 the bench's model flags and `decoding.strategy` set (typing_server.py starts and initializes it
@@ -21,8 +23,11 @@ as VS Code does). Every pair then goes the same way on every server:
 
 The answer's edits are applied to the editor's copy of the document: each must name the
 document and the version asked, lie inside it, and not overlap another; any that does not makes
-the run an error. The result is scored against the truth (edits_report.py). results.json is
-rewritten after every pair, so an interrupt keeps what was measured; report.md at the end.
+the run an error. The result is scored against the truth, the file as the commit left it
+(edits_cases.score), and summarized per strategy both as a speed comparison and per rule as the
+rules bench does (coverage, precision, harm, exact with Wilson intervals; edits_report.py).
+results.json is rewritten after every pair, so an interrupt keeps what was measured; report.md
+at the end.
 """
 
 from __future__ import annotations
@@ -36,17 +41,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from quickdraft.bench import edits_report
+from quickdraft.bench import edits_cases, edits_report
 from quickdraft.bench.editor import EditorDocument
-from quickdraft.bench.edits import (
-    DEFAULT_MAX_PAIRS,
-    DEFAULT_SINCE,
-    EditPair,
-    git_dir,
-    head_commit,
-    mine_pairs,
-)
-from quickdraft.bench.edits_rules_cli import run_rules_bench
+from quickdraft.bench.edits import DEFAULT_SINCE, EditPair, git_dir, head_commit
+from quickdraft.bench.edits_rules_cli import history_name, mine_histories, run_rules_bench
 from quickdraft.bench.lsp_client import METHOD_NOT_FOUND, Answer
 from quickdraft.bench.provenance import peak_memory, provenance
 from quickdraft.bench.typing_cli import base_settings, model_flags, parse_names
@@ -61,6 +59,8 @@ PREFIX = "quickdraft bench --edits"
 INLINE_EDIT = "textDocument/copilotInlineEdit"
 DID_SHOW = "textDocument/didShowInlineEdit"
 DEFAULT_STRATEGIES = "ar,ngram,hybrid"
+DEFAULT_CASES = 12
+"""Cases per history."""
 QUICK_PAIRS = 3
 STATS_WAIT_S = 5.0
 """How long the stats notification of an answered request is waited for."""
@@ -131,16 +131,21 @@ class EditsOptions:
 class EditsBench:
     """Every strategy's server, and on it every pair."""
 
-    def __init__(self, pairs: list[EditPair], options: EditsOptions, *, head: str | None = None):
+    def __init__(
+        self, pairs: list[EditPair], options: EditsOptions, *, heads: dict[str, str | None]
+    ):
         self.pairs = pairs
         self.options = options
         self.out = options.out
-        repository = pairs[0].repository if pairs else None
-        self.root = self.out / "workspace" / (Path(repository).name if repository else "repo")
+        repositories = list(dict.fromkeys(pair.repository for pair in pairs))
+        # One workspace folder, named after the first history: a case's file lies at its own
+        # path in it, as in its repository (cases are opened and closed one at a time).
+        name = history_name(Path(repositories[0])) if repositories else "repo"
+        self.root = self.out / "workspace" / name
         self.env: dict[str, Any] = {
             **provenance(),
-            "repository": repository,
-            "head": head,
+            "repositories": repositories,
+            "heads": heads,
             "since": options.since,
             "seed": options.seed,
             "arrival": options.arrival,
@@ -212,7 +217,7 @@ class EditsBench:
                 run = await self._run_pair(server, index, pair)
                 record["runs"].append(run)
                 self.say(
-                    f"  pair {index + 1}/{len(self.pairs)} {pair.name}: "
+                    f"  case {index + 1}/{len(self.pairs)} {pair.name}: "
                     + edits_report.pair_line(run)
                 )
                 self.write(final=False)
@@ -244,7 +249,7 @@ class EditsBench:
         uri = (self.root / pair.path).as_uri()
         doc = EditorDocument(uri, pair.language, pair.before)
         client.notify("textDocument/didOpen", doc.did_open())
-        run: dict[str, Any] = {"pair": index}
+        run: dict[str, Any] = {"pair": index, "kind": edits_cases.kind(pair)}
         try:
             if self.options.arrival:
                 await self._arrive(server, index, doc, pair.edit_start, run)
@@ -258,7 +263,7 @@ class EditsBench:
             answer = await client.wait(
                 request,
                 self.options.request_timeout_s,
-                what=f"the next edit for pair {index + 1}",
+                what=f"the next edit for case {index + 1}",
                 heartbeat=lambda waited: self.say(f"    waiting for the answer ({waited:.0f} s)…"),
             )
             run["latency_ms"] = round((answer.received - request.sent) * 1000, 3)
@@ -281,7 +286,7 @@ class EditsBench:
         answer = await client.wait(
             request,
             self.options.request_timeout_s,
-            what=f"the next edit where the cursor arrived for pair {index + 1}",
+            what=f"the next edit where the cursor arrived for case {index + 1}",
             heartbeat=lambda waited: self.say(f"    waiting at the arrival ({waited:.0f} s)…"),
         )
         result = answer.result if isinstance(answer.result, dict) else {}
@@ -310,7 +315,8 @@ class EditsBench:
             return
         run["edits"] = [{"range": e["range"], "text": e["text"]} for e in edits]
         run["error"] = None
-        run.update(edits_report.score(pair.current, pair.truth, applied))
+        run["proposed"] = bool(edits)
+        run.update(edits_cases.score(pair.current, pair.truth, applied))
 
     async def _read_stats(self, server: TypingServer, request_id: int, run: dict[str, Any]) -> None:
         deadline = time.perf_counter() + self.options.stats_wait_s
@@ -336,6 +342,7 @@ class EditsBench:
             rule=stats.get("rule"),
             confidence=stats.get("confidence"),
             vetoed=stats.get("vetoed"),
+            judged=stats.get("judged"),
         )
 
 
@@ -354,7 +361,7 @@ def add_edits_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "edits",
         "with --edits: next-edit suggestions (textDocument/copilotInlineEdit) through `quickdraft"
-        " serve`, on pairs mined from a repository's git history (--strategies: default "
+        " serve`, on cases mined from git histories as --edits-rules mines them (--strategies: default "
         f"{DEFAULT_STRATEGIES}; ar is always run)",
     )
     group.add_argument(
@@ -364,8 +371,8 @@ def add_edits_arguments(parser: argparse.ArgumentParser) -> None:
         "--edits-repo",
         type=Path,
         metavar="PATH",
-        help="the repository whose history gives the pairs: a checkout or a (bare) git "
-        "directory (default: --repo)",
+        help="the repositories whose histories give the cases, comma-separated: each a checkout "
+        "or a (bare) git directory (default: --repo)",
     )
     group.add_argument(
         "--edits-since",
@@ -377,13 +384,13 @@ def add_edits_arguments(parser: argparse.ArgumentParser) -> None:
         "--edits-max-pairs",
         type=int,
         metavar="N",
-        help=f"pairs to mine (default {DEFAULT_MAX_PAIRS}; {QUICK_PAIRS} with --quick); "
-        "--seed picks which when there are more",
+        help=f"cases to mine per history (default {DEFAULT_CASES}; {QUICK_PAIRS} with --quick; "
+        "--edits-rules: 60); --seed picks which when there are more",
     )
     group.add_argument(
         "--edits-list",
         action="store_true",
-        help="print the pairs mined (one line each) and stop: no server, no model",
+        help="print the cases mined (one line each) and stop: no server, no model",
     )
     group.add_argument(
         "--edits-arrival",
@@ -422,11 +429,15 @@ def parse_edit_strategies(value: str | None) -> list[str]:
 
 
 def pair_summary(pair: EditPair) -> str:
-    """One line about a pair: commit, date, file, hunks, and the user's edit."""
+    """One line about a case: commit, date, file, hunks, and the user's edit."""
     removed = pair.before[pair.edit_start : pair.edit_end]
+    hunks = (
+        f"{pair.hunks} hunks, the next {pair.next_lines} lines down"
+        if pair.hunks > 1
+        else "1 hunk: no edit is right"
+    )
     return (
-        f"{pair.commit[:10]} {pair.date[:10]} {pair.path} ({pair.hunks} hunks, the next "
-        f"{pair.next_lines} lines down): "
+        f"{pair.commit[:10]} {pair.date[:10]} {pair.path} ({hunks}): "
         f"{removed!r:.40} -> {pair.edit_text!r:.40}"
     )
 
@@ -449,20 +460,18 @@ def run_edits(args: argparse.Namespace) -> int:
         return run_rules_bench(args, str(repo))
     if args.edits_veto:
         raise ConfigError("--edits-veto: only with --edits-rules (the server runs it otherwise)")
-    wanted = args.edits_max_pairs or (QUICK_PAIRS if args.quick else DEFAULT_MAX_PAIRS)
+    wanted = args.edits_max_pairs or (QUICK_PAIRS if args.quick else DEFAULT_CASES)
     strategies = parse_edit_strategies(args.strategies)
     settings = base_settings(args, max_tokens_section="edits")
-    directory = git_dir(Path(repo))
-    pairs = mine_pairs(Path(repo), since=args.edits_since, max_pairs=wanted, seed=args.seed)
-    if not pairs:
-        raise ConfigError(
-            f"--edits-repo: no commit since {args.edits_since} in {repo} changes one source file "
-            "in 2-4 small hunks close together"
-        )
+    histories = [Path(part) for part in str(repo).split(",") if part]
+    pairs = mine_histories(histories, args.edits_since, wanted, args.seed, say=print_stderr)
+    heads = {str(Path(h).expanduser().resolve()): head_commit(git_dir(Path(h))) for h in histories}
     if args.edits_list:
-        print(f"{len(pairs)} pairs from {pairs[0].repository} (commits since {args.edits_since}):")
-        for pair in pairs:
-            print(pair_summary(pair))
+        for history in dict.fromkeys(pair.repository for pair in pairs):
+            mined = [pair for pair in pairs if pair.repository == history]
+            print(f"{len(mined)} cases from {history} (commits since {args.edits_since}):")
+            for pair in mined:
+                print(pair_summary(pair))
         return 0
     flags = model_flags(args)
     if args.quick and "--no-calibrate" not in flags:
@@ -478,10 +487,10 @@ def run_edits(args: argparse.Namespace) -> int:
         request_timeout_s=args.edits_timeout_s,
         arrival=args.edits_arrival == "on",
     )
-    bench = EditsBench(pairs, options, head=head_commit(directory))
+    bench = EditsBench(pairs, options, heads=heads)
     bench.say(
-        f"{len(pairs)} pairs from {pairs[0].repository} (commits since {args.edits_since}), "
-        f"strategies {', '.join(strategies)}"
+        f"{len(pairs)} cases from {', '.join(history_name(h) for h in histories)} (commits "
+        f"since {args.edits_since}), strategies {', '.join(strategies)}"
     )
     try:
         results = bench.run()
@@ -489,8 +498,16 @@ def run_edits(args: argparse.Namespace) -> int:
         bench.say(f"interrupted; what was measured is in {options.out}")
         raise
     print(edits_report.summary_table(results))
+    for name, summary in results["summary"].items():
+        if summary.get("cases"):
+            print(f"\n{name}, scored per rule:\n")
+            print("\n".join(edits_report.cases_table(summary)))
     print(f"\nresults: {options.out / 'results.json'}  report: {options.out / 'report.md'}")
     failed = edits_report.failures(results)
     for line in failed:
         print(f"{PREFIX}: {line}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def print_stderr(message: str) -> None:
+    print(f"{PREFIX}: {message}", file=sys.stderr)

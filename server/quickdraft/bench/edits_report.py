@@ -1,11 +1,12 @@
-"""Numbers from `quickdraft bench --edits`: how each answer scores against the commit's next
-hunk, the per-strategy summary, report.md and the terminal table. Pure functions of the
-recorded runs, so a report can be rebuilt from results.json.
+"""Numbers from `quickdraft bench --edits`: the per-strategy summary (speed, and per rule as
+the rules bench scores: edits_cases.py), report.md and the terminal tables. Pure functions of
+the recorded runs, so a report can be rebuilt from results.json.
 
-One run is one strategy's answer for one pair: its edits applied to the file as the server saw
-it (`current`) give `applied`, scored against the `truth` (the file after the next hunk):
+One run is one strategy's answer for one case: its edits applied to the file as the server saw
+it (`current`) give `applied`, scored against the `truth` (the file as the commit left it) by
+`edits_cases.score`:
 
-- exact: `applied == truth`;
+- exact: every change the answer made is one the commit made;
 - helpful / harmful: `applied` is nearer to / further from the truth than `current` was, by
   character edit distance over the region where the three texts differ;
 - no edit: the server answered `{edits: []}`;
@@ -15,57 +16,14 @@ it (`current`) give `applied`, scored against the `truth` (the file after the ne
 
 from __future__ import annotations
 
-import difflib
 import json
 import statistics
 from typing import Any
 
+from quickdraft.bench.edits_cases import rule_table, summarize_runs
 from quickdraft.bench.report import _fmt, _ms, _pct, _rounded, _table, memory_rows, percentile
 
 BASELINE = "ar"
-
-
-# --- scoring one answer ---------------------------------------------------------------------
-
-
-def region(*texts: str) -> tuple[int, int]:
-    """(common prefix length, common suffix length) of all `texts`: outside them they agree."""
-    shortest = min(len(t) for t in texts)
-    prefix = 0
-    while prefix < shortest and len({t[prefix] for t in texts}) == 1:
-        prefix += 1
-    suffix = 0
-    while suffix < shortest - prefix and len({t[len(t) - 1 - suffix] for t in texts}) == 1:
-        suffix += 1
-    return prefix, suffix
-
-
-def edit_distance(a: str, b: str) -> int:
-    """Characters inserted, deleted or replaced to turn `a` into `b`, by difflib's alignment
-    (each replaced block counts its longer side): Levenshtein's distance or a little over it."""
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    return sum(
-        max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"
-    )
-
-
-def score(current: str, truth: str, applied: str) -> dict[str, Any]:
-    """exact, and the distances to the truth before (`current`) and after (`applied`) the
-    answer, over the region where the three differ."""
-    prefix, suffix = region(current, truth, applied)
-
-    def cut(text: str) -> str:
-        return text[prefix : len(text) - suffix]
-
-    before = edit_distance(cut(current), cut(truth))
-    after = edit_distance(cut(applied), cut(truth))
-    return {
-        "exact": applied == truth,
-        "distance_before": before,
-        "distance_after": after,
-        "helpful": after < before,
-        "harmful": after > before,
-    }
 
 
 def edits_key(edits: list[dict[str, Any]] | None) -> str | None:
@@ -95,7 +53,8 @@ def summarize_strategy(
 ) -> dict[str, Any]:
     """One strategy's numbers; `baseline`: `ar`'s runs of the same pairs (None for ar)."""
     answered = _answered(runs)
-    scored = [r for r in answered if r.get("exact") is not None]
+    # An answer with no edit is none of exact, helpful, harmful (even where no edit is right).
+    scored = [r for r in answered if r.get("exact") is not None and r["edits"]]
     latencies = [r["latency_ms"] for r in answered if r.get("latency_ms") is not None]
     with_stats = [r for r in answered if r.get("stats")]
     tokens = sum(int(r.get("tokens") or 0) for r in with_stats)
@@ -151,7 +110,19 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
             **summarize_strategy(runs, None if name == BASELINE else baseline),
             "error": record.get("error"),
         }
+        if runs and all("kind" in run for run in runs):
+            rules = sorted({r["rule"] for r in runs if r.get("proposed") and r.get("rule")})
+            summary[name]["cases"] = {
+                "overall": summarize_runs(runs),
+                "rules": {rule: summarize_runs(runs, rule) for rule in rules},
+            }
     return summary
+
+
+def cases_table(summary: dict[str, Any]) -> list[str]:
+    """One strategy's runs scored per rule, as the rules bench reports them (none: [])."""
+    cases = summary.get("cases")
+    return rule_table(cases["overall"], cases["rules"]) if cases else []
 
 
 def outcome(run: dict[str, Any]) -> str:
@@ -172,7 +143,7 @@ def failures(results: dict[str, Any]) -> list[str]:
         if summary.get("error"):
             lines.append(f"strategy {name} stopped: {str(summary['error']).splitlines()[0]}")
         elif summary.get("errors"):
-            lines.append(f"strategy {name}: {summary['errors']} of {summary['pairs']} pairs failed")
+            lines.append(f"strategy {name}: {summary['errors']} of {summary['pairs']} cases failed")
     return lines
 
 
@@ -197,7 +168,7 @@ def pair_line(run: dict[str, Any]) -> str:
 
 HEADER = [
     "strategy",
-    "pairs",
+    "cases",
     "p50 ms",
     "p90 ms",
     "speedup vs ar",
@@ -247,11 +218,17 @@ def render_markdown(results: dict[str, Any]) -> str:
     pairs = env.get("pairs", [])
     lines = ["# quickdraft bench --edits", ""]
     state = "interrupted" if env.get("interrupted") else "complete"
+    heads = env.get("heads") or {}
+    histories = ", ".join(
+        f"`{repository}` (head `{str(heads.get(repository) or '?')[:12]}`)"
+        for repository in env.get("repositories", [])
+    )
     lines.append(
-        f"{len(pairs)} next-edit pairs ({state}) mined from the git history of "
-        f"`{env.get('repository')}` (commits since {env.get('since')}, head "
-        f"`{str(env.get('head') or '?')[:12]}`, seed {env.get('seed')}): each a commit that "
-        "changes one source file in 2–4 small hunks close together. "
+        f"{len(pairs)} next-edit cases ({state}) mined from the git histories of {histories} "
+        f"(commits since {env.get('since')}, seed {env.get('seed')}) as the rules bench mines "
+        "them: a commit changing at most 3 source files, each file changed in 1–6 small hunks "
+        "close together, is a case per file; one whose file changed in one hunk is a case where "
+        "the right answer is no edit. "
         + (
             "A next edit is first asked where the cursor arrives, at the start of the first "
             "hunk, before the edit (as editors ask when the cursor rests; awaited, not scored: "
@@ -261,7 +238,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         )
         + " is sent as the user's edit (an incremental `didChange`), "
         "`textDocument/copilotInlineEdit` is asked at the end of its new text, and the answer is "
-        "scored against the file with the next hunk applied too."
+        "scored against the file as the commit left it (a commit loses the order of its hunks, "
+        "so a step toward any of the others counts)."
     )
     lines.append("")
     env_rows = [["CPU", f"`{env.get('cpu')}` ({env.get('cpu_count')} cores)"]]
@@ -289,16 +267,21 @@ def render_markdown(results: dict[str, Any]) -> str:
         "Latency is end to end, as the editor sees it: from the `copilotInlineEdit` request to"
         " its answer, each strategy on its own `quickdraft serve` (the same models and settings"
         " but `decoding.strategy`), all in this run on this machine. Speedup: the median over"
-        " pairs of `ar`'s latency divided by the strategy's. Tokens per forward: output tokens"
-        " over target forwards, summed over pairs (from `$/quickdraft/stats`); copied: the share"
+        " cases of `ar`'s latency divided by the strategy's. Tokens per forward: output tokens"
+        " over target forwards, summed over cases (from `$/quickdraft/stats`); copied: the share"
         " of output tokens that were accepted copy drafts (`copiedTokens`); prefilled: the share"
         " of the prompts' tokens the timed requests computed (the rest was cached). Same as ar: the"
         " answer's edits (ranges and texts) are `ar`'s for the pair. Exact: the file with the"
-        " edits applied is the commit's file after the next hunk. Helpful / harmful: nearer to /"
-        " further from that file than before the answer, by character edit distance over the"
-        " region where they differ. Shares are of all pairs; errors count as neither.",
+        " edits applied is the commit's file or a step toward it (every change the answer made"
+        " is one the commit made). Helpful / harmful: nearer to / further from that file than"
+        " before the answer, by character edit distance over the region where they differ."
+        " Shares are of all cases; errors count as neither.",
         "",
     ]
+    for name, item in summary.items():
+        table = cases_table(item)
+        if table:
+            lines += [f"## `{name}`, scored per rule", "", *table, ""]
     lines += render_pairs(results)
     stopped = {n: s["error"] for n, s in summary.items() if s.get("error")}
     if stopped:
@@ -313,6 +296,7 @@ def render_pairs(results: dict[str, Any]) -> list[str]:
     strategies = results.get("strategies", {})
     names = list(strategies)
     header = ["#", "commit", "date", "path", "hunks", "next hunk", *[f"`{n}`" for n in names]]
+    header[0] = "case"
     rows = []
     for index, pair in enumerate(env.get("pairs", [])):
         cells = []
@@ -326,11 +310,13 @@ def render_pairs(results: dict[str, Any]) -> list[str]:
                 str(pair.get("date", ""))[:10],
                 f"`{pair['path']}`",
                 str(pair.get("hunks", "")),
-                f"{pair['next_lines']} lines down" if "next_lines" in pair else "–",
+                f"{pair['next_lines']} lines down"
+                if pair.get("hunks", 2) > 1 and "next_lines" in pair
+                else "–",
                 *cells,
             ]
         )
-    return ["## Per pair", "", *_table(header, rows), ""]
+    return ["## Per case", "", *_table(header, rows), ""]
 
 
 def summary_table(results: dict[str, Any]) -> str:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from quickdraft.bench import edits_cases
+from quickdraft.bench.edits import EditPair
 from quickdraft.bench.provenance import provenance
 from quickdraft.cli_args import ProgressLines, config_dict_from_args, config_file_from_args
 from quickdraft.config import load_config
@@ -24,18 +26,36 @@ DEFAULT_CASES = 60
 """Cases per history."""
 
 
+def mine_histories(
+    histories: list[Path], since: str, wanted: int, seed: int, *, say: Callable[[str], None]
+) -> list[EditPair]:
+    """Each history's cases (edits_cases.mine_cases), `wanted` per history, in the order given;
+    both next-edit benches take their cases from here."""
+    cases = []
+    for history in histories:
+        mined = edits_cases.mine_cases(history, since=since, max_cases=wanted, seed=seed)
+        say(f"{len(mined)} cases from {history}")
+        cases.extend(mined)
+    if not cases:
+        where = ", ".join(str(h) for h in histories)
+        raise ConfigError(
+            f"--edits-repo: no case since {since} in {where} (a commit changing at most "
+            f"{edits_cases.MAX_FILES} source files, each in 1-{edits_cases.MAX_HUNKS} small "
+            "hunks close together)"
+        )
+    return cases
+
+
 def run_rules_bench(args: argparse.Namespace, repos: str) -> int:
     wanted = args.edits_max_pairs or DEFAULT_CASES
     histories = [Path(part) for part in repos.split(",") if part]
-    cases = []
-    for history in histories:
-        mined = edits_cases.mine_cases(
-            history, since=args.edits_since, max_cases=wanted, seed=args.seed
-        )
-        print(f"{PREFIX}: {len(mined)} cases from {history}", file=sys.stderr)
-        cases.extend(mined)
-    if not cases:
-        raise ConfigError(f"--edits-repo: no case since {args.edits_since} in {repos}")
+    cases = mine_histories(
+        histories,
+        args.edits_since,
+        wanted,
+        args.seed,
+        say=lambda message: print(f"{PREFIX}: {message}", file=sys.stderr),
+    )
     if args.edits_list:
         for case in cases:
             kind = edits_cases.kind(case)
