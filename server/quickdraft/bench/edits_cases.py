@@ -156,8 +156,8 @@ def edit_distance(a: Sequence[str], b: Sequence[str]) -> int:
 
 
 def score(current: str, truth: str, applied: str) -> dict[str, Any]:
-    """exact (`exact`), helpful, harmful, and the distances to the truth before (`current`) and after (`applied`) the
-    answer, over the region where the three differ."""
+    """exact (`exact`), helpful, harmful, and the distances to the truth before (`current`)
+    and after (`applied`) the answer, over the region where the three differ."""
     prefix, suffix = region(current, truth, applied)
 
     def cut(text: str) -> str:

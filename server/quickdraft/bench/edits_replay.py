@@ -361,8 +361,8 @@ def add_edits_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "edits",
         "with --edits: next-edit suggestions (textDocument/copilotInlineEdit) through `quickdraft"
-        " serve`, on cases mined from git histories as --edits-rules mines them (--strategies: default "
-        f"{DEFAULT_STRATEGIES}; ar is always run)",
+        " serve`, on cases mined from git histories as --edits-rules mines them (--strategies: "
+        f"default {DEFAULT_STRATEGIES}; ar is always run)",
     )
     group.add_argument(
         "--edits", action="store_true", help="the next-edit benchmark: a server per strategy"
