@@ -166,7 +166,7 @@ def score(current: str, truth: str, applied: str) -> dict[str, Any]:
     before = edit_distance(cut(current), cut(truth))
     after = edit_distance(cut(applied), cut(truth))
     return {
-        "exact": exact(current, truth, applied),
+        "exact": exact(current, truth, applied, (prefix, suffix)),
         "distance_before": before,
         "distance_after": after,
         "helpful": after < before,
@@ -177,17 +177,17 @@ def score(current: str, truth: str, applied: str) -> dict[str, Any]:
 TOKENS = re.compile(r"\w+|\s+|[^\w\s]")
 
 
-def exact(current: str, truth: str, applied: str) -> bool:
+def exact(current: str, truth: str, applied: str, differ: tuple[int, int]) -> bool:
     """Whether every change the answer made is one the commit made: the answer is the truth, or
     a step toward it, token for token (the way from `current` through `applied` to `truth` is
     no longer than the straight one, counted in tokens over the lines where they differ). A
     next edit shows one change of several, so it can be exact without being all of them; half
-    a word is not a change the commit made."""
+    a word is not a change the commit made. `differ`: the three texts' `region`."""
     if applied == truth:
         return True
     if applied == current:
         return False
-    prefix, suffix = region(current, truth, applied)
+    prefix, suffix = differ
     prefix = current.rfind("\n", 0, prefix) + 1  # whole lines: no token cut in two
     newline = current.find("\n", len(current) - suffix)
     suffix = len(current) - newline - 1 if newline >= 0 else 0
@@ -347,8 +347,16 @@ def at_floor(runs: list[dict[str, Any]], floor: float) -> list[dict[str, Any]]:
     return out
 
 
+def per_rule(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """`summarize_runs` overall and for each rule that made a proposal (both benches)."""
+    rules = sorted({r["rule"] for r in runs if r.get("proposed") and r.get("rule")})
+    return {
+        "overall": summarize_runs(runs),
+        "rules": {rule: summarize_runs(runs, rule) for rule in rules},
+    }
+
+
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    rules = sorted({r["rule"] for r in runs if r.get("rule")})
     sweep = {}
     for floor in SWEEP:
         item = summarize_runs(at_floor(runs, floor))
@@ -362,12 +370,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             by_rule.setdefault(rule, {})[str(floor)] = {
                 key: item[key] for key in ("proposals", "precision", "harmful")
             }
-    return {
-        "overall": summarize_runs(runs),
-        "rules": {rule: summarize_runs(runs, rule) for rule in rules},
-        "floor_sweep": sweep,
-        "floor_sweep_by_rule": by_rule,
-    }
+    return {**per_rule(runs), "floor_sweep": sweep, "floor_sweep_by_rule": by_rule}
 
 
 def _cell(value: dict[str, Any]) -> str:

@@ -20,7 +20,7 @@ import json
 import statistics
 from typing import Any
 
-from quickdraft.bench.edits_cases import rule_table, summarize_runs
+from quickdraft.bench.edits_cases import per_rule, rule_table
 from quickdraft.bench.report import _fmt, _ms, _pct, _rounded, _table, memory_rows, percentile
 
 BASELINE = "ar"
@@ -111,11 +111,7 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
             "error": record.get("error"),
         }
         if runs and all("kind" in run for run in runs):
-            rules = sorted({r["rule"] for r in runs if r.get("proposed") and r.get("rule")})
-            summary[name]["cases"] = {
-                "overall": summarize_runs(runs),
-                "rules": {rule: summarize_runs(runs, rule) for rule in rules},
-            }
+            summary[name]["cases"] = per_rule(runs)
     return summary
 
 
