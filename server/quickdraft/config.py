@@ -180,7 +180,10 @@ class CacheConfig:
     """Budget for KV caches kept per document (target and draft together). The static cache
     of `model.compile: on` holds one document's and keeps no others: there it bounds nothing."""
     warmup: bool = True
-    """Extend the caches toward the next request's prompt while the worker is idle."""
+    """Extend the caches toward the next request's prompt while the worker is idle; once the
+    client asks for next edits, decide a changed document's next edit before it is asked for,
+    and at a cursor resting away from the latest edit compute the next-edit veto's window
+    head there."""
     prefetch: bool = True
     """After answering, compute the completion that follows accepting the suggestion."""
 

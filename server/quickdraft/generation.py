@@ -314,6 +314,14 @@ class Backend(Protocol):
         score (a serving engine), or when `cancel` or `deadline` stopped it."""
         ...
 
+    def prefill(
+        self, prompt_ids: Sequence[int], *, slot: str, model: str, cancel: threading.Event | None
+    ) -> int:
+        """Compute ahead `model`'s cache of the head that later `likelihoods` prompts in
+        `slot`'s place will start with (they adopt it); the tokens computed (0 where the
+        backend scores nothing)."""
+        ...
+
     @property
     def compute(self) -> dict[str, Any]:
         """How the models run and why (for `$/quickdraft/stats` and the log)."""

@@ -344,6 +344,12 @@ class LocalBackend:
             prompt_ids, continuations, slot=slot, model=model, cancel=cancel, deadline=deadline
         )
 
+    def prefill(
+        self, prompt_ids: Sequence[int], *, slot: str, model: str, cancel: threading.Event | None
+    ) -> int:
+        """`model`'s cache of a prompt's head, ahead of `likelihoods` (`Engine.prefill`)."""
+        return self.engine.prefill(prompt_ids, slot=slot, model=model, cancel=cancel)
+
     def reset_cache(self) -> None:
         """A cold start: no KV cache, and no memory of text generated earlier (the n-gram
         drafter's recent completions, the runner-up tokens kept for trees)."""

@@ -7,6 +7,11 @@
             -> tokenize -> generate (the backend, copy drafting from the region)
             -> the region as rewritten -> diff against the region as it is -> minimal edits
 
+The rules' part reads no cursor (`decide_rules`), so the server decides it ahead, after each
+change, and the request for that version takes it (lsp/work_ahead.py). An answer of no edit at
+a cursor resting away from the latest edit computes the veto's window head for an edit there
+(`warm_window_head`), as a person rests before editing.
+
 Plain functions over `EditSources`, this pipeline's own dependencies (the backend, the prompt
 tokenizer, the open documents and their workspace head, the root, the settings): it shares
 them with the completion pipeline but never calls it, and nothing here knows LSP. Offsets are
@@ -58,6 +63,7 @@ from quickdraft.context.edit_vetoes import (
     likelihood_window,
     likely_enough,
     vet,
+    window_head,
 )
 from quickdraft.context.prompt import TokenCounter, prompt_tokens
 from quickdraft.context.workspace import WorkspaceHead
@@ -83,6 +89,10 @@ GROWTH_SLACK = 200
 ANSWER_TOKENS_SLACK = 64
 """A rewrite gets at most twice the region's tokens plus this many (within
 `edits.max_new_tokens`): enough for any next edit, not for a runaway."""
+HEAD_SLOT = "#edit-head"
+"""Suffix of the cache slot where a resting cursor's window head is computed
+(`warm_window_head`): the veto's own slot (EDIT_SLOT) holds one window at a time, and a full
+window adopts the head from here."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +161,12 @@ class NextEdit:
     abstained: str | None = None
     """Why no edit was proposed when nothing was wrong (no candidate survived, and the model's
     rewrite is off for this model)."""
+    ahead: bool = False
+    """The rules' decision was made before the request came (the server decides after each
+    change, while the worker is idle: `decide_rules`)."""
+    head_tokens: int = 0
+    """Tokens of a window head computed for an edit that may start at the cursor
+    (`warm_window_head`)."""
 
     @property
     def copied_tokens(self) -> int:
@@ -296,6 +312,35 @@ def rule_decision(
     )
 
 
+@dataclass(frozen=True)
+class DecidedEdit:
+    """The rules' decision for one version of a document and what it took (`rules_ms`,
+    `veto_ms`), made for a request or ahead of it."""
+
+    decision: Decision
+    stages: dict[str, float]
+    ahead: bool = False
+
+
+def decide_rules(
+    sources: EditSources,
+    request: NextEditRequest,
+    *,
+    cancel: threading.Event | None = None,
+    ahead: bool = False,
+) -> DecidedEdit | None:
+    """`rule_decision`, timed; None when `cancel` stopped it (a decision cut short must never
+    pass for "no edit"). It reads no cursor: made `ahead` after a change, it answers any
+    request for that version of the document."""
+    clock = StageClock()
+    decision = rule_decision(sources, request, cancel=cancel, clock=clock)
+    clock.lap("rules_ms")
+    if cancel is not None and cancel.is_set():
+        return None
+    stages = {k: v for k, v in clock.stages.items() if k in ("rules_ms", "veto_ms")}
+    return DecidedEdit(decision, stages, ahead)
+
+
 def decide(
     uri: str,
     text: str,
@@ -412,6 +457,49 @@ def window_scorer(
     return score
 
 
+def rests_away(request: NextEditRequest) -> bool:
+    """Whether the request's cursor is off the lines of the document's latest edit (and the
+    line either side), or the document has none: where a person rests before editing."""
+    lines = edited_lines(request.hunks)
+    return lines is None or not lines[0] - 1 <= request.line <= lines[1] + 1
+
+
+def warm_window_head(
+    sources: EditSources, request: NextEditRequest, cancel: threading.Event | None
+) -> int:
+    """Compute ahead the likelihood veto's window head for an edit that may start on the
+    cursor's line (`edit_vetoes.window_head`: how every full window of a candidate below such
+    an edit opens) in the scoring model's cache, slot HEAD_SLOT; the tokens computed. The
+    full window adopts it, so after the edit only the lines from the edit on are computed
+    (about 100-150 fewer tokens of the draft's, near a second on a 2-core CPU). Nothing
+    where the veto or the work ahead (`cache.warmup`) is off, or the template puts the suffix
+    first."""
+    scorer = sources.config.edits.likelihood_veto
+    if scorer == "off" or not sources.config.edits.rules or not sources.config.cache.warmup:
+        return 0
+    head = window_head(request.text, request.line)
+    prompts = sources.prompts
+    parts = prompts.template.render_parts(
+        head, "", (), None, display_path(request.uri, sources.root), request.language_id
+    )
+    leading: list[str] = []
+    for part in parts:
+        if part.role == "suffix":
+            return 0
+        leading.append(part.text)
+        if part.role == "prefix":
+            break
+    else:
+        return 0  # no lines above the cursor
+    if prompts.parts_ok:
+        ids = [i for text in leading for i in prompts.cache.ids(text)]
+    else:
+        ids = list(prompts.cache.ids("".join(leading)))
+    if len(ids) > WINDOW_TOKENS:  # a window that long is not scored (very long lines)
+        return 0
+    return sources.backend.prefill(ids, slot=request.uri + HEAD_SLOT, model=scorer, cancel=cancel)
+
+
 def _context_files(sources: EditSources, uri: str) -> list[ContextFile]:
     """The workspace head's chunks of the other open files, within the snippet budget."""
     context = sources.config.context
@@ -491,9 +579,13 @@ def suggest(
     *,
     cancel: threading.Event | None = None,
     strategy: str | None = None,
+    decided: DecidedEdit | None = None,
 ) -> NextEdit:
-    """The next edit at the request's cursor: no edits when the model keeps the region as it
-    is, or when its rewrite is refused (`NextEdit.rejected` says why)."""
+    """The next edit at the request's cursor: the rules' candidate the vetoes kept (`decided`:
+    the decision made ahead for this version of the document, else made now); else the
+    model's rewrite where it runs (no edits when the model keeps the region as it is, or when
+    its rewrite is refused: `NextEdit.rejected` says why); else none, and at a cursor resting
+    away from the latest edit the veto's window head is computed for an edit there."""
     started = time.perf_counter()
     clean = without_lone_surrogates(request.text)
     if clean is not request.text:
@@ -501,15 +593,16 @@ def suggest(
     skipped = skip_reason(sources, request)
     if skipped is not None:
         return NextEdit(skipped=skipped)
-    clock = StageClock()
-    decision = rule_decision(sources, request, cancel=cancel, clock=clock)
-    clock.lap("rules_ms")
+    decided = decided or decide_rules(sources, request, cancel=cancel)
+    if decided is None:
+        return NextEdit(skipped="cancelled")
+    decision = decided.decision
     found = {
         "candidates": decision.candidates,
         "vetoed": dict(decision.vetoed),
         "judged": decision.scored,
+        "ahead": decided.ahead,
     }
-    rule_stages = {k: v for k, v in clock.stages.items() if k in ("rules_ms", "veto_ms")}
     if decision.shown is not None:
         shown = decision.shown
         return NextEdit(
@@ -517,20 +610,26 @@ def suggest(
             mode="rule",
             stop_reason="rule",
             latency_ms=(time.perf_counter() - started) * 1000,
-            stages=rule_stages,
+            stages=dict(decided.stages),
             rule=shown.rule,
             confidence=shown.confidence,
             **found,
         )
+    clock = StageClock()
     if not model_rewrites(sources):
+        head_tokens = 0
+        if rests_away(request):
+            head_tokens = warm_window_head(sources, request, cancel)
+            clock.lap("head_ms")
         return NextEdit(
             mode="rule",
             latency_ms=(time.perf_counter() - started) * 1000,
-            stages=rule_stages,
+            stages={**decided.stages, **clock.stages},
             abstained=(
                 "no rule candidate survived the vetoes, and the model's rewrite is off for a "
                 "model not trained for next edits (edits.model_rewrite)"
             ),
+            head_tokens=head_tokens,
             **found,
         )
     prepared = prepare(sources, request, clock=clock)
@@ -557,7 +656,7 @@ def suggest(
         edits = []
     clock.lap("diff_ms")
     stats = generated.stats
-    stages = stages_of(clock, stats)
+    stages = {**decided.stages, **stages_of(clock, stats)}
     return NextEdit(
         edits=edits,
         region=region,

@@ -140,6 +140,9 @@ class RenamingBackend:
             return None
         return [[-1.0] * len(tokens) for tokens in continuations]
 
+    def prefill(self, prompt_ids, *, slot, model, cancel):
+        return 0
+
     compute = {"runtime": "fake", "dtype": None, "kernel": None, "reason": "a test double"}
     compute_path = None
     batch_invariant = False
@@ -456,6 +459,37 @@ async def test_a_renamed_parameter_is_proposed_at_each_use_in_turn_by_the_rename
         assert "model_rewrite" in stats[-1]["abstained"] and stats[0]["tokens"] == 0
         # The model was asked about each rename before it was shown (the likelihood veto).
         assert [s["judged"] for s in stats] == [1, 1, 0]
+
+
+async def test_a_change_has_its_next_edit_decided_before_it_is_asked_for(session):
+    """Once the client asks for next edits, each change has the rules and the veto decide the
+    document's next edit in the background; the request for that version takes the decision
+    (the same answer it would have made), and says so."""
+    async with session(command("--rules")) as client:
+        open_doc(client, URI, SHAPES, version=1)
+        assert await inline_edit(client, URI, 1, 0, 0) == {"edits": []}  # the client asks
+        edit(client, URI, 2, (0, 9), (0, 14), "w")
+
+        def decided() -> bool:
+            return any(
+                "(version 2) decided ahead: rule rename" in m.message for m in client.log_messages
+            )
+
+        await wait_for(decided, 20)
+        answer = await inline_edit(client, URI, 2, 0, 10)
+        [item] = answer["edits"]
+        assert item["text"] == "w" and item["range"]["start"] == {
+            "line": 1,
+            "character": len("    scale = "),
+        }
+        await wait_for(
+            lambda: sum(plain(s).get("feature") == "inlineEdit" for s in client.stats) >= 2
+        )
+        stats = [plain(s) for s in client.stats if plain(s).get("feature") == "inlineEdit"]
+        assert [(s["rule"], s["decidedAhead"], s["judged"]) for s in stats] == [
+            (None, False, 0),
+            ("rename", True, 1),
+        ]
 
 
 def test_history_is_recorded_from_the_changes_the_store_applies():

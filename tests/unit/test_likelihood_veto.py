@@ -264,3 +264,77 @@ def test_a_window_too_long_to_score_keeps_the_rules_answer(completer, monkeypatc
     text = TEXT.replace("    c = b + 1\n", "    c = b + 1  # " + "x " * 3000 + "\n")
     result = suggest(edit_sources(completer), request(text))
     assert result.rule == "rename" and result.judged == 0 and result.vetoed == {}
+
+
+def test_a_question_asked_again_is_answered_without_computing_it_again(completer, monkeypatch):
+    """A next edit decided ahead and then asked for asks the same question twice: the second
+    is answered as the first was (the latest few are kept; a cold start forgets them)."""
+    engine = completer.backend.engine
+    runner = engine.drafter.runner
+    forwards = []
+    forward = runner.forward
+    monkeypatch.setattr(
+        runner, "forward", lambda tokens, **kw: forwards.append(1) or forward(tokens, **kw)
+    )
+    prompt, old, new = [5, 9, 14, 3, 6, 2], [7, 11, 2], [7, 4]
+    first = engine.likelihoods(prompt, [old, new], slot="memo-test", model="draft")
+    computed = len(forwards)
+    assert computed > 0
+    assert engine.likelihoods(prompt, [old, new], slot="memo-test", model="draft") == first
+    assert len(forwards) == computed  # nothing computed the second time
+    engine.likelihoods(prompt, [old, new], slot="memo-test", model="target")  # another model
+    engine.reset_cache()
+    forwards.clear()
+    again = engine.likelihoods(prompt, [old, new], slot="memo-test", model="draft")
+    assert [x for row in again for x in row] == pytest.approx([x for row in first for x in row])
+    assert forwards  # computed again after a cold start
+
+
+def test_a_head_computed_ahead_in_one_slot_is_adopted_by_a_window_in_another(completer):
+    engine = completer.backend.engine
+    runner = engine.drafter.runner
+    head = [(7 * i) % 50 + 3 for i in range(40)]
+    assert engine.prefill(head, slot="head-test", model="draft") == len(head)
+    assert engine.prefill(head, slot="head-test", model="draft") == 0  # already there
+    engine.likelihoods(head + [9, 4, 4], [[5, 6], [8]], slot="window-test", model="draft")
+    assert runner.last_adopted == len(head)  # the window computed only what follows the head
+
+
+ABOVE = "".join(f"    y{i} = {i}\n" for i in range(20))
+RESTING = "def f(a):\n" + ABOVE + "    b = 1\n    return b\n"
+"""A file whose line 21 (`b = 1`) the person rests on, then renames `b` there."""
+
+
+def test_a_cursor_resting_away_from_the_latest_edit_computes_the_head_of_the_windows_below(
+    completer, monkeypatch
+):
+    sources = edit_sources(completer)
+    heads, windows = [], []
+
+    def prefill(prompt_ids, *, slot, model, cancel):
+        heads.append((list(prompt_ids), slot, model))
+        return len(prompt_ids)
+
+    def likelihoods(prompt_ids, continuations, *, slot, model, cancel, deadline):
+        windows.append(list(prompt_ids))
+        return [[-5.0] * len(c) for c in continuations]  # no gain: the full window decides
+
+    monkeypatch.setattr(completer.backend, "prefill", prefill)
+    monkeypatch.setattr(completer.backend.engine, "likelihoods", likelihoods)
+    monkeypatch.setattr(completer.backend.engine, "generate", None)
+    line = RESTING.count("\n", 0, RESTING.index("    b = 1"))
+    rested = suggest(sources, NextEditRequest(URI, RESTING, line, 4, "python", hunks=[]))
+    assert rested.edits == [] and rested.head_tokens > 0 and "head_ms" in rested.stages
+    [(head, slot, model)] = heads
+    assert slot == URI + "#edit-head" and model == "draft"
+    assert completer.tokenizer.decode(head).startswith("<|fim_prefix|>    y8 = 8\n")
+    assert completer.tokenizer.decode(head).endswith("    y19 = 19\n")  # the 12 lines above
+    # The person renames `b` on that line: the window of its use below opens with the head.
+    at = RESTING.index("    b = 1") + 4
+    text = RESTING[:at] + "c" + RESTING[at + 1 :]
+    start = RESTING.index("    b = 1")
+    hunk = Hunk(URI, start, line, "    b = 1\n", "    c = 1\n")
+    renamed = suggest(sources, NextEditRequest(URI, text, line, 5, "python", hunks=[hunk]))
+    assert renamed.rule == "rename" and renamed.head_tokens == 0 and len(heads) == 1
+    full = windows[-1]
+    assert full[: len(head) - 1] == head[:-1]  # the head's tokens, but where lines join

@@ -298,6 +298,38 @@ def test_a_running_background_job_can_be_preempted_without_a_foreground_job():
     worker.stop()
 
 
+def test_a_background_job_can_go_first_and_stop_only_the_job_it_names():
+    """A next edit decided ahead goes before the work ahead queued, and stops a running
+    warm-up, but never another kind of job (a prefetch)."""
+    worker = ModelWorker()
+    order = []
+    started = threading.Event()
+    gate = threading.Event()
+
+    def background(name, cancel):
+        order.append(name)
+        started.set()
+        return "stopped" if cancel.wait(gate.wait(30) and 0.05) else "done"
+
+    prefetch = worker.submit_background(background, "prefetch")
+    assert started.wait(5)
+    warm = worker.submit_background(background, "warm")
+    ahead = worker.submit_background(background, "ahead", first=True)
+    worker.preempt_background(warm)  # the warm-up is not the job running: nothing stops
+    assert worker.preemptions == 0
+    gate.set()
+    assert prefetch.result(5) == "done" and ahead.result(5) == "done"
+    assert warm.result(5) == "done" and order == ["prefetch", "ahead", "warm"]
+    gate.clear()
+    started.clear()
+    running = worker.submit_background(background, "warm again")
+    assert started.wait(5)
+    worker.preempt_background(prefetch, running)
+    gate.set()
+    assert running.result(5) == "stopped" and worker.preemptions == 1
+    worker.stop()
+
+
 def test_each_log_line_is_logged_at_the_level_it_is_sent_at(caplog):
     """README: each server log line carries its level (a client reads stderr's levels)."""
     import logging

@@ -232,6 +232,14 @@ def likelihood_window(
     )
 
 
+def window_head(text: str, line: int) -> str:
+    """The lines every full window of a candidate below an edit that starts on `line` (0-based)
+    of `text` opens with (`likelihood_window` stretches such a window up to the edit): the
+    WINDOW_LINES above that line. Computed while the cursor rests there, before the edit, the
+    windows after it start from a warm cache."""
+    return "".join(lines_with_breaks(text)[max(0, line - WINDOW_LINES) : max(0, line)])
+
+
 def likely_enough(old: Sequence[float], new: Sequence[float], model: str = "draft") -> bool:
     """Whether the changed lines, scored token by token by `model` as they are (`old`) and as
     the candidate leaves them (`new`), lose at most LIKELIHOOD_DROP[model] nats."""

@@ -21,6 +21,7 @@ import dataclasses
 import random
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -65,6 +66,8 @@ SOURCES = ("ngram", "draft", "copy", "recycled", "ngram-branch")
 and a tree's other branches: the target's own runner-up tokens, other n-gram continuations."""
 TREE_NGRAM_BRANCHES = 3
 """N-gram continuations besides the chain's that a tree may check (decoding/tree.py)."""
+SCORED_KEPT = 8
+"""`likelihoods` answers kept (a next edit's veto asks one or two per request)."""
 
 
 @dataclass
@@ -267,6 +270,10 @@ class Engine:
         """slot -> (SHARED or WARM, start, end): the positions of the target's cache of that
         slot adopted from another slot, or computed by a warm-up, since its last answer; the
         next answer on the slot takes those it reuses (`_credit`)."""
+        self._scored: OrderedDict[tuple, list[list[float]]] = OrderedDict()
+        """(model, prompt, continuations) -> `likelihoods`' answer, the latest SCORED_KEPT: the
+        same question asked again (a next edit decided ahead, then asked for) is not computed
+        twice."""
 
     def close(self) -> None:
         """Free what the runners hold outside Python (llama.cpp contexts)."""
@@ -279,6 +286,7 @@ class Engine:
     def reset_cache(self) -> None:
         """Drop every KV cache of both models (benchmarks use it to measure cold requests)."""
         self._credits.clear()
+        self._scored.clear()
         self.target.reset_all()
         if self.drafter is not None:
             self.drafter.runner.reset_all()
@@ -466,14 +474,18 @@ class Engine:
         """The log-probability `model` ("target", or "draft": the draft model where one is
         loaded, else the target) gives each token of each continuation of `prompt_ids`
         (greedy or not: what it would give that token there), in `slot`'s cache. The prompt is
-        computed once (reusing what the slot holds); each continuation is one forward on top
-        of it, cropped away after, so the slot then holds the prompt. None when `cancel` or
-        `deadline` stopped it first."""
+        computed once (reusing what the slot holds, or a longer prefix another slot holds);
+        each continuation is one forward on top of it, cropped away after, so the slot then
+        holds the prompt. A question asked before (among the latest SCORED_KEPT) is answered
+        as it was, computing nothing. None when `cancel` or `deadline` stopped it first."""
         if not prompt_ids or any(not tokens for tokens in continuations):
             raise InputError("likelihoods need a prompt and continuations of a token or more")
-        self.select_slot(slot)
-        runner = self.drafter.runner if model == "draft" and self.drafter else self.target
         prompt = [int(t) for t in prompt_ids]
+        key = (model, tuple(prompt), tuple(tuple(int(t) for t in c) for c in continuations))
+        if key in self._scored:
+            self._scored.move_to_end(key)
+            return [list(scores) for scores in self._scored[key]]
+        runner = self._scoring_runner(model, slot)
         scored: list[list[float]] = []
         with runner.stopping_at(cancel):
             try:
@@ -489,7 +501,37 @@ class Engine:
                     scored.append(picked.tolist())
             except ForwardCancelled:
                 return None
-        return scored
+        self._scored[key] = scored
+        while len(self._scored) > SCORED_KEPT:
+            self._scored.popitem(last=False)
+        return [list(scores) for scores in scored]
+
+    def prefill(
+        self,
+        prompt_ids: Sequence[int],
+        *,
+        slot: str | None,
+        model: str = "target",
+        cancel: threading.Event | None = None,
+    ) -> int:
+        """Compute `model`'s cache of `prompt_ids` in `slot` ahead of `likelihoods` questions
+        whose prompts start with them (there, another slot's longer shared prefix is adopted);
+        the tokens computed. Stops when `cancel` is set, keeping what it computed."""
+        if not prompt_ids:
+            return 0
+        runner = self._scoring_runner(model, slot)
+        with runner.stopping_at(cancel):
+            try:
+                _, computed, _ = runner.extend([int(t) for t in prompt_ids], cancel=cancel)
+            except ForwardCancelled:
+                return 0
+        return computed
+
+    def _scoring_runner(self, model: str, slot: str | None) -> Runner:
+        """The runner `model` names ("draft": the draft model's where one is loaded), on
+        `slot`."""
+        self.select_slot(slot)
+        return self.drafter.runner if model == "draft" and self.drafter else self.target
 
     def _generate(self, request: GenerationRequest, *, forked: bool = False) -> GenerationResult:
         """The loop. `forked`: an alternative (`alternatives`): the target's cache holds the

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from quickdraft.context.edit_history import EditHistory, lines_touched
 from quickdraft.errors import PositionError
-from quickdraft.generation import CompletionRequest
+from quickdraft.generation import CompletionRequest, NextEditRequest
 from quickdraft.text import LINE_BREAK, unusable_reason
 
 logger = logging.getLogger(__name__)
@@ -251,6 +251,11 @@ class DocumentStore:
     def get(self, uri: str) -> Document | None:
         return self._documents.get(uri)
 
+    def versions(self) -> tuple[tuple[str, int], ...]:
+        """Every open document's (uri, version): what something made from all of them (a next
+        edit decided ahead) was made at."""
+        return tuple((uri, document.version) for uri, document in self._documents.items())
+
     def open(self, uri: str, text: str, language_id: str = "", version: int = 0) -> Document:
         """Open (or reopen: its history starts again) a document."""
         self.history.forget(uri)
@@ -316,4 +321,17 @@ def completion_request(
         language_id=language_id,
         offset=offset,
         slot=slot,
+    )
+
+
+def next_edit_request(
+    store: DocumentStore, document: Document, offset: int, history_files: int
+) -> NextEditRequest:
+    """The next-edit pipeline's request for a place in `document` (`offset` in code points):
+    its text, and its recent edits and those of the `history_files` other documents edited
+    last (`EditHistory.recent`)."""
+    line, column = document.line_column(offset)
+    own, others = store.history.recent(document.uri, history_files)
+    return NextEditRequest(
+        document.uri, document.text, line, column, document.language_id, offset, own, others
     )

@@ -183,7 +183,7 @@ class QuickdraftServer(LanguageServer):
         typed_ahead = TypedAheadCache()
         self.work_ahead = WorkAhead(self, typed_ahead)
         self.completions = CompletionService(self, typed_ahead, self.work_ahead)
-        self.next_edits = NextEditService(self)
+        self.next_edits = NextEditService(self, self.work_ahead)
         self.experimental: dict[str, Any] = {}
         """`capabilities.experimental` at `initialize` (the handlers of features outside the
         specification add theirs)."""
@@ -247,7 +247,8 @@ class QuickdraftServer(LanguageServer):
         worker is idle, warm the document's caches toward a request at the edit. An edited
         document is warmed first; one just `opened` after those already waiting, so that files
         opened together are warmed in the order they were opened (the client's didFocus says
-        which one is in front)."""
+        which one is in front). A change also has the document's next edit decided ahead
+        (work_ahead.py)."""
         uri = document.uri
         snapshot = (
             document.text,
@@ -257,6 +258,8 @@ class QuickdraftServer(LanguageServer):
         with self._sync_lock:
             queued = uri in self._pending_sync
             self._pending_sync[uri] = snapshot
+        if not opened:
+            self.work_ahead.decide_edit(uri)
         if queued:
             return
         self.worker.submit(self._flush_sync, uri)

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,8 +21,8 @@ from pygls.protocol.json_rpc import MsgId
 
 from quickdraft.admission import refusal
 from quickdraft.errors import PositionError, QuickdraftError
-from quickdraft.generation import ModelAnswer, NextEditRequest
-from quickdraft.lsp.documents import Document, completion_request
+from quickdraft.generation import ModelAnswer
+from quickdraft.lsp.documents import Document, completion_request, next_edit_request
 from quickdraft.lsp.server_api import ServerApi
 from quickdraft.lsp.status import WaitProgress
 from quickdraft.lsp.typed_ahead import TypedAheadCache
@@ -31,7 +32,7 @@ from quickdraft.text import position_after
 if TYPE_CHECKING:
     from quickdraft.completer import Completion
     from quickdraft.context.edit_prompt import EditableRegion
-    from quickdraft.next_edit import Edit, NextEdit
+    from quickdraft.next_edit import DecidedEdit, Edit, NextEdit
 
 logger = logging.getLogger(__name__)
 
@@ -534,10 +535,13 @@ def edit_item(snapshot: Document, edit: Edit, version: int) -> dict[str, Any]:
 class NextEditService:
     """`textDocument/copilotInlineEdit`: checks on the event loop, the rewrite on the model
     worker, the answer in the version of the document asked about. A newer request for a
-    document supersedes the one running for it (its generation stops at its next step)."""
+    document supersedes the one running for it (its generation stops at its next step). The
+    rules' decision made ahead for that version (work_ahead.py) is taken when it is done, or
+    waited for when it is running; one still queued is dropped and the request decides."""
 
-    def __init__(self, server: ServerApi):
+    def __init__(self, server: ServerApi, work_ahead: WorkAhead):
         self.server = server
+        self.work_ahead = work_ahead
         self._inflight: dict[str, threading.Event] = {}
 
     async def suggest(
@@ -573,27 +577,26 @@ class NextEditService:
         except PositionError as exc:
             server.log(f"[{request_id}] {feature}: {uri}: {exc}; no edit", "warning")
             return []
-        text = document.text
         offset = document.line_starts[line] + column
         document.cursor_at = offset
-        own, others = server.documents.history.recent(uri, config.edits.history_files)
-        request = NextEditRequest(
-            uri, text, line, column, document.language_id, offset, own, others
-        )
+        self.work_ahead.asks_edits = True
+        request = next_edit_request(server.documents, document, offset, config.edits.history_files)
         # The answer's ranges are in this text, whatever edits arrive meanwhile.
-        snapshot = Document(uri, text, document.language_id, version, document.encoding)
+        snapshot = Document(uri, request.text, document.language_id, version, document.encoding)
         self.cancel(uri)
         cancel = threading.Event()
         self._inflight[uri] = cancel
         started = time.monotonic()
         loop = asyncio.get_running_loop()
+        ahead = self.work_ahead.edit_decided(uri, version)
         wait = WaitProgress(
             server, loop, str(request_id), uri, doing="preparing a next edit"
-        ).start()
-        future = server.worker.submit(
-            wait.run, server.host.suggest_edit, request, cancel, preempt=True
-        )
+        ).start(running=ahead is not None and ahead.running())
         try:
+            decided = await self._decided_ahead(uri, ahead)
+            future = server.worker.submit(
+                wait.run, server.host.suggest_edit, request, cancel, decided, preempt=True
+            )
             result = await asyncio.wrap_future(future)
         except asyncio.CancelledError:
             cancel.set()  # $/cancelRequest: the engine stops at its next step
@@ -627,6 +630,28 @@ class NextEditService:
             items,
         )
         return items
+
+    async def _decided_ahead(self, uri: str, ahead: Future | None) -> DecidedEdit | None:
+        """The rules' decision made ahead for `uri` at the version asked (`ahead`, the job
+        `WorkAhead.edit_decided` gave): taken when done, waited for when running; None when
+        there is none, it is still queued (dropped: the request decides, now) or it was
+        stopped."""
+        if ahead is None:
+            return None
+        if not ahead.done() and not ahead.running():
+            self.work_ahead.drop_edit(uri)
+            return None
+        try:
+            decided = await asyncio.wrap_future(ahead)
+        except asyncio.CancelledError:
+            if ahead.cancelled():  # dropped meanwhile (the document closed): decide now
+                return None
+            raise
+        except Exception:  # noqa: BLE001 - the request decides for itself (and reports a failure)
+            decided = None
+        if decided is None:
+            self.work_ahead.drop_edit(uri)
+        return decided
 
     def cancel(self, uri: str) -> None:
         """Stop the request running for `uri` (a newer one came, or the document closed)."""
@@ -662,6 +687,8 @@ class NextEditService:
             vetoed=dict(result.vetoed),
             judged=result.judged,
             abstained=result.abstained,
+            decidedAhead=result.ahead,
+            headTokens=result.head_tokens,
         )
         if self.server.serving is not None:
             payload["compute"] = self.server.serving.compute
@@ -675,6 +702,7 @@ class NextEditService:
                 else "no rule"
             )
             judged = f", {payload['judged']} scored by the model" if payload["judged"] else ""
+            judged += ", decided ahead" if result.ahead else ""
             why += f" [{shown}; {payload['candidates']} candidates{judged}, vetoed: {vetoes}]"
         self.server.log(
             f"[{request_id}] {feature}: {len(items)} edits{why}, {payload['tokens']} tokens "

@@ -1,4 +1,4 @@
-"""Work ahead of the user while the model worker is idle: warm-up and prefetch.
+"""Work ahead of the user while the model worker is idle: warm-up, prefetch and next edits.
 
 * Warm-up (cache.warmup) extends a document's KV caches toward the prompt its next request will
   likely send, at the cursor last seen there, or its file-level part when none is known. One
@@ -7,6 +7,13 @@
 * Prefetch (cache.prefetch) computes the completion that follows accepting a suggestion (whole,
   and its first line) into the typed-ahead cache (typed_ahead.py): Tab, then the next request
   costs no model time.
+* Next edits decided ahead (cache.warmup, once the client has asked for a next edit): after a
+  change, the rules and the likelihood veto decide the document's next edit for that version
+  (`next_edit.decide_rules`, cursor-free) before anything else in the background, as the
+  editors ask only after the person rests (VS Code 600 ms, Neovim 500 ms): the request then
+  takes the decision, or waits for the one running (service.py). It stops a running warm-up
+  or stale decision (they go on later), never a prefetch; a job for the user stops it, and it
+  is queued again while its version is the document's.
 
 Both run as background jobs on the model worker (worker.py): only while nothing else waits, and
 a job that must run for the user stops the one running (a decode step within one decoder
@@ -33,8 +40,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from quickdraft.admission import refusal
 from quickdraft.errors import PositionError
-from quickdraft.lsp.documents import completion_request
+from quickdraft.lsp.documents import completion_request, next_edit_request
 from quickdraft.lsp.server_api import ServerApi
 from quickdraft.lsp.typed_ahead import TypedAheadCache
 from quickdraft.lsp.worker import describe_error
@@ -42,6 +50,7 @@ from quickdraft.text import position_after
 
 if TYPE_CHECKING:
     from quickdraft.completer import Completion
+    from quickdraft.generation import NextEditRequest
 
 PREFETCH_SLOT = "#prefetch"
 """Suffix of the KV cache slot prefetches compute in: a text the user may never type must not
@@ -66,8 +75,21 @@ class WarmTarget:
         return "its file-level part" if self.file_level else f"at line {self.line + 1}"
 
 
+@dataclass
+class EditAhead:
+    """A next edit being decided, or decided, ahead of its request."""
+
+    version: int
+    """The document's version it is for."""
+    made_at: tuple
+    """What else it read: the settings and every open document's version."""
+    future: Future
+    """The worker's job: `ModelHost.decide_edit`'s DecidedEdit, or None when stopped."""
+
+
 class WorkAhead:
-    """The server's work ahead: warm-up targets and the prefetches running, per document."""
+    """The server's work ahead: warm-up targets, the prefetches running, per document, and the
+    next edits decided ahead."""
 
     def __init__(self, server: ServerApi, typed_ahead: TypedAheadCache):
         self.server = server
@@ -84,6 +106,13 @@ class WorkAhead:
         """A warm-up job is queued or running on the worker (one at a time; event loop only)."""
         self._prefetching: dict[str, dict[tuple[int, str], Future]] = {}
         """The prefetches queued or running per document: (offset, text) -> the worker's job."""
+        self._warm_job: Future | None = None
+        """The warm-up job queued or running."""
+        self._edits_ahead: dict[str, EditAhead] = {}
+        """uri -> its next edit decided ahead (the latest change's)."""
+        self.asks_edits = False
+        """The client has asked for a next edit (until then none is decided ahead: a client
+        that never asks would only pay for them)."""
 
     # --- warm-up ----------------------------------------------------------------------
 
@@ -145,9 +174,11 @@ class WorkAhead:
             self.schedule_warm(self.focused, first=True)
 
     def forget(self, uri: str) -> None:
-        """`uri` was closed: it is not warmed, and no longer in focus."""
+        """`uri` was closed: it is not warmed, its next edit is not decided, and it is no
+        longer in focus."""
         with self._targets_lock:
             self._warm_targets.pop(uri, None)
+        self.drop_edit(uri)
         if self.focused == uri:
             self.focused = None
 
@@ -163,7 +194,7 @@ class WorkAhead:
             if not self._warm_targets:
                 return
         self._warming = True
-        future = self.server.worker.submit_background(self._warm_next)
+        future = self._warm_job = self.server.worker.submit_background(self._warm_next)
 
         def warmed(done) -> None:
             loop.call_soon_threadsafe(self._warmed, done)
@@ -211,6 +242,99 @@ class WorkAhead:
         )
         computed = self.server.host.warm(request, cancel, file_level=target.file_level)
         return uri, target, computed, cancel.is_set()
+
+    # --- next edits decided ahead ---------------------------------------------------------
+
+    def decide_edit(self, uri: str) -> None:
+        """`uri` changed: decide its next edit for the new version in the background, ahead
+        of the other work queued, stopping a running warm-up or an earlier decision (they
+        go on later). A newer change replaces it."""
+        document = self.server.documents.get(uri)
+        config = self.server.config.current
+        previous = self._edits_ahead.pop(uri, None)
+        if previous is not None and not previous.future.cancel():
+            self.server.worker.preempt_background(previous.future)
+        if (
+            document is None
+            or not self.asks_edits
+            or not self.server.works_ahead
+            or not config.cache.warmup
+            or not config.edits.rules
+            or refusal(config, "edit", document.language_id, document.text) is not None
+        ):
+            return
+        offset = document.cursor_at if document.cursor_at is not None else 0
+        request = next_edit_request(
+            self.server.documents, document, offset, config.edits.history_files
+        )
+        self._submit_edit(uri, EditAhead(document.version, self._made_at(), Future()), request)
+
+    def _made_at(self) -> tuple:
+        """The settings (the object: a change of settings is a new one) and every open
+        document's version."""
+        return (self.server.config.current, self.server.documents.versions())
+
+    def _submit_edit(self, uri: str, ahead: EditAhead, request: NextEditRequest) -> None:
+        """Queue `ahead`'s job first; stop the warm-up running (it goes on after)."""
+        worker = self.server.worker
+        ahead.future = worker.submit_background(self.server.host.decide_edit, request, first=True)
+        self._edits_ahead[uri] = ahead
+        if self._warm_job is not None:
+            worker.preempt_background(self._warm_job)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a server driven by hand (unit tests)
+            return
+
+        def done(future: Future) -> None:
+            loop.call_soon_threadsafe(self._edit_decided, uri, ahead, request)
+
+        ahead.future.add_done_callback(done)
+
+    def _edit_decided(
+        self, uri: str, ahead: EditAhead, request: NextEditRequest
+    ) -> None:  # event loop
+        """A decision ahead ended: one a job for the user stopped is queued again while it
+        is still the document's latest (its finished windows are kept: `Engine.likelihoods`)."""
+        future = ahead.future
+        if self._edits_ahead.get(uri) is not ahead or self.server.worker.stopped:
+            return
+        if future.cancelled():
+            return
+        if future.exception() is not None:
+            self.server.log(
+                f"next edit of {uri} ahead: {describe_error(future.exception())}", "warning"
+            )
+            return
+        decided = future.result()
+        if decided is not None:
+            shown = decided.decision.shown
+            self.server.log(
+                f"next edit of {uri} (version {ahead.version}) decided ahead: "
+                + (f"rule {shown.rule}" if shown is not None else "none")
+                + f" ({decided.decision.candidates} candidates,"
+                f" {decided.decision.scored} scored)",
+                "log",
+            )
+            return
+        if ahead.made_at != self._made_at():
+            del self._edits_ahead[uri]
+            return
+        self._submit_edit(uri, EditAhead(ahead.version, ahead.made_at, Future()), request)
+
+    def edit_decided(self, uri: str, version: int) -> Future | None:
+        """The job deciding `uri`'s next edit at `version` ahead, as things still stand (the
+        settings and the other documents as it read them); None without one."""
+        ahead = self._edits_ahead.get(uri)
+        if ahead is None or ahead.version != version or ahead.made_at != self._made_at():
+            return None
+        return ahead.future
+
+    def drop_edit(self, uri: str) -> None:
+        """Forget `uri`'s decision ahead (the request decides itself); a queued one never runs."""
+        ahead = self._edits_ahead.pop(uri, None)
+        if ahead is not None:
+            ahead.future.cancel()
 
     # --- prefetch: the completion after accepting a suggestion ---------------------------
 

@@ -37,7 +37,7 @@ from quickdraft.generation import CompletionRequest, EngineState, NextEditReques
 
 if TYPE_CHECKING:
     from quickdraft.completer import Completer, Completion
-    from quickdraft.next_edit import NextEdit
+    from quickdraft.next_edit import DecidedEdit, NextEdit
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +75,8 @@ class ModelWorker:
         self._background: deque[tuple[Future, Callable, tuple, dict, threading.Event]] = deque()
         self._ready = threading.Condition()
         self._running_background: threading.Event | None = None
+        self._running_future: Future | None = None
+        """The background job running (its future), with its cancel event above."""
         self.preemptions = 0
         """Background jobs stopped for a job that had to run (tests count them)."""
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -106,9 +108,12 @@ class ModelWorker:
             self._ready.notify()
         return future
 
-    def submit_background(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Future:
-        """Run `fn(*args, cancel=event, **kwargs)` when the worker has nothing else to do; the
-        event is set when a preempting job arrives (or the future is cancelled)."""
+    def submit_background(
+        self, fn: Callable, /, *args: Any, first: bool = False, **kwargs: Any
+    ) -> Future:
+        """Run `fn(*args, cancel=event, **kwargs)` when the worker has nothing else to do
+        (`first`: before the background jobs already queued); the event is set when a
+        preempting job arrives (or the future is cancelled)."""
         future: Future = Future()
         if self._stopped:
             future.set_exception(RuntimeError("the model worker has stopped"))
@@ -116,17 +121,26 @@ class ModelWorker:
         cancel = threading.Event()
         future.add_done_callback(lambda done: cancel.set() if done.cancelled() else None)
         with self._ready:
-            self._background.append((future, fn, args, kwargs, cancel))
+            job = (future, fn, args, kwargs, cancel)
+            if first:
+                self._background.appendleft(job)
+            else:
+                self._background.append(job)
             self._ready.notify()
         return future
 
-    def preempt_background(self) -> None:
+    def preempt_background(self, *only: Future) -> None:
         """Stop the background job that is running (it sees its cancel event within one
-        forward); queued ones stay queued. For when the person has moved on (didFocus)."""
+        forward); queued ones stay queued. For when the person has moved on (didFocus).
+        `only`: stop it only when it is one of these jobs."""
         with self._ready:
-            if self._running_background is not None and not self._running_background.is_set():
-                self.preemptions += 1
-                self._running_background.set()
+            running = self._running_background
+            if running is None or running.is_set():
+                return
+            if only and not any(future is self._running_future for future in only):
+                return
+            self.preemptions += 1
+            running.set()
 
     def stop(self, timeout: float | None = 5.0) -> None:
         self._stopped = True
@@ -144,6 +158,7 @@ class ModelWorker:
             if self._foreground:  # also after stop: what was submitted before it still runs
                 future, fn, args, kwargs = self._foreground.popleft()
                 self._running_background = None
+                self._running_future = None
                 return future, fn, args, kwargs, None
             if self._stopped:
                 for future, *_ in self._background:
@@ -152,6 +167,7 @@ class ModelWorker:
                 return None
             future, fn, args, kwargs, cancel = self._background.popleft()
             self._running_background = cancel
+            self._running_future = future
             return future, fn, args, dict(kwargs, cancel=cancel), cancel
 
     def _run(self) -> None:
@@ -172,6 +188,7 @@ class ModelWorker:
                 if cancel is not None:
                     with self._ready:
                         self._running_background = None
+                        self._running_future = None
 
 
 @dataclass(frozen=True)
@@ -315,10 +332,15 @@ class ModelHost:
             completer.complete(request, cancel=cancel)
         return completer.alternatives(request, count, cancel=cancel)
 
-    def suggest_edit(self, request: NextEditRequest, cancel: threading.Event) -> NextEdit | None:
+    def suggest_edit(
+        self,
+        request: NextEditRequest,
+        cancel: threading.Event,
+        decided: DecidedEdit | None = None,
+    ) -> NextEdit | None:
         """Run one next-edit request over the Completer's backend and open documents (the
-        pipeline's own sources, `backends.edit_sources`); None when it was superseded while
-        queued."""
+        pipeline's own sources, `backends.edit_sources`), with the rules' decision made ahead
+        for this version when there is one; None when it was superseded while queued."""
         completer = self.require_completer()
         if cancel.is_set():
             return None
@@ -327,4 +349,15 @@ class ModelHost:
         from quickdraft.backends import edit_sources
         from quickdraft.next_edit import suggest
 
-        return suggest(edit_sources(completer), request, cancel=cancel)
+        return suggest(edit_sources(completer), request, cancel=cancel, decided=decided)
+
+    def decide_edit(self, request: NextEditRequest, cancel: threading.Event) -> DecidedEdit | None:
+        """The rules' decision for the document as `request` has it, made ahead of a request
+        (work ahead after a change); None only when `cancel` stopped it."""
+        completer = self.require_completer()
+        if cancel.is_set():
+            return None
+        from quickdraft.backends import edit_sources
+        from quickdraft.next_edit import decide_rules
+
+        return decide_rules(edit_sources(completer), request, cancel=cancel, ahead=True)

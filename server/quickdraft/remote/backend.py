@@ -175,6 +175,12 @@ class RemoteBackend:
         engine serves (vLLM's `prompt_logprobs` is its own), so the veto is not asked."""
         return None
 
+    def prefill(
+        self, prompt_ids: Sequence[int], *, slot: str, model: str, cancel: threading.Event | None
+    ) -> int:
+        """Nothing: this backend scores nothing (`likelihoods`)."""
+        return 0
+
     def warm(self, prepared: PreparedCompletion, cancel: threading.Event | None) -> int:
         """No work ahead: a shared engine's capacity is for real requests (it caches the
         prompt's head by itself)."""
