@@ -488,6 +488,7 @@ def edits_args(repo: Path, out: Path, *extra: str) -> list[str]:
         "--no-progress",
         "--out",
         str(out),
+        *(() if "--edits-rest-ms" in extra else ("--edits-rest-ms", "0")),
         *extra,
     ]
 
@@ -590,7 +591,13 @@ def test_bench_edits_drives_the_server_as_a_client_and_reports(
 
 def test_arrival_off_asks_only_after_the_edit(history, fake_server, tmp_path):
     out = tmp_path / "out"
-    main(edits_args(history["root"], out, "--strategies", "ar", "--edits-arrival", "off"))
+    main(
+        edits_args(
+            history["root"],
+            out,
+            *("--strategies", "ar", "--edits-arrival", "off", "--edits-rest-ms", "20"),
+        )
+    )
     messages = [json.loads(line) for line in fake_server["wire"].read_text().splitlines()]
     mine = [m for m in messages if "area.py" in json.dumps(m)]
     assert [m["method"] for m in mine][:3] == [
@@ -599,7 +606,8 @@ def test_arrival_off_asks_only_after_the_edit(history, fake_server, tmp_path):
         "textDocument/copilotInlineEdit",
     ]
     results = json.loads((out / "results.json").read_text())
-    assert results["env"]["arrival"] is False
+    assert results["env"]["arrival"] is False and results["env"]["rest_ms"] == 20
+    assert "20 ms later (editors ask once the person rests)" in (out / "report.md").read_text()
     assert "arrival" not in results["strategies"]["ar"]["runs"][0]
     assert results["summary"]["ar"]["arrival_p50_ms"] is None
 
@@ -642,6 +650,8 @@ def test_flags_are_checked(history, tmp_path, capsys):
     assert "no case since 2031-01-01" in capsys.readouterr().err
     assert main(["bench", "--out", str(out)]) == 2
     assert "--repo: required" in capsys.readouterr().err
+    assert main([*edits_args(history["root"], out), "--edits-rest-ms", "-1"]) == 2
+    assert "--edits-rest-ms: must be milliseconds, 0 or more" in capsys.readouterr().err
 
 
 # --- the rules' benchmark (bench/edits_cases.py) ----------------------------------------------
@@ -690,12 +700,14 @@ def test_a_rule_row_times_its_own_proposals_and_scored_answers_are_timed_apart()
         return {"kind": "edit", "latency_ms": latency, "judged": judged, **proposed}
 
     runs = [run(None, 2.0), run(None, 4.0), run("hoist", 6.0), run("rename", 3000.0, judged=1)]
+    runs[-1]["decided_ahead"] = True  # the server decided it before the request came
     summary = summarize(runs)
     assert summary["rules"]["hoist"]["p50_ms"] == 6.0
     assert summary["rules"]["rename"]["p50_ms"] == 3000.0
     assert summary["overall"]["p50_ms"] == 5.0  # every answer's
     assert (summary["overall"]["scored"], summary["overall"]["scored_p50_ms"]) == (1, 3000.0)
     assert "scored: 1, p50 3000 ms" in render(summary)
+    assert summary["overall"]["scored_ahead"] == 1 and "1 of them decided" in render(summary)
     assert "model scored" not in render(summarize(runs[:3]))
 
 

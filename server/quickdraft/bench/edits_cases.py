@@ -296,14 +296,16 @@ def summarize_runs(runs: list[dict[str, Any]], rule: str | None = None) -> dict[
     """Coverage, precision, harmful rate and exact, overall (`rule` None) or for one rule (its
     proposals; the denominators of coverage and harmful stay all edit cases / all cases).
     Latency: of all answers overall, of the rule's proposals for a rule; `scored_*`: of the
-    answers the likelihood veto's model scored (no model: none)."""
+    answers the likelihood veto's model scored (no model: none), `scored_ahead` of them
+    decided before the request came (the server's work ahead)."""
     answered = [r for r in runs if not r.get("error")]
     edit_cases = [r for r in answered if r["kind"] == "edit"]
     proposals = [r for r in answered if r.get("proposed") and (rule is None or r["rule"] == rule)]
     on_edit = [r for r in proposals if r["kind"] == "edit"]
     timed = answered if rule is None else proposals
     latencies = [r["latency_ms"] for r in timed if r.get("latency_ms") is not None]
-    scored = [r["latency_ms"] for r in timed if r.get("judged") and r.get("latency_ms") is not None]
+    judged = [r for r in timed if r.get("judged") and r.get("latency_ms") is not None]
+    scored = [r["latency_ms"] for r in judged]
     return {
         "cases": len(runs),
         "edit_cases": len(edit_cases),
@@ -319,6 +321,7 @@ def summarize_runs(runs: list[dict[str, Any]], rule: str | None = None) -> dict[
         "scored": len(scored),
         "scored_p50_ms": round(percentile(scored, 50), 3) if scored else None,
         "scored_p90_ms": round(percentile(scored, 90), 3) if scored else None,
+        "scored_ahead": sum(1 for r in judged if r.get("decided_ahead")),
     }
 
 
@@ -400,7 +403,13 @@ def rule_table(overall: dict[str, Any], rules: dict[str, dict[str, Any]]) -> lis
             "",
             f"Answers the likelihood veto's model scored: {overall['scored']}, "
             f"p50 {overall['scored_p50_ms']:.0f} ms, p90 {overall['scored_p90_ms']:.0f} ms "
-            "(the others answered from the rules alone).",
+            "(the others answered from the rules alone)"
+            + (
+                f"; {overall['scored_ahead']} of them decided by the server before the request "
+                "came (after the edit, while it waited)."
+                if overall.get("scored_ahead")
+                else "."
+            ),
         ]
     rows.append("")
     rows.append(

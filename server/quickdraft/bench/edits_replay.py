@@ -16,8 +16,10 @@ as VS Code does). Every pair then goes the same way on every server:
    would be in an editor; `off` measures a cold server instead;
 3. `didChange` with the commit's first hunk as one incremental change (range and text), so the
    server's edit history sees the user's edit;
-4. `textDocument/copilotInlineEdit` with `{textDocument: {uri, version}, position}` at the end
-   of the edit's new text, awaited; `textDocument/didShowInlineEdit` for the first edit shown;
+4. after `--edits-rest-ms` (default REST_MS, Neovim's rest; VS Code's is 600 ms: both editors
+   ask only once the person has stopped typing and rests), `textDocument/copilotInlineEdit`
+   with `{textDocument: {uri, version}, position}` at the end of the edit's new text, awaited
+   and timed from when it is sent; `textDocument/didShowInlineEdit` for the first edit shown;
 5. the `$/quickdraft/stats` the server sends for the request (matched by `requestId`);
 6. `didClose`.
 
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -62,6 +65,10 @@ DEFAULT_STRATEGIES = "ar,ngram,hybrid"
 DEFAULT_CASES = 12
 """Cases per history."""
 QUICK_PAIRS = 3
+REST_MS = 500
+"""How long after the edit the next edit is asked for: the shorter rest of quickdraft's two
+editor clients (Neovim's `next_edit.debounce_ms` after leaving insert mode; VS Code's
+`quickdraft.nextEdit.debounceMs`, 600, after the cursor moves)."""
 STATS_WAIT_S = 5.0
 """How long the stats notification of an answered request is waited for."""
 WARMUP_TEXT = "def area(width, height):\n    return width * height\n\n\nprint(area(2, 3))\n"
@@ -126,6 +133,8 @@ class EditsOptions:
     stats_wait_s: float = STATS_WAIT_S
     arrival: bool = True
     """Ask for a next edit where the cursor arrives, before the edit (the module's step 2)."""
+    rest_ms: float = REST_MS
+    """The rest between the edit and the request (the module's step 4)."""
 
 
 class EditsBench:
@@ -149,6 +158,7 @@ class EditsBench:
             "since": options.since,
             "seed": options.seed,
             "arrival": options.arrival,
+            "rest_ms": options.rest_ms,
             "pairs": [pair.to_dict() for pair in pairs],
             "strategies": options.strategies,
             "server_command": options.server_command,
@@ -258,6 +268,8 @@ class EditsBench:
             )
             assert doc.text == pair.current
             version = doc.document.version
+            if self.options.rest_ms:
+                await asyncio.sleep(self.options.rest_ms / 1000)
             request = client.request(INLINE_EDIT, inline_edit_params(doc, pair.cursor))
             run.update(id=request.id, version=version, position=doc.position(pair.cursor))
             answer = await client.wait(
@@ -343,7 +355,16 @@ class EditsBench:
             confidence=stats.get("confidence"),
             vetoed=stats.get("vetoed"),
             judged=stats.get("judged"),
+            decided_ahead=stats.get("decidedAhead"),
+            stages_ms=stats.get("stagesMs"),
         )
+
+
+def rest_ms(value: float) -> float:
+    """`--edits-rest-ms`, checked."""
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(f"--edits-rest-ms: must be milliseconds, 0 or more, got {value}")
+    return value
 
 
 def inline_edit_params(doc: EditorDocument, offset: int) -> dict[str, Any]:
@@ -399,6 +420,13 @@ def add_edits_arguments(parser: argparse.ArgumentParser) -> None:
         help="on (default): ask for a next edit where the cursor arrives, before the edit, as "
         "editors do when the cursor rests, so the timed request finds the server as an editor "
         "leaves it; off: the timed request is the pair's first (a cold server)",
+    )
+    group.add_argument(
+        "--edits-rest-ms",
+        type=float,
+        default=REST_MS,
+        help=f"milliseconds between the edit and the request for the next edit (default "
+        f"{REST_MS}: editors ask once the person rests; 0: at once)",
     )
     group.add_argument(
         "--edits-rules",
@@ -486,6 +514,7 @@ def run_edits(args: argparse.Namespace) -> int:
         seed=args.seed,
         request_timeout_s=args.edits_timeout_s,
         arrival=args.edits_arrival == "on",
+        rest_ms=rest_ms(args.edits_rest_ms),
     )
     bench = EditsBench(pairs, options, heads=heads)
     bench.say(

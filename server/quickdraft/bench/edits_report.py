@@ -233,7 +233,12 @@ def render_markdown(results: dict[str, Any]) -> str:
             else "The first hunk"
         )
         + " is sent as the user's edit (an incremental `didChange`), "
-        "`textDocument/copilotInlineEdit` is asked at the end of its new text, and the answer is "
+        + (
+            f"{env['rest_ms']:g} ms later (editors ask once the person rests) "
+            if env.get("rest_ms")
+            else ""
+        )
+        + "`textDocument/copilotInlineEdit` is asked at the end of its new text, and the answer is "
         "scored against the file as the commit left it (a commit loses the order of its hunks, "
         "so a step toward any of the others counts)."
     )
