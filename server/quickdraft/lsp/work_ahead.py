@@ -308,6 +308,8 @@ class WorkAhead:
             return
         decided = future.result()
         if decided is not None:
+            if not decided.decision.candidates:  # most keystrokes: nothing worth a line
+                return
             shown = decided.decision.shown
             self.server.log(
                 f"next edit of {uri} (version {ahead.version}) decided ahead: "
