@@ -298,6 +298,8 @@ def test_a_head_computed_ahead_in_one_slot_is_adopted_by_a_window_in_another(com
     assert engine.prefill(head, slot="head-test", model="draft") == 0  # already there
     engine.likelihoods(head + [9, 4, 4], [[5, 6], [8]], slot="window-test", model="draft")
     assert runner.last_adopted == len(head)  # the window computed only what follows the head
+    # The target computes nothing for the draft's questions: it keeps no slot for them.
+    assert not {"head-test", "window-test"} & set(engine.target.slots)
 
 
 ABOVE = "".join(f"    y{i} = {i}\n" for i in range(20))

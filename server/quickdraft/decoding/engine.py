@@ -529,9 +529,12 @@ class Engine:
 
     def _scoring_runner(self, model: str, slot: str | None) -> Runner:
         """The runner `model` names ("draft": the draft model's where one is loaded), on
-        `slot`."""
-        self.select_slot(slot)
-        return self.drafter.runner if model == "draft" and self.drafter else self.target
+        `slot`. Only its slot is selected: the other model would hold an empty sequence for a
+        question it never computes, and push a document's cache out sooner (every other
+        entry point selects both again)."""
+        runner = self.drafter.runner if model == "draft" and self.drafter else self.target
+        runner.select(slot)
+        return runner
 
     def _generate(self, request: GenerationRequest, *, forked: bool = False) -> GenerationResult:
         """The loop. `forked`: an alternative (`alternatives`): the target's cache holds the
