@@ -4,12 +4,14 @@ The event loop never does model work. It submits jobs (`ModelWorker.submit`) and
 returned future (`asyncio.wrap_future`). Jobs run one at a time in submission order, so a
 document change submitted before a completion is seen by that completion.
 
-Work ahead of the user (idle warm-up, prefetch) is submitted as *background* jobs
-(`submit_background`): they run only when no other job waits, and a job that must run for the
-user (`submit(..., preempt=True)`: a completion request, a model load) stops the background job
-that is running: its cancel event is set, and a decode step stops at its next decoder layer, a
-prefill chunk when it is done (its work is the prefix the next request reuses; llama.cpp stops
-both between its graph's nodes; `Runner.stopping_at`).
+Work ahead of the user (idle warm-up, prefetch, next edits decided ahead) is submitted as
+*background* jobs (`submit_background`; `first`: ahead of those queued): they run only when no
+other job waits, and a job that must run for the user (`submit(..., preempt=True)`: a
+completion request, a model load) stops the background job that is running: its cancel event
+is set, and a decode step stops at its next decoder layer, a prefill chunk when it is done (its
+work is the prefix the next request reuses; llama.cpp stops both between its graph's nodes;
+`Runner.stopping_at`). `preempt_background` stops it without a job, or only when it is one of
+the jobs named (a next edit decided ahead stops a warm-up, never a prefetch).
 
 `ModelHost` is the state the worker owns: the Completer (which owns the n-gram index) and the
 documents it has been told about, so a model reload can hand them to the new Completer.
