@@ -482,19 +482,17 @@ def warm_window_head(
     parts = prompts.template.render_parts(
         head, "", (), None, display_path(request.uri, sources.root), request.language_id
     )
-    leading: list[str] = []
+    leading = []
     for part in parts:
         if part.role == "suffix":
             return 0
-        leading.append(part.text)
+        leading.append(part)
         if part.role == "prefix":
             break
     else:
         return 0  # no lines above the cursor
-    if prompts.parts_ok:
-        ids = [i for text in leading for i in prompts.cache.ids(text)]
-    else:
-        ids = list(prompts.cache.ids("".join(leading)))
+    text = "".join(part.text for part in leading)
+    ids = prompts.tokenize(Prompt(text=text, prefix="", suffix="", parts=leading), heal=False).ids
     if len(ids) > WINDOW_TOKENS:  # a window that long is not scored (very long lines)
         return 0
     return sources.backend.prefill(ids, slot=request.uri + HEAD_SLOT, model=scorer, cancel=cancel)

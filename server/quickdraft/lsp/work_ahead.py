@@ -267,18 +267,20 @@ class WorkAhead:
         request = next_edit_request(
             self.server.documents, document, offset, config.edits.history_files
         )
-        self._submit_edit(uri, EditAhead(document.version, self._made_at(), Future()), request)
+        self._submit_edit(uri, document.version, self._made_at(), request)
 
     def _made_at(self) -> tuple:
         """The settings (the object: a change of settings is a new one) and every open
         document's version."""
         return (self.server.config.current, self.server.documents.versions())
 
-    def _submit_edit(self, uri: str, ahead: EditAhead, request: NextEditRequest) -> None:
-        """Queue `ahead`'s job first; stop the warm-up running (it goes on after)."""
+    def _submit_edit(
+        self, uri: str, version: int, made_at: tuple, request: NextEditRequest
+    ) -> None:
+        """Queue the decision's job first; stop the warm-up running (it goes on after)."""
         worker = self.server.worker
-        ahead.future = worker.submit_background(self.server.host.decide_edit, request, first=True)
-        self._edits_ahead[uri] = ahead
+        future = worker.submit_background(self.server.host.decide_edit, request, first=True)
+        ahead = self._edits_ahead[uri] = EditAhead(version, made_at, future)
         if self._warm_job is not None:
             worker.preempt_background(self._warm_job)
         try:
@@ -322,7 +324,7 @@ class WorkAhead:
         if ahead.made_at != self._made_at():
             del self._edits_ahead[uri]
             return
-        self._submit_edit(uri, EditAhead(ahead.version, ahead.made_at, Future()), request)
+        self._submit_edit(uri, ahead.version, ahead.made_at, request)
 
     def edit_decided(self, uri: str, version: int) -> Future | None:
         """The job deciding `uri`'s next edit at `version` ahead, as things still stand (the
