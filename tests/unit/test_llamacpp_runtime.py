@@ -12,6 +12,7 @@ import torch
 
 from quickdraft.decoding import llamacpp
 from quickdraft.decoding.costmodel import MEASURED_SIZES
+from quickdraft.errors import ModelError
 from quickdraft.models import llamacpp_probe
 from quickdraft.models.llamacpp import LlamaCppModel
 
@@ -207,3 +208,138 @@ def test_every_open_document_keeps_its_sequence(tiny, model):
         assert runner.tokens == [5 + i % 50, 7, 11, 13], slot
         reused, computed, _ = runner.extend([5 + i % 50, 7, 11, 13, 17])
         assert (reused, computed) == (4, 1)
+
+
+def test_slots_beyond_the_resident_budget_are_parked_and_come_back_warm(model):
+    """Other documents' cells slow every forward (its attention spans them): past
+    `resident_tokens` the least recently used slot leaves the context for host memory, and
+    comes back with its tokens, computing nothing again."""
+    a, b, c = list(range(10, 40)), list(range(100, 130)), list(range(200, 230))
+    runner = llamacpp.LlamaCppRunner(model, n_ctx=512, prefill_chunk=8, resident_tokens=40)
+    runner.select("a")
+    runner.extend(a)
+    expected = runner.forward(b[:3])
+    runner.keep(len(a))
+    runner.select("b")
+    runner.extend(b)
+    assert runner.parked_bytes() == 0  # a alone is within the budget
+    runner.select("c")
+    runner.extend(c)
+    # a and b together are past it: a, the least recently used, is parked; its cells are free.
+    assert list(runner._slots) == ["b", "c"] and runner.parked_bytes() > 0
+    assert runner.slots == ["a", "b", "c"]
+    runner.select("a")
+    assert runner.tokens == a
+    calls = cancel_in_forward(runner, 0, threading.Event())  # counts forwards only
+    reused, computed, _ = runner.extend(a)
+    assert (reused, computed, calls) == (len(a), 0, [])
+    assert list(runner._parked) == ["b"]  # b is parked in turn
+    assert list(runner._slots) == ["c", "a"] and runner.slots == ["b", "c", "a"]
+    after = runner.forward(b[:3])
+    torch.testing.assert_close(after, expected, rtol=0, atol=1e-2)
+    assert torch.equal(after.argmax(-1), expected.argmax(-1))
+    runner.select("b")
+    assert runner.tokens == b and runner.extend(b)[:2] == (len(b), 0)
+    runner.select("c")
+    assert runner.tokens == c and runner.extend(c)[:2] == (len(c), 0)
+    runner.close()
+
+
+def test_a_slot_sharing_the_prefix_in_use_stays_and_a_repack_keeps_it_shared(model):
+    """A document's other slots (its prefetch's) adopt its prefix by reference: only their own
+    tails count against `resident_tokens`, and a repack (after a park) puts the slot in use
+    back whole first and lets another that shares all but its tail share its prefix again
+    (the tail is computed again when that slot is next used)."""
+    head = list(range(10, 110))
+    main, prefetch, other = head + [5, 6, 7], head + list(range(120, 140)), list(range(150, 200))
+    runner = llamacpp.LlamaCppRunner(model, n_ctx=512, prefill_chunk=8, resident_tokens=40)
+    runner.select("main")
+    runner.extend(main)
+    runner.select("prefetch")
+    assert runner.extend(prefetch)[:2] == (len(head), 20) and runner.last_adopted == len(head)
+    runner.select("main")  # the prefetch's 20 own tokens are within the budget: nothing parked
+    assert runner.extend(main)[:2] == (len(main), 0)
+    assert runner.slots == [None, "prefetch", "main"] and runner.parked_bytes() == 0
+    runner.select("other")  # 103 + 120 tokens of other slots: both parked, then a repack
+    runner.extend(other)
+    assert list(runner._slots) == ["other"] and list(runner._parked) == ["prefetch", "main"]
+    runner.select("main")
+    assert runner.extend(main)[:2] == (len(main), 0)
+    assert list(runner._parked) == ["prefetch", "other"]
+    runner.select("prefetch")
+    assert runner.extend(prefetch)[:2] == (len(prefetch), 0)
+    assert list(runner._slots) == ["main", "prefetch"] and list(runner._parked) == ["other"]
+    runner.select("main")  # shares prefetch's cells again, its own 3 tokens dropped
+    assert runner.tokens == head and runner.extend(main)[:2] == (len(head), 3)
+    runner.close()
+
+
+def test_parked_caches_past_the_memory_budget_are_dropped(model):
+    a, b, c = list(range(10, 40)), list(range(100, 130)), list(range(200, 230))
+    runner = llamacpp.LlamaCppRunner(model, n_ctx=512, prefill_chunk=8, resident_tokens=0)
+    runner.select("a")
+    runner.extend(a)
+    runner.select("b")
+    runner.extend(b)
+    one = runner.parked_bytes()
+    assert one > 0 and runner.slots == ["a", "b"]
+    runner.parked_budget = one + one // 2  # room for one parked cache, not two
+    runner.select("c")
+    runner.extend(c)
+    assert runner.slots == ["b", "c"] and 0 < runner.parked_bytes() <= runner.parked_budget
+    runner.select("a")  # dropped: it starts empty, and is computed again
+    assert runner.tokens == [] and runner.extend(a)[:2] == (0, len(a))
+    runner.close()
+
+
+def test_a_longer_sequence_grows_the_context_and_keeps_the_others(tiny, monkeypatch):
+    directory, _, _, tokenizer = tiny
+    monkeypatch.setattr(llamacpp, "MIN_CONTEXT", 256)
+    small = LlamaCppModel(directory / "target.gguf", threads=1, extra_bufts=False, n_ctx=256)
+    runner = llamacpp.LlamaCppRunner(small, prefill_chunk=64, resident_tokens=32)
+    assert runner.n_ctx == 256 + 32
+    short = tokenizer.encode(TEXT)
+    runner.select("short")
+    runner.extend(short)
+    runner.select("long")
+    long = tokenizer.encode(TEXT.upper() * 40)
+    assert len(long) > 2 * runner.n_ctx
+    reused, computed, last = runner.extend(long)
+    assert (reused, computed) == (0, len(long)) and last is not None
+    assert runner.n_ctx >= len(long) and runner.tokens == long
+    runner.select("short")  # parked while the context grew, and back
+    assert runner.tokens == short and runner.extend(short)[:2] == (len(short), 0)
+    runner.select("long")
+    assert runner.extend(long)[:2] == (len(long), 0)
+    # Past what the memory budget would hold (the model's 4,096 trained tokens): a clear error.
+    with pytest.raises(ModelError, match="context holds"):
+        runner.extend(tokenizer.encode(TEXT * 240))
+    runner.close()
+
+
+def test_a_parked_cache_with_no_room_to_come_back_is_computed_again(tiny, model):
+    """llama.cpp may refuse a state (older versions wanted contiguous free cells): the other
+    slots are parked to make room, and failing that the slot starts empty."""
+    _, _, _, tokenizer = tiny
+    a, b, c = (tokenizer.encode(text) for text in (TEXT, TEXT.upper(), TEXT.replace("a", "q")))
+    runner = llamacpp.LlamaCppRunner(model, n_ctx=512, prefill_chunk=8, resident_tokens=len(b))
+    for slot, tokens in (("a", a), ("b", b), ("c", c)):
+        runner.select(slot)
+        runner.extend(tokens)
+    assert list(runner._parked) == ["a"]
+
+    class Refusing:
+        def __init__(self, lib):
+            self._lib = lib
+
+        def __getattr__(self, name):
+            return getattr(self._lib, name)
+
+        def llama_state_seq_set_data(self, *args):
+            return 0
+
+    runner.lib = Refusing(runner.lib)
+    runner.select("a")
+    assert runner.tokens == [] and list(runner._slots) == ["c", "a"]  # b parked to make room
+    assert runner.extend(a)[:2] == (0, len(a))
+    runner.close()

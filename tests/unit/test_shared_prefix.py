@@ -249,9 +249,9 @@ def test_llamacpp_adopts_by_reference_and_survives_the_donors_crop_and_eviction(
     runner.keep(5)
     assert seq_positions(runner) == 5
     runner.select("b")
-    while runner._drop_oldest_other():  # the default slot, "reference", then "a"
+    while runner._park_oldest_other():  # the default slot, "reference", then "a"
         assert seq_positions(runner) == len(b)
-    assert runner.slots == ["b"] and runner.tokens == b
+    assert list(runner._slots) == ["b"] and runner.tokens == b
     # (Other cells around b's now: the kernels sum over another span, close to the last bits.)
     after = runner.forward(a[-3:])
     torch.testing.assert_close(after, expected_next, rtol=0, atol=1e-2)
