@@ -9,10 +9,10 @@ loads a GGUF through llama-cpp-python's low-level API, `pip install -e '.[llama]
                        (llama_memory_seq_cp: the unified cache's cells then belong to both)
     forward([t0..tk])  one llama_decode of k+1 tokens, logits of every position -> (k+1, V)
     keep(n)            crop the KV cache to its first n tokens (llama_memory_seq_rm)
-    select(slot)       one sequence per document in one unified KV cache; beyond a few
-                       thousand tokens of other documents, the least recently used are
-                       parked in host memory (llama_state_seq_get_data) and restored when
-                       their document comes back; beyond the memory budget, dropped
+    select(slot)       one sequence per document in one unified KV cache; the slots not in
+                       use past `RESIDENT_TOKENS` of their own are parked in host memory
+                       (llama_state_seq_get_data) and restored when selected, the cells
+                       left repacked at the front; past the memory budget, dropped
     cancel             checked between chunks and, through llama.cpp's abort callback,
                        between the graph's nodes inside a forward
 
@@ -486,7 +486,8 @@ class LlamaCppRunner:
         moved across. Raises ModelError past the budget's size."""
         if needed > self._max_ctx:
             raise ModelError(
-                f"the llama.cpp context holds {self.n_ctx} tokens; {needed} were asked for"
+                f"the llama.cpp context holds at most {self._max_ctx} tokens here (the model's"
+                f" training length or cache.memory_mb); {needed} were asked for"
             )
         size = min(max(needed + self.resident_tokens, 2 * self.n_ctx), self._max_ctx)
         log.info("llama.cpp context: %s -> %s tokens for a longer sequence", self.n_ctx, size)
