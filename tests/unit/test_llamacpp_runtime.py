@@ -274,6 +274,21 @@ def test_a_slot_sharing_the_prefix_in_use_stays_and_a_repack_keeps_it_shared(mod
     runner.close()
 
 
+def test_a_documents_own_slots_stay_in_the_context(model):
+    """A document's next-edit and prefetch slots take turns with its own at every keystroke:
+    they are not parked for each other, however many tokens they hold; another document's are."""
+    main, edit, other = list(range(10, 110)), list(range(120, 220)), list(range(150, 250))
+    runner = llamacpp.LlamaCppRunner(model, n_ctx=512, prefill_chunk=8, resident_tokens=40)
+    for slot, tokens in (("file:///d.py", main), ("file:///d.py#edit", edit)) * 2:
+        runner.select(slot)
+        runner.extend(tokens)
+    assert runner.parked_bytes() == 0 and runner._parked == {}
+    runner.select("file:///e.py")
+    runner.extend(other)
+    assert list(runner._parked) == ["file:///d.py", "file:///d.py#edit"]
+    runner.close()
+
+
 def test_parked_caches_past_the_memory_budget_are_dropped(model):
     a, b, c = list(range(10, 40)), list(range(100, 130)), list(range(200, 230))
     runner = llamacpp.LlamaCppRunner(model, n_ctx=512, prefill_chunk=8, resident_tokens=0)

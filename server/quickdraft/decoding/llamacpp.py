@@ -63,10 +63,9 @@ the slots not in use hold."""
 MIN_CONTEXT = 4096
 """A context holds at least this many tokens, whatever the memory budget."""
 RESIDENT_TOKENS = 512
-"""Tokens the slots not in use may hold in the context's cells beyond their common prefix with
-the request in hand (a document's prefetch and next-edit slots fit); past it the least recently
-used are parked in host memory, restored when selected, and the cells left repacked at the
-front. A llama.cpp forward attends over every cell up to the last one used, whoever's it is.
+"""Tokens other documents' slots may hold in the context's cells beyond their common prefix
+with the request in hand; past it the least recently used are parked in host memory, restored
+when selected, and the cells left repacked at the front. A llama.cpp forward attends over every cell up to the last one used, whoever's it is.
 Measured on a Zen 2 (AVX2, 2 threads), one step of a 1,500-token document: the draft (Q4_0
 0.5B) 29 ms alone in the first cells, 35 / 38 / 39 ms with 1,000 / 2,500 / 6,000 used or freed
 cells before it, 38 ms with 2,500 after it; the target (Q4_K_M 1.5B) 66 ms alone, 80 ms with
@@ -78,6 +77,12 @@ REPACK_TAIL = 128
 many of its tokens are left to compute again (a prefetch's or a next edit's continuation)."""
 INSTALL_HINT = "pip install -e '.[llama]'"
 """The command that adds llama.cpp to a quickdraft checkout (README, "Install")."""
+
+
+def slot_document(slot: str | None) -> str | None:
+    """The document a slot belongs to: slots are named `<uri>` or `<uri>#<purpose>`
+    (`#prefetch`, `#edit`, `#edit-head`; a file URI writes its own `#` as `%23`)."""
+    return None if slot is None else slot.split("#", 1)[0]
 
 
 @runtime_checkable
@@ -284,11 +289,14 @@ class LlamaCppRunner:
 
     def _make_room(self, tokens: Sequence[int]) -> bool:
         """Before the slot in use computes toward `tokens` (its prefix adopted already): park
-        the other slots, least recently used first, while they hold more than `resident_tokens`
-        beyond their common prefix with `tokens` (a prefix adopted from or by this slot shares
-        its cells); then, when any slot was parked or restored since the last time, `_repack`.
+        other documents' slots, least recently used first, while they hold more than
+        `resident_tokens` beyond their common prefix with `tokens` (a prefix adopted from or by
+        this slot shares its cells); the document's own slots (its prefetch's, its next edit's)
+        stay, as they take turns with it at every keystroke. Then, when any slot was parked or restored since the last time, `_repack`.
         Whether it repacked."""
-        while self._resident_others(tokens) > self.resident_tokens and self._park_oldest_other():
+        while self._resident_others(tokens) > self.resident_tokens and self._park_oldest_other(
+            other_documents=True
+        ):
             pass
         if not self._repack_due:
             return False
@@ -309,12 +317,13 @@ class LlamaCppRunner:
         return self._parked_bytes
 
     def _resident_others(self, tokens: Sequence[int]) -> int:
-        """Tokens the other slots in the context hold beyond their common prefix with
+        """Tokens other documents' slots in the context hold beyond their common prefix with
         `tokens`."""
+        document = slot_document(self.slot)
         return sum(
             len(held) - common_prefix_length(held, tokens)
             for slot, (_, held) in self._slots.items()
-            if slot != self.slot
+            if slot_document(slot) != document
         )
 
     def _repack(self) -> None:
@@ -367,11 +376,12 @@ class LlamaCppRunner:
             return self._free_sequence()
         return free[0]
 
-    def _park_oldest_other(self) -> bool:
-        """Park the least recently used slot in the context that is not in use; False when
-        there is none."""
+    def _park_oldest_other(self, *, other_documents: bool = False) -> bool:
+        """Park the least recently used slot in the context that is not in use (of another
+        document than it, with `other_documents`); False when there is none."""
+        document = slot_document(self.slot)
         for slot in self._slots:
-            if slot != self.slot:
+            if slot != self.slot and not (other_documents and slot_document(slot) == document):
                 self._park(slot)
                 return True
         return False
