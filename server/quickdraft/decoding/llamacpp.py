@@ -65,13 +65,14 @@ MIN_CONTEXT = 4096
 RESIDENT_TOKENS = 512
 """Tokens other documents' slots may hold in the context's cells beyond their common prefix
 with the request in hand; past it the least recently used are parked in host memory, restored
-when selected, and the cells left repacked at the front. A llama.cpp forward attends over every cell up to the last one used, whoever's it is.
-Measured on a Zen 2 (AVX2, 2 threads), one step of a 1,500-token document: the draft (Q4_0
-0.5B) 29 ms alone in the first cells, 35 / 38 / 39 ms with 1,000 / 2,500 / 6,000 used or freed
-cells before it, 38 ms with 2,500 after it; the target (Q4_K_M 1.5B) 66 ms alone, 80 ms with
-2,500 before it. After 8 other documents of 1,500 tokens: the draft 42 ms and the target 84 ms
-with every cache in the context, 29 and 67 ms parked. Coming back to a parked document took
-18 ms (draft) and 48 ms (target), a prefill of its tokens 10-30 s."""
+when selected, and the cells left repacked at the front. A llama.cpp forward attends over every
+cell up to the last one used, whoever's it is. Measured on a Zen 2 (AVX2, 2 threads), one step
+of a 1,500-token document: the draft (Q4_0 0.5B) 29 ms alone in the first cells, 35 / 38 /
+39 ms with 1,000 / 2,500 / 6,000 used or freed cells before it, 38 ms with 2,500 after it;
+the target (Q4_K_M 1.5B) 66 ms alone, 80 ms with 2,500 before it. After 8 other documents of
+1,500 tokens: the draft 42 ms and the target 84 ms with every cache in the context, 29 and 67 ms
+parked. Coming back to a parked document took 18 ms (draft) and 48 ms (target), a prefill of its
+tokens 10-30 s."""
 REPACK_TAIL = 128
 """A repack takes a slot's prefix by reference from a slot put back before it when at most this
 many of its tokens are left to compute again (a prefetch's or a next edit's continuation)."""
@@ -220,7 +221,6 @@ class LlamaCppRunner:
         self._parked: OrderedDict[str | None, tuple[Any, list[int]]] = OrderedDict()
         """slot -> (its sequence's state, as llama_state_seq_get_data wrote it; its tokens),
         for slots whose cells were freed, least recently used first."""
-        self._parked_bytes = 0
         self._repack_due = False
         """A slot was parked or restored: the next `extend` repacks the context."""
         self.n_ctx = n_ctx
@@ -292,8 +292,8 @@ class LlamaCppRunner:
         other documents' slots, least recently used first, while they hold more than
         `resident_tokens` beyond their common prefix with `tokens` (a prefix adopted from or by
         this slot shares its cells); the document's own slots (its prefetch's, its next edit's)
-        stay, as they take turns with it at every keystroke. Then, when any slot was parked or restored since the last time, `_repack`.
-        Whether it repacked."""
+        stay, as they take turns with it at every keystroke. Then, when any slot was parked or
+        restored since the last time, `_repack`. Whether it repacked."""
         while self._resident_others(tokens) > self.resident_tokens and self._park_oldest_other(
             other_documents=True
         ):
@@ -314,7 +314,7 @@ class LlamaCppRunner:
     def parked_bytes(self) -> int:
         """Host memory the parked caches hold (`parked_budget` bounds it), as
         `ModelRunner.parked_bytes`."""
-        return self._parked_bytes
+        return sum(len(state) for state, _ in self._parked.values())
 
     def _resident_others(self, tokens: Sequence[int]) -> int:
         """Tokens other documents' slots in the context hold beyond their common prefix with
@@ -395,17 +395,14 @@ class LlamaCppRunner:
         state = self._state(seq) if tokens else None
         if state is not None and len(state) <= self.parked_budget:
             self._parked[slot] = (state, tokens)
-            self._parked_bytes += len(state)
         self.lib.llama_memory_seq_rm(self._memory, seq, 0, -1)
-        while self._parked_bytes > self.parked_budget:
-            state, _ = self._parked.popitem(last=False)[1]
-            self._parked_bytes -= len(state)
+        while self.parked_bytes() > self.parked_budget:
+            self._parked.popitem(last=False)
 
     def _restore(self, seq: int, parked: tuple[Any, list[int]]) -> list[int]:
         """Put a parked state into the empty sequence `seq` and give its tokens; with no room
         for it (the other slots' cells are parked first), nothing: the slot starts empty."""
         state, tokens = parked
-        self._parked_bytes -= len(state)
         self._repack_due = True
         while not self.lib.llama_state_seq_set_data(self._ctx, state, len(state), seq):
             self.lib.llama_memory_seq_rm(self._memory, seq, 0, -1)
@@ -422,7 +419,6 @@ class LlamaCppRunner:
         self.lib.llama_memory_clear(self._memory, True)
         self._slots.clear()
         self._parked.clear()
-        self._parked_bytes = 0
         self._repack_due = False
         self.slot = None
         self._seq = 0
@@ -592,7 +588,6 @@ class LlamaCppRunner:
 
     def close(self) -> None:
         self._parked.clear()
-        self._parked_bytes = 0
         if self._ctx:
             self.lib.llama_batch_free(self._batch)
             self.lib.llama_free(self._ctx)
