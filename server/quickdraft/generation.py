@@ -141,7 +141,10 @@ class NextEditRequest:
     hunks: Sequence[Hunk] = ()
     """This document's recent edits, oldest first (context.edit_history)."""
     other_hunks: Sequence[Hunk] = ()
-    """Other documents' recent edits, oldest first."""
+    """Other documents' recent edits, oldest first (the document edited last, last)."""
+    edited_elsewhere_since: bool = False
+    """Another document was edited after this one's latest hunk (its latest edit is the last
+    of `other_hunks`)."""
 
 
 @dataclass

@@ -41,6 +41,7 @@ from quickdraft.admission import refusal
 from quickdraft.config import QuickdraftConfig
 from quickdraft.context import OpenDocument, Prompt
 from quickdraft.context.edit_history import Hunk, lines_with_breaks
+from quickdraft.context.edit_importers import importer_candidates
 from quickdraft.context.edit_prompt import (
     ContextFile,
     EditableRegion,
@@ -63,6 +64,7 @@ from quickdraft.context.edit_vetoes import (
     likelihood_window,
     likely_enough,
     vet,
+    vet_importer,
     window_head,
 )
 from quickdraft.context.prompt import TokenCounter, prompt_tokens
@@ -294,22 +296,51 @@ def rule_decision(
     rules' time is lapped as `rules_ms`, the model's as `veto_ms`."""
     if not sources.config.edits.rules:
         return Decision()
-    others = {
-        uri: document.text
-        for uri, document in sources.documents.items()
-        if uri != request.uri and document.language_id == request.language_id
-    }
     judge = likelihood_judge(sources, request, cancel, clock or StageClock())
-    return decide(
-        request.uri,
-        request.text,
-        request.hunks,
-        request.language_id,
-        others,
-        floor=floor,
-        judge=judge,
-        cancelled=lambda: cancel is not None and cancel.is_set(),
-    )
+
+    def cancelled() -> bool:
+        return cancel is not None and cancel.is_set()
+
+    def own() -> Decision:
+        return decide(
+            request.uri,
+            request.text,
+            request.hunks,
+            request.language_id,
+            floor=floor,
+            judge=judge,
+            cancelled=cancelled,
+        )
+
+    def importer() -> Decision:
+        return decide_importer(request, sources.documents, floor=floor)
+
+    # The latest edit first: this document's own, or the other document's edited since.
+    first, then = (importer, own) if request.edited_elsewhere_since else (own, importer)
+    decision = first()
+    if decision.shown is not None or cancelled():
+        return decision
+    return decision.then(then())
+
+
+def decide_importer(
+    request: NextEditRequest, documents: Mapping[str, OpenDocument], *, floor: float = FLOOR
+) -> Decision:
+    """The candidates in the request's document that the latest edit of the other document
+    edited last calls for when this one imports what it changed (context/edit_importers.py),
+    vetoed."""
+    if not request.other_hunks:
+        return Decision()
+    source = request.other_hunks[-1].uri
+    document = documents.get(source)
+    if document is None or document.language_id != request.language_id:
+        return Decision()
+    hunks = [h for h in request.other_hunks if h.uri == source]
+    edit = latest_edit(source, document.text, hunks, document.language_id)
+    if edit is None:
+        return Decision()
+    candidates = importer_candidates(edit, request.uri, request.text)
+    return vet_importer(request.text, edit.grammar, candidates, floor=floor)
 
 
 @dataclass(frozen=True)
@@ -346,7 +377,6 @@ def decide(
     text: str,
     hunks: Sequence[Hunk],
     language_id: str | None,
-    documents: dict[str, str] | None = None,
     *,
     floor: float = FLOOR,
     judge: Callable[[LatestEdit], Judge] | None = None,
@@ -360,7 +390,7 @@ def decide(
         return Decision()
     return vet(
         edit,
-        propose(edit, documents or {}),
+        propose(edit),
         floor=floor,
         judge=judge(edit) if judge is not None else None,
         cancelled=cancelled,
@@ -402,8 +432,6 @@ def likelihood_judge(
 
     def judge_for(edit: LatestEdit) -> Judge:
         def judge(candidate: Candidate) -> bool | None:
-            if candidate.edit.uri not in (None, edit.uri):
-                return None
             clock.lap("rules_ms")
             verdict = judged(edit, candidate)
             clock.lap("veto_ms")

@@ -492,6 +492,37 @@ async def test_a_change_has_its_next_edit_decided_before_it_is_asked_for(session
         ]
 
 
+async def test_a_function_renamed_in_one_file_renames_its_import_in_another(session):
+    """A rename in `shapes.py`, then a next edit asked in the open `report.py`, which imports
+    the function: its import is renamed (the answer is for report.py, at its version); applied,
+    the next answer renames the call (the import rule, report.py's own latest edit now)."""
+    report_uri = "file:///work/report.py"
+    report = "from .shapes import area\n\n\nprint(area(4, 5))\n"
+    async with session(command("--rules")) as client:
+        open_doc(client, URI, SHAPES, version=1)
+        open_doc(client, report_uri, report, version=1)
+        edit(client, URI, 2, (0, 4), (0, 8), "surface")
+        answer = await inline_edit(client, report_uri, 1, 3, 0)
+        [item] = answer["edits"]
+        assert item["textDocument"] == {"uri": report_uri, "version": 1}
+        assert item["text"] == "surface" and item["range"]["start"] == {"line": 0, "character": 20}
+        report = apply(report, [item])
+        r = item["range"]
+        start, end = (
+            (r["start"]["line"], r["start"]["character"]),
+            (r["end"]["line"], r["end"]["character"]),
+        )
+        edit(client, report_uri, 2, start, end, item["text"])
+        [item] = (await inline_edit(client, report_uri, 2, 0, 0))["edits"]
+        report = apply(report, [item])
+        assert report == "from .shapes import surface\n\n\nprint(surface(4, 5))\n"
+        await wait_for(
+            lambda: sum(plain(s).get("feature") == "inlineEdit" for s in client.stats) >= 2
+        )
+        stats = [plain(s) for s in client.stats if plain(s).get("feature") == "inlineEdit"]
+        assert [s["rule"] for s in stats] == ["rename", "import"]
+
+
 def test_history_is_recorded_from_the_changes_the_store_applies():
     """The server's store records each change once, in order (threads: the event loop only)."""
     from quickdraft.lsp.documents import DocumentStore

@@ -223,6 +223,10 @@ class EditHistory:
                 others.append(list(self._hunks[other]))
         return self.hunks(uri), [h for group in reversed(others) for h in group]
 
+    def last_edited(self) -> str | None:
+        """The document edited last (of those with hunks kept)."""
+        return next(reversed(self._hunks), None)
+
     def forget(self, uri: str) -> None:
         """A closed document: its history goes."""
         self._hunks.pop(uri, None)

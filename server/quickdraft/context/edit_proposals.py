@@ -30,18 +30,17 @@ from quickdraft.context.edit_statements import (
 from quickdraft.context.edit_words import text_candidates, word_candidates
 
 
-def propose(edit: LatestEdit, documents: dict[str, str] | None = None) -> list[Candidate]:
-    """Every rule's candidates for `edit`, best first: by confidence, then nearest after the edit
-    (then nearest above it), this document before the others. `documents`: the other open
-    documents (uri -> text)."""
-    documents = documents or {}
+def propose(edit: LatestEdit) -> list[Candidate]:
+    """Every rule's candidates for `edit` in its own document, best first: by confidence, then
+    nearest after the edit (then nearest above it). (In the documents that import what it
+    changed: context/edit_importers.py.)"""
     change = token_change(edit)
     if change is None:
         return []
     candidates = rename_candidates(edit, change)
     if candidates is None:
         rules = (
-            lambda: signature_candidates(edit, documents),
+            lambda: signature_candidates(edit),
             lambda: repeat_candidates(edit, change),
             lambda: word_candidates(edit),
             lambda: text_candidates(edit),
@@ -52,10 +51,10 @@ def propose(edit: LatestEdit, documents: dict[str, str] | None = None) -> list[C
         )
         candidates = next((found for rule in rules if (found := rule())), [])
 
-    def order(candidate: Candidate) -> tuple[float, int, int, int]:
+    def order(candidate: Candidate) -> tuple[float, bool, int]:
         e = candidate.edit
         below = e.start >= edit.new_end
         distance = e.start - edit.new_end if below else edit.start - e.start
-        return (-candidate.confidence, e.uri is not None, not below, distance)
+        return (-candidate.confidence, not below, distance)
 
     return sorted(candidates, key=order)[:MAX_CANDIDATES]

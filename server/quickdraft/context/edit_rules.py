@@ -90,12 +90,11 @@ IMPORT_TYPES = frozenset({"import_statement", "import_from_statement", "future_i
 
 @dataclass(frozen=True)
 class TextEdit:
-    """Replace `start`..`end` (code points) of the document `uri` (None: the one edited)."""
+    """Replace `start`..`end` (code points) of the document the candidate is for."""
 
     start: int
     end: int
     text: str
-    uri: str | None = None
 
 
 @dataclass(frozen=True)
@@ -545,7 +544,7 @@ def _self_attributes(scope: Any, name: str, tree: Tree) -> list[tuple[int, int]]
 # --- signature -------------------------------------------------------------------------------
 
 
-def _enclosing_def(tree: Tree, start: int, end: int) -> Any | None:
+def enclosing_def(tree: Tree, start: int, end: int) -> Any | None:
     node = tree.at(start, max(start, end - 1))
     for ancestor in ancestors(node):
         if ancestor.type == "function_definition":
@@ -557,19 +556,19 @@ def _enclosing_def(tree: Tree, start: int, end: int) -> Any | None:
     return None
 
 
-def signature_candidates(edit: LatestEdit, documents: dict[str, str]) -> list[Candidate]:
-    """The calls of a `def` whose parameter list the hunk changed, made to fit it."""
-    grammar = edit.grammar
-    if grammar != "python":
+def signature_candidates(edit: LatestEdit) -> list[Candidate]:
+    """The calls of a `def` whose parameter list the hunk changed, made to fit it, in this
+    document (the documents that import it: context/edit_importers.py)."""
+    if edit.grammar != "python":
         return []
     after = edit.after_tree
     if after.root is None:
         return []
-    new_def = _enclosing_def(after, edit.start, edit.new_end)
+    new_def = enclosing_def(after, edit.start, edit.new_end)
     if new_def is None:
         return []
     before = edit.before_tree
-    old_def = _enclosing_def(before, edit.start, edit.old_end)
+    old_def = enclosing_def(before, edit.start, edit.old_end)
     if old_def is None:
         return []
     name_node = new_def.child_by_field_name("name")
@@ -584,40 +583,36 @@ def signature_candidates(edit: LatestEdit, documents: dict[str, str]) -> list[Ca
     removed = [p for p in old_params if p not in new_params]
     added = [p for p in new_params if p not in old_params]
     candidates: list[Candidate] = []
-    for uri, text in [(None, edit.after), *documents.items()]:
-        tree = after if uri is None else Tree(text, grammar)
-        if tree.root is None:
+    for call, arguments in _calls(after, name, method):
+        if edit.start <= after.span(call)[0] < edit.new_end:
             continue
-        for call, arguments in _calls(tree, name, method):
-            if uri is None and edit.start <= tree.span(call)[0] < edit.new_end:
-                continue
-            change = None
-            if len(removed) == 1 and not added:
-                change = _drop_argument(tree, arguments, old_params, removed[0], method)
-            elif len(added) == 1 and not removed:
-                change = _add_argument(tree, call, arguments, new_def, new_params, added[0], method)
-            if change is not None:
-                start, end, text_ = change
-                what = f"{name}: -{removed[0]}" if removed else f"{name}: +{added[0]}"
-                candidates.append(
-                    Candidate(
-                        "signature",
-                        TextEdit(start, end, text_, uri),
-                        CONFIDENCE["signature"],
-                        what,
-                    )
-                )
+        change = None
+        if len(removed) == 1 and not added:
+            change = drop_argument(after, arguments, old_params, removed[0], method)
+        elif len(added) == 1 and not removed:
+            change = add_argument(after, call, arguments, new_def, new_params, added[0], method)
+        if change is not None:
+            start, end, text = change
+            what = f"{name}: -{removed[0]}" if removed else f"{name}: +{added[0]}"
+            candidates.append(
+                Candidate("signature", TextEdit(start, end, text), CONFIDENCE["signature"], what)
+            )
     return candidates
 
 
-def _calls(tree: Tree, name: str, method: bool) -> Iterator[tuple[Any, Any]]:
+def calls(tree: Tree) -> Iterator[tuple[Any, Any, Any]]:
+    """(call, its function, its argument list) of every call with an argument list."""
     for node in walk(tree.root):
         if node.type != "call":
             continue
         function = node.child_by_field_name("function")
         arguments = node.child_by_field_name("arguments")
-        if function is None or arguments is None or arguments.type != "argument_list":
-            continue
+        if function is not None and arguments is not None and arguments.type == "argument_list":
+            yield node, function, arguments
+
+
+def _calls(tree: Tree, name: str, method: bool) -> Iterator[tuple[Any, Any]]:
+    for node, function, arguments in calls(tree):
         if function.type == "identifier" and not method:
             if tree.node_text(function) == name:
                 yield node, arguments
@@ -631,7 +626,7 @@ def _arguments(arguments: Any) -> list[Any]:
     return [c for c in arguments.named_children if c.type != "comment"]
 
 
-def _drop_argument(
+def drop_argument(
     tree: Tree, arguments: Any, old_params: list[str], removed: str, method: bool
 ) -> tuple[int, int, str] | None:
     args = _arguments(arguments)
@@ -662,7 +657,7 @@ def _drop_argument(
     return start, end, ""
 
 
-def _add_argument(
+def add_argument(
     tree: Tree,
     call: Any,
     arguments: Any,

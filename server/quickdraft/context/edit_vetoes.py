@@ -3,7 +3,6 @@
 In order, cheapest first; the first that applies removes the candidate and is counted:
 
 - `floor`: its confidence is below `edit_rules.FLOOR` (abstaining is the default).
-- `other-document`: it edits another document and the caller can only show this one's.
 - `undo`: it touches the lines of the latest edit, or turns the document back into what it was
   before it.
 - `parse`: the document with it applied has more tree-sitter errors than without it.
@@ -28,7 +27,7 @@ from quickdraft.context import syntax
 from quickdraft.context.edit_history import lines_with_breaks
 from quickdraft.context.edit_rules import FLOOR, Candidate, LatestEdit, line_span
 
-VETOES = ("floor", "other-document", "undo", "parse", "likelihood")
+VETOES = ("floor", "undo", "parse", "likelihood")
 
 # The likelihood veto's settings, all in one place. Chosen on the rule candidates of the two
 # tuning sets of the README's table (tuned: openai-agents-python, smolagents, pytest, fastapi,
@@ -112,6 +111,21 @@ class Decision:
     def rule(self) -> str | None:
         return self.shown.rule if self.shown is not None else None
 
+    def then(self, later: Decision) -> Decision:
+        """This decision, which showed nothing, followed by `later`'s: its answer, the work of
+        both."""
+        vetoed = dict(self.vetoed)
+        for reason, count in later.vetoed.items():
+            vetoed[reason] = vetoed.get(reason, 0) + count
+        return Decision(
+            later.shown,
+            self.candidates + later.candidates,
+            vetoed,
+            self.parses + later.parses,
+            self.judged + later.judged,
+            self.unscored + later.unscored,
+        )
+
     @property
     def confidence(self) -> float | None:
         return self.shown.confidence if self.shown is not None else None
@@ -123,14 +137,12 @@ def applied(text: str, candidate: Candidate) -> str:
 
 
 def veto(
-    edit: LatestEdit, candidate: Candidate, *, other_documents: bool = False, floor: float = FLOOR
+    edit: LatestEdit, candidate: Candidate, *, floor: float = FLOOR
 ) -> tuple[str | None, bool]:
     """(the veto that removes `candidate`, or None; whether a parse was made)."""
     if candidate.confidence < floor:
         return "floor", False
     target = candidate.edit
-    if target.uri is not None and target.uri != edit.uri:
-        return (None if other_documents else "other-document"), False
     if (
         target.start < edit.new_end
         and edit.start < target.end
@@ -140,10 +152,13 @@ def veto(
     result = applied(edit.after, candidate)
     if result == edit.before:
         return "undo", False
-    grammar = edit.grammar
+    return _parse_veto(edit.after, result, edit.grammar)
+
+
+def _parse_veto(text: str, result: str, grammar: str | None) -> tuple[str | None, bool]:
     if grammar is None:
         return None, False
-    if syntax.parses_without_new_errors(edit.after, result, grammar) is False:
+    if syntax.parses_without_new_errors(text, result, grammar) is False:
         return "parse", True
     return None, True
 
@@ -152,7 +167,6 @@ def vet(
     edit: LatestEdit,
     candidates: Sequence[Candidate],
     *,
-    other_documents: bool = False,
     floor: float = FLOOR,
     judge: Judge | None = None,
     cancelled: Callable[[], bool] = lambda: False,
@@ -164,7 +178,7 @@ def vet(
     score because the request was cancelled."""
     decision = Decision(candidates=len(candidates))
     for candidate in candidates:
-        reason, parsed = veto(edit, candidate, other_documents=other_documents, floor=floor)
+        reason, parsed = veto(edit, candidate, floor=floor)
         decision.parses += parsed
         if reason is None and judge is not None:
             if decision.judged >= LIKELIHOOD_CHECKS:
@@ -176,6 +190,29 @@ def vet(
                     return decision
                 decision.unscored += verdict is None
                 reason = "likelihood" if verdict is False else None
+        if reason is None:
+            decision.shown = candidate
+            return decision
+        decision.vetoed[reason] = decision.vetoed.get(reason, 0) + 1
+    return decision
+
+
+def vet_importer(
+    text: str, grammar: str | None, candidates: Sequence[Candidate], *, floor: float = FLOOR
+) -> Decision:
+    """The first of `candidates` for a document that imports what another document's latest
+    edit changed (context/edit_importers.py), `text` as it is, past the `floor` and `parse`
+    vetoes. The model is not asked: the source no longer binds the old name (or takes the
+    argument), so the importer as it stands is broken, and a window of the importer would not
+    show the edit that makes the candidate right."""
+    decision = Decision(candidates=len(candidates))
+    for candidate in candidates:
+        reason, parsed = (
+            ("floor", False)
+            if candidate.confidence < floor
+            else _parse_veto(text, applied(text, candidate), grammar)
+        )
+        decision.parses += parsed
         if reason is None:
             decision.shown = candidate
             return decision

@@ -332,6 +332,15 @@ def next_edit_request(
     last (`EditHistory.recent`)."""
     line, column = document.line_column(offset)
     own, others = store.history.recent(document.uri, history_files)
+    last = store.history.last_edited()
     return NextEditRequest(
-        document.uri, document.text, line, column, document.language_id, offset, own, others
+        document.uri,
+        document.text,
+        line,
+        column,
+        document.language_id,
+        offset,
+        own,
+        others,
+        edited_elsewhere_since=last is not None and last != document.uri,
     )
