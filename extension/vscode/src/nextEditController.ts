@@ -96,6 +96,8 @@ export class NextEditController<T> {
   /** the document the request on its way is for */
   private inflightUri: string | undefined;
   private current: ShownEdit<T> | undefined;
+  /** where the editor that just took the focus rests (until its first selection change) */
+  private focusedAt: FocusPoint<T> | undefined;
 
   /**
    * @param quietMs the rest before a request (changes take effect at the next selection change)
@@ -125,6 +127,11 @@ export class NextEditController<T> {
    * keyboard or command), not one VS Code or an extension made.
    */
   selectionChanged(point: FocusPoint<T>, byUser = true): void {
+    const focused = this.focusedAt;
+    this.focusedAt = undefined;
+    if (!byUser && focused && samePlace(focused, point)) {
+      return; // the focused editor's selection, reported as it takes the focus: still resting
+    }
     const edited = this.seen?.uri !== point.uri || this.seen.version !== point.version;
     this.seen = { uri: point.uri, version: point.version };
     this.cancelTimer();
@@ -150,12 +157,23 @@ export class NextEditController<T> {
     }
   }
 
-  /** Another editor (or none) has the focus: nothing of the old one stays. */
+  /**
+   * Another editor (or none) has the focus: nothing of the old one stays. Its cursor resting
+   * there asks after the quiet time, as a move does: an edit made in the other document (a
+   * function renamed) may call for one here (its import).
+   */
   editorChanged(point: FocusPoint<T> | undefined): void {
     this.cancelTimer();
     this.cancelRequest();
     this.clear();
     this.seen = point && { uri: point.uri, version: point.version };
+    this.focusedAt = point;
+    if (point) {
+      this.pending = this.timers.setTimeout(() => {
+        this.pending = undefined;
+        void this.ask(point, "rest");
+      }, this.quietMs);
+    }
   }
 
   /** An inline completion or a next edit was just accepted at `point`: ask at once. */
@@ -260,4 +278,8 @@ export class NextEditController<T> {
       this.pending = undefined;
     }
   }
+}
+
+function samePlace<T>(a: FocusPoint<T>, b: FocusPoint<T>): boolean {
+  return a.uri === b.uri && a.version === b.version && a.line === b.line && a.character === b.character;
 }

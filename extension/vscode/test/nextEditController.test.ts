@@ -226,6 +226,23 @@ test("the editor changing cancels a waiting rest and the request on its way", ()
   controller.reset();
 });
 
+test("another editor focused asks once its cursor has rested there", () => {
+  const { host, timers, controller } = setup();
+  const other = point(3, 0, 0, "file:///work/report.py");
+  controller.editorChanged(other);
+  controller.selectionChanged(other, false); // VS Code reports its selection as it takes the focus
+  timers.advance(DEFAULT_NEXT_EDIT_DEBOUNCE_MS - 1);
+  assert.equal(host.requests.length, 0);
+  timers.advance(1);
+  assert.equal(host.requests.length, 1);
+  assert.deepEqual(host.requests[0].point, other);
+  assert.equal(host.requests[0].reason, "rest");
+  controller.editorChanged(point(1)); // and moving on before the rest asks nothing there
+  controller.editorChanged(undefined);
+  timers.advance(10 * DEFAULT_NEXT_EDIT_DEBOUNCE_MS);
+  assert.equal(host.requests.length, 1);
+});
+
 test("Cancellation: listeners run once, at once when already cancelled", () => {
   const token = new Cancellation();
   let calls = 0;
