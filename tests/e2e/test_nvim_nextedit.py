@@ -119,6 +119,33 @@ def test_the_rename_rule_is_drawn_use_after_use_and_tab_applies_each(tmp_path: P
 
 
 @pytest.mark.slow
+def test_a_rename_is_drawn_in_the_file_that_imports_it_when_it_is_opened(tmp_path: Path):
+    """The default settings: `area` renamed in shapes.py (its use there applied by <Tab><Tab>),
+    then report.py, which imports it, opened: its import's rename is drawn with no keystroke,
+    applied, then its call's; both files on disk are the whole rename."""
+    report = tmp_path / "report.py"
+    report.write_text("from shapes import area\n\n\nprint(area(4, 5))\n")
+    result = on_shapes(
+        tmp_path,
+        "e2e_nextedit_importer.lua",
+        [*RENAMING_SERVER, "--rules"],
+        QD_REPORT=str(report),
+    )
+    assert {
+        "the server starts and attaches to shapes.py",
+        "shapes.py, its use: the second <Tab> applies it",
+        "report.py, its import: an edit is drawn",
+        "report.py, its import: <Tab> moves the cursor to it",
+        "report.py, its import: the second <Tab> applies it",
+        "report.py, its call: the second <Tab> applies it",
+    } <= passed(result)
+    data = result["data"]
+    assert data["report.py, its import"]["uri"].endswith("/report.py")
+    assert data["report_on_disk"] == "from shapes import surface\n\n\nprint(surface(4, 5))\n"
+    assert data["shapes_on_disk"] == SHAPES.replace("area", "surface")
+
+
+@pytest.mark.slow
 def test_next_edit_after_accepting_a_suggestion(tmp_path: Path):
     source = tmp_path / "main.py"
     source.write_text("def add(a, b):\n    return a + b\n")

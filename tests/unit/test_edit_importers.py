@@ -100,6 +100,23 @@ def test_a_renamed_function_renames_its_import_and_module_reads_not_another_modu
     assert "rows.py" in found[0].note  # line 5's `archive.rows` is another module
 
 
+def test_the_rename_is_found_after_its_uses_in_the_source_were_renamed_too():
+    """The person renamed the def, then Tab applied its use in RowCache.get: the source's latest
+    hunk is that use; the rename is the hunk before it."""
+    renamed = SOURCE.replace("def fetch_rows(", "def load_rows(")
+    history = EditHistory()
+    history.record_full(SOURCE_URI, SOURCE, renamed)
+    after = renamed.replace("= fetch_rows(self.conn", "= load_rows(self.conn")
+    history.record_full(SOURCE_URI, renamed, after)
+    edit = latest_edit(SOURCE_URI, after, history.hunks(SOURCE_URI), "python")
+    assert edit is not None and "self.conn" in edit.new and len(edit.earlier) == 1
+    found = importer_candidates(edit, IMPORTER_URI, IMPORTER)
+    assert lines(IMPORTER, found) == [
+        (4, "fetch_rows", "load_rows"),
+        (10, "fetch_rows", "load_rows"),
+    ]
+
+
 def test_nothing_while_the_source_still_binds_the_old_name():
     after = SOURCE.replace("def fetch_rows(", "def load_rows(") + "\n\nfetch_rows = load_rows\n"
     history = EditHistory()

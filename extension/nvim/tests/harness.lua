@@ -222,4 +222,47 @@ function H.text_on_disk(path)
   return text
 end
 
+--- The plugin set up for next edits only (the server: $QD_CMD, a JSON list; a short rest);
+--- returns its next-edit module.
+function H.setup_next_edits()
+  require('quickdraft').setup({
+    cmd = vim.json.decode(os.getenv('QD_CMD')),
+    inline = 'plugin',
+    completion = { enable = false },
+    next_edit = { debounce_ms = 150 },
+  })
+  return require('quickdraft.nextedit')
+end
+
+--- Wait for a next edit other than `previous` to be drawn in the current buffer (`nextedit`:
+--- the plugin's module); <Tab> to it and <Tab> to apply it, checking both, under `label`
+--- (H.data[label]: its range, text and document). Returns what was shown (nil when none came).
+function H.tab_tab(nextedit, label, previous)
+  local api = vim.api
+  local shown = H.wait(function()
+    local current = nextedit.current()
+    if current ~= nil and current ~= previous then
+      return current
+    end
+  end, 30000)
+  if not H.check(label .. ': an edit is drawn', shown ~= nil, { counts = nextedit.counts, text = H.text() }) then
+    return nil
+  end
+  local first = shown.edits[1]
+  H.data[label] = { range = first.item.range, text = first.text, uri = first.item.textDocument.uri }
+  H.type('<Tab>')
+  H.wait(function()
+    return api.nvim_win_get_cursor(0)[1] == first.range[1] + 1
+  end, 2000)
+  H.eq(label .. ': <Tab> moves the cursor to it', { first.range[1] + 1, first.range[2] },
+    api.nvim_win_get_cursor(0))
+  local expected = H.with_edits(H.text(), { first.item })
+  H.type('<Tab>')
+  H.wait(function()
+    return H.text() == expected
+  end, 2000)
+  H.eq(label .. ': the second <Tab> applies it', expected, H.text())
+  return shown
+end
+
 return H

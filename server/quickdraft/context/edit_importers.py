@@ -35,6 +35,7 @@ from quickdraft.context.edit_rules import (
     add_argument,
     calls,
     drop_argument,
+    earlier_changes,
     enclosing_def,
     parameter_names,
     rebinds,
@@ -44,6 +45,9 @@ from quickdraft.context.edit_rules import (
 )
 
 MODULE_SUFFIXES = (".py", ".pyi")
+RECENT_HUNKS = 8
+"""The source's hunks before its latest one that may hold the rename (then its uses there were
+renamed, one hunk each)."""
 
 
 def importer_candidates(edit: LatestEdit, uri: str, text: str) -> list[Candidate]:
@@ -58,10 +62,7 @@ def importer_candidates(edit: LatestEdit, uri: str, text: str) -> list[Candidate
     # top-level `def`'s parameters; only then is the importer parsed.
     if not source or importer is None or source[-1] not in text:
         return []
-    change = token_change(edit)
-    if change is None:
-        return []
-    renames = _renames(edit, change)
+    renames = _renames(edit)
     signature = None if renames else _signature_change(edit)
     if not renames and signature is None:
         return []
@@ -176,17 +177,18 @@ def _top_level_names(tree: Tree) -> set[str]:
     return names
 
 
-def _renames(edit: LatestEdit, change: Any) -> dict[str, str]:
-    """old -> new for each top-level name of the source the edit renamed, the old name bound
-    there no more (else it is another name now, not a rename)."""
-    if not change.replaced:
+def _renames(edit: LatestEdit) -> dict[str, str]:
+    """old -> new for each name the source's recent hunks replaced (the latest and the
+    RECENT_HUNKS before it: the uses renamed after the `def` are hunks too) where the new name
+    is one the module binds at its top level and the old one is bound there no more."""
+    change = token_change(edit)
+    pairs = [*(change.replaced if change is not None else ())]
+    for _, earlier in earlier_changes(edit, RECENT_HUNKS):
+        pairs.extend(earlier.replaced)
+    if not pairs:
         return {}
-    before, after = _top_level_names(edit.before_tree), _top_level_names(edit.after_tree)
-    return {
-        old: new
-        for old, new in change.replaced
-        if old in before and new in after and old not in after and new not in before
-    }
+    after = _top_level_names(edit.after_tree)
+    return {old: new for old, new in pairs if new in after and old not in after}
 
 
 def _renamed(

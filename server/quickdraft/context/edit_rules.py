@@ -472,7 +472,7 @@ def _method_of(node: Any) -> Any | None:
     return owner if owner is not None and owner.type == "class_definition" else None
 
 
-def _earlier_changes(edit: LatestEdit, count: int) -> Iterator[tuple[LatestEdit, TokenChange]]:
+def earlier_changes(edit: LatestEdit, count: int) -> Iterator[tuple[LatestEdit, TokenChange]]:
     """The last `count` earlier hunks of the document, each as an edit of its own lines (its
     old lines the text before it) and its token change."""
     for hunk in edit.earlier[-count:]:
@@ -486,7 +486,7 @@ def _earlier_changes(edit: LatestEdit, count: int) -> Iterator[tuple[LatestEdit,
 def _renamed_before(edit: LatestEdit, old_name: str, new_name: str) -> bool:
     """Whether an earlier hunk of this document made the same rename (the new name's other
     uses are then the person's own, made one at a time)."""
-    return any((old_name, new_name) in c.replaced for _, c in _earlier_changes(edit, 8))
+    return any((old_name, new_name) in c.replaced for _, c in earlier_changes(edit, 8))
 
 
 def _binding_scope(node: Any, old_name: str, new_name: str, tree: Tree) -> Any:
@@ -923,7 +923,7 @@ def top_level(tree: Tree, offset: int) -> tuple[int, int] | None:
 
 def _agrees(edit: LatestEdit, pattern: Pattern) -> bool:
     """Whether an earlier hunk of this document made the same change."""
-    for earlier, change in _earlier_changes(edit, 4):
+    for earlier, change in earlier_changes(edit, 4):
         other = repeat_pattern(earlier, change)
         if other is not None and other.old == pattern.old and other.new_text == pattern.new_text:
             return True

@@ -360,10 +360,21 @@ function M.attach(bufnr, opts)
         M.schedule_request(buf)
       end
     end },
+    { { 'BufEnter' }, function(buf)
+      -- Coming back to a buffer asks once the cursor rests there: an edit made in another
+      -- buffer (a function renamed) may call for one here (its import).
+      if not still_valid(buf, buffers:shown(buf)) then
+        M.schedule_request(buf)
+      end
+    end },
     { { 'BufLeave' }, function(buf)
       buffers:stop_timer(buffers:state(buf))
     end },
   })
+  -- A buffer just opened (attached while it is the current one) asks the same way.
+  if bufnr == api.nvim_get_current_buf() then
+    M.schedule_request(bufnr)
+  end
 end
 
 --- Stop watching `bufnr` (on LspDetach).
