@@ -16,6 +16,10 @@
 // be drawn, apply it with Tab, save: the file is the renamed text plus exactly the edit the
 // server answered (its log, scripts/e2e.sh puts it in the artifacts).
 //
+// --report-file PATH with --server preset and --rename-file: a file importing `area` from it. After
+// the parameter's rename, the function is renamed in rename.py, report.py opened: the renames of
+// its import and call are drawn with no key typed there, Tab applies each, the saved file has them.
+//
 // --rename-file PATH (with --server fake, whose scripted server finishes renames: see
 // scripts/e2e_fake_server.py): next edits. Rename a parameter; the next edit that renames its
 // use is drawn, Tab applies it, the saved file has it. A next edit answered after the document
@@ -684,6 +688,63 @@ async function nextEditsWithModel(page, file) {
   check(`the saved ${name} is the whole rename`, saved === whole, { saved, expected: whole });
 }
 
+/**
+ * Next edits in the file that imports what was renamed (`report` imports `area` from `file`,
+ * rename.py): rename the function `area` to `surface` on its def line in rename.py, open
+ * report.py from the explorer and type nothing there: the rename of its import is drawn once
+ * the cursor rests, Tab applies it, then the rename of its call; the saved report.py is the
+ * whole rename.
+ */
+async function nextEditsInImporter(page, file, report) {
+  const original = fs.readFileSync(report, "utf8");
+  await page.locator(".monaco-editor .view-lines").first().click();
+  await goToLine(page, 1);
+  for (let i = 0; i < "def ".length; i++) await page.keyboard.press("ArrowRight");
+  await page.keyboard.press("Control+Shift+ArrowRight");
+  await page.keyboard.type("surface", { delay: 40 });
+  const { opened } = await openFromExplorer(page, path.basename(report));
+  check("report.py (it imports `area` from rename.py) opens in the editor", opened);
+  // The keyboard's focus to the editor by a click on its tab: the cursor stays where it was.
+  await page.locator(".tabs-container .tab.active").first().click();
+  let text = original;
+  const seen = new Set();
+  for (const label of ["its import", "its call"]) {
+    const restAt = Date.now();
+    const found = await waitFor(async () => {
+      const drawn = await nextEditDrawn(page);
+      if (!drawn || !drawn.inserted.some((t) => t.includes("surface"))) return null;
+      const answers = loggedInlineEdits().filter(
+        (e) => e.length > 0 && e[0].textDocument.uri.endsWith("/report.py") && !seen.has(JSON.stringify(e)),
+      );
+      return answers.length > 0 ? { drawn, edits: answers[answers.length - 1] } : null;
+    }, timeoutMs);
+    if (!check(`report.py: the rename of ${label} is drawn with no key typed there`, found, await nextEditDrawn(page))) {
+      return;
+    }
+    const { edits } = found;
+    seen.add(JSON.stringify(edits));
+    process.stdout.write(`report.py: ${label} drawn ${seconds(Date.now() - restAt)} after the rest: ${JSON.stringify(edits)}\n`);
+    text = applyEdits(text, edits);
+    await page.keyboard.press("Tab");
+    const version = edits[0].textDocument.version;
+    const applied = await waitFor(async () => {
+      if (nothingDrawn(await nextEditDrawn(page))) return true;
+      return loggedInlineEdits().some(
+        (e) => e.length > 0 && e[0].textDocument.uri.endsWith("/report.py") && e[0].textDocument.version > version,
+      );
+    }, 15000);
+    check(`report.py: Tab applies the rename of ${label}`, applied, await nextEditDrawn(page));
+  }
+  const saved = await saveAndRead(page, report, original);
+  results.data.importerSaved = saved;
+  const whole = original.replace(/\barea\b/g, "surface");
+  check("the saved report.py is the whole rename, exactly the edits shown", saved === whole && saved === text, {
+    saved,
+    expected: whole,
+    shown: text,
+  });
+}
+
 async function runCommand(page, title) {
   // The command palette; F1 is not always taken where the focus is (a settings input), so
   // leave that first and retry with the other key.
@@ -937,6 +998,9 @@ async function main() {
       await nextEdits(page, args["rename-file"]);
     } else if (args["rename-file"] && mode === "preset") {
       await nextEditsWithModel(page, args["rename-file"]);
+      if (args["report-file"]) {
+        await nextEditsInImporter(page, args["rename-file"], args["report-file"]);
+      }
     }
     if (mode !== "preset") {
       // (with a real model a settings change and a restart would only reload it)

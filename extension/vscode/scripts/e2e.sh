@@ -207,6 +207,9 @@ RENAME_FILE="$WORK/workspace/rename.py"
 if [[ "$SERVER_KIND" == preset ]]; then
   # Two uses of the parameter below its def: the rename rule's edits come one at a time.
   printf 'def area(width, height):\n    scale = width * height\n    return width * height\n\n\nprint(area(2, 3))\n' >"$RENAME_FILE"
+  # It imports `area`: once it is renamed in rename.py, report.py's import and call follow.
+  REPORT_FILE="$WORK/workspace/report.py"
+  printf 'from rename import area\n\n\nprint(area(4, 5))\n' >"$REPORT_FILE"
 else
   printf 'def area(width, height):\n    return width * height\n\n\nprint(area(2, 3))\n' >"$RENAME_FILE"
 fi
@@ -300,7 +303,7 @@ set +e
 NODE_PATH="$DRIVER_DIR/node_modules" "$NODE24/bin/node" "$HERE/e2e-driver.cjs" \
   --url "http://127.0.0.1:$PORT/?folder=$WORK/workspace" \
   --chromium "$CHROMIUM" --artifacts "$ART" --file "$WORK/workspace/main.py" \
-  --settings "$WORK/user-data/User/settings.json" --big-file "$BIG_FILE" --rename-file "$RENAME_FILE" \
+  --settings "$WORK/user-data/User/settings.json" --big-file "$BIG_FILE" --rename-file "$RENAME_FILE" ${REPORT_FILE:+--report-file "$REPORT_FILE"} \
   --timeout "$TIMEOUT" --server "$SERVER_KIND" --t0 "$T0_MS"
 status=$?
 set -e
