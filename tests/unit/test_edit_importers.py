@@ -144,6 +144,20 @@ def test_a_removed_parameter_drops_the_argument_at_the_importers_calls():
     assert "fetch_archived(conn, table, 5)" in changed  # another module's function
 
 
+def test_a_decorated_function_and_a_package_imported_relatively():
+    """The source is a package's __init__.py whose decorated function lost a parameter; the
+    importer beside it imports the function with `from . import`."""
+    source_uri = "file:///ws/ledger/__init__.py"
+    source = "import functools\n\n\n@functools.cache\ndef fetch_rows(conn, table, limit):\n    return []\n"
+    after = source.replace("(conn, table, limit)", "(conn, table)")
+    edit = edit_of(source_uri, source, after)
+    importer = "from . import fetch_rows\n\nrows = fetch_rows(conn, 'notes', 20)\n"
+    found = importer_candidates(edit, "file:///ws/ledger/report.py", importer)
+    assert [applied(importer, c) for c in found] == [
+        "from . import fetch_rows\n\nrows = fetch_rows(conn, 'notes')\n"
+    ]
+
+
 def test_a_document_that_does_not_import_the_source_gets_nothing():
     after = SOURCE.replace("def fetch_rows(", "def load_rows(")
     edit = edit_of(SOURCE_URI, SOURCE, after)

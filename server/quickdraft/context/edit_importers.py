@@ -58,9 +58,9 @@ def importer_candidates(edit: LatestEdit, uri: str, text: str) -> list[Candidate
     source = module_parts(edit.uri)
     importer = module_parts(uri, package=True)
     # Cheap checks first (this runs after each change of a document while another was edited
-    # last): the importer names the source's module, and the edit renamed a name or changed a
-    # top-level `def`'s parameters; only then is the importer parsed.
-    if not source or importer is None or source[-1] not in text:
+    # last): the importer names the source's module (or imports relatively), and the edit
+    # renamed a name or changed a top-level `def`'s parameters; only then is it parsed.
+    if not source or importer is None or (source[-1] not in text and "from ." not in text):
         return []
     renames = _renames(edit)
     signature = None if renames else _signature_change(edit)
@@ -102,12 +102,10 @@ def _resolves(
     parts = tuple(p for p in module[dots:].split(".") if p)
     if name is not None:
         parts = (*parts, name)
-    if not parts:
-        return False
-    if dots:
+    if dots:  # `from . import x`: the importer's own package
         base = importer[: len(importer) - (dots - 1)] if dots > 1 else importer
         return dots - 1 <= len(importer) and (*base, *parts) == source
-    return len(parts) <= len(source) and source[-len(parts) :] == parts
+    return 0 < len(parts) <= len(source) and source[-len(parts) :] == parts
 
 
 def _imports_of(
@@ -169,11 +167,10 @@ def _top_level_names(tree: Tree) -> set[str]:
                         names.add(tree.node_text(left))
         elif node.type in ("import_statement", "import_from_statement"):
             for child in node.children_by_field_name("name"):
-                alias = (
-                    child.child_by_field_name("alias") if child.type == "aliased_import" else None
-                )
-                target = alias if alias is not None else child
-                names.add(tree.node_text(target).split(".")[0])
+                name_node, alias = _name_and_alias(child)
+                target = alias if alias is not None else name_node
+                if target is not None:
+                    names.add(tree.node_text(target).split(".")[0])
     return names
 
 
@@ -220,8 +217,13 @@ class SignatureChange:
 def _signature_change(edit: LatestEdit) -> SignatureChange | None:
     new_def = enclosing_def(edit.after_tree, edit.start, edit.new_end)
     old_def = enclosing_def(edit.before_tree, edit.start, edit.old_end)
-    if new_def is None or old_def is None or new_def.parent != edit.after_tree.root:
+    if new_def is None or old_def is None:
         return None
+    holder = new_def.parent
+    if holder is not None and holder.type == "decorated_definition":
+        holder = holder.parent
+    if holder != edit.after_tree.root:
+        return None  # a method or a nested function: its calls elsewhere cannot be told
     name_node = new_def.child_by_field_name("name")
     old_name_node = old_def.child_by_field_name("name")
     if name_node is None or old_name_node is None:

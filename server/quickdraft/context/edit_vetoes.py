@@ -118,12 +118,12 @@ class Decision:
         for reason, count in later.vetoed.items():
             vetoed[reason] = vetoed.get(reason, 0) + count
         return Decision(
-            later.shown,
-            self.candidates + later.candidates,
-            vetoed,
-            self.parses + later.parses,
-            self.judged + later.judged,
-            self.unscored + later.unscored,
+            shown=later.shown,
+            candidates=self.candidates + later.candidates,
+            vetoed=vetoed,
+            parses=self.parses + later.parses,
+            judged=self.judged + later.judged,
+            unscored=self.unscored + later.unscored,
         )
 
     @property
