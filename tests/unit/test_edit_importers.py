@@ -194,3 +194,37 @@ def test_the_pipeline_takes_the_import_then_the_import_rule_takes_the_uses():
     assert own.shown is not None and own.shown.rule == "import"
     assert importer.text[own.shown.edit.start : own.shown.edit.end] == "fetch_rows"
     assert importer.text.count("fetch_rows(conn, table, 100)") == 1
+
+
+def test_the_bench_mines_importing_pairs_and_scores_the_answer(tmp_path):
+    """`bench --edits --edits-importers` on a history the test writes: a commit that renames a
+    function in ledger/rows.py and its import in ledger/report.py is a case, answered exactly;
+    a commit that changes two files neither of which imports the other is none."""
+    from test_bench_edits import commit, git
+
+    from quickdraft.bench.edits_importers import mine_importer_cases, replay_importer_case
+
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    commit(
+        root,
+        {"ledger/rows.py": SOURCE, "ledger/report.py": IMPORTER, "notes.py": "N = 1\n"},
+        "2025-02-01T12:00:00+00:00",
+    )
+    commit(
+        root,
+        {
+            "ledger/rows.py": SOURCE.replace("def fetch_rows(", "def load_rows("),
+            "ledger/report.py": IMPORTER.replace(
+                "RowCache, fetch_rows", "RowCache, load_rows"
+            ).replace("in fetch_rows(", "in load_rows("),
+        },
+        "2025-03-01T12:00:00+00:00",
+    )
+    commit(root, {"notes.py": "N = 2\n", "ledger/rows.py": SOURCE}, "2025-04-01T12:00:00+00:00")
+    cases = mine_importer_cases(root, since="2025-01-01", max_cases=10)
+    assert [(c["source"], c["importer"]) for c in cases] == [("ledger/rows.py", "ledger/report.py")]
+    run = replay_importer_case(cases[0])
+    assert run["proposed"] and run["rule"] == "rename"
+    assert run["helpful"] and run["exact"] and not run["harmful"]

@@ -294,6 +294,20 @@ def smallest_change(before: str, after: str) -> tuple[int, int, str]:
     return prefix, len(before) - suffix, after[prefix : len(after) - suffix]
 
 
+def texts_at(directory: Path, commit: str, path: str) -> tuple[str, str] | None:
+    """The file at `path` before `commit` and as it left it; None when the commit added or
+    deleted it (or is a root commit), or either is binary or huge."""
+    try:
+        old_data = _git(directory, "show", f"{commit}^:{path}")
+        new_data = _git(directory, "show", f"{commit}:{path}")
+    except ConfigError:
+        return None
+    before, after = _text(old_data), _text(new_data)
+    if before is None or after is None:
+        return None
+    return before, after
+
+
 def edit_pair(
     directory: Path,
     repository: str,
@@ -303,14 +317,10 @@ def edit_pair(
     """The case of `candidate`'s file changed by `hunks`: the first one typed, the truth the
     file as the commit left it; None when the file is binary, huge, added or deleted, or its
     lines disagree with the diff."""
-    try:
-        old_data = _git(directory, "show", f"{candidate.commit}^:{candidate.path}")
-        new_data = _git(directory, "show", f"{candidate.commit}:{candidate.path}")
-    except ConfigError:
-        return None  # added or deleted by the commit, or a root commit
-    before, after = _text(old_data), _text(new_data)
-    if before is None or after is None:
+    texts = texts_at(directory, candidate.commit, candidate.path)
+    if texts is None:
         return None
+    before, after = texts
     old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
     if any(h.old_end > len(old) or h.new_start + h.new_count > len(new) for h in hunks):
         return None  # line counts the diff and the blobs disagree on (e.g. lone \r)

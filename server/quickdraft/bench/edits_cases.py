@@ -260,6 +260,15 @@ def replay_case(case: EditPair, sources: EditSources | None = None) -> dict[str,
     return run
 
 
+def verdict(run: dict[str, Any]) -> str:
+    """A proposal's score in a word: exact, helpful, harmful or neutral."""
+    if run["exact"]:
+        return "exact"
+    if run["helpful"]:
+        return "helpful"
+    return "harmful" if run["harmful"] else "neutral"
+
+
 def _applied(text: str, edit: Any) -> str:
     return text[: edit.start] + edit.text + text[edit.end :]
 

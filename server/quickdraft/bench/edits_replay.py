@@ -47,6 +47,7 @@ from typing import Any
 from quickdraft.bench import edits_cases, edits_report
 from quickdraft.bench.editor import EditorDocument
 from quickdraft.bench.edits import DEFAULT_SINCE, EditPair, git_dir, head_commit
+from quickdraft.bench.edits_importers import run_importers_bench
 from quickdraft.bench.edits_rules_cli import history_name, mine_histories, run_rules_bench
 from quickdraft.bench.lsp_client import METHOD_NOT_FOUND, Answer
 from quickdraft.bench.provenance import peak_memory, provenance
@@ -437,6 +438,13 @@ def add_edits_arguments(parser: argparse.ArgumentParser) -> None:
         "the server runs them, scored per rule with 95%% Wilson intervals",
     )
     group.add_argument(
+        "--edits-importers",
+        action="store_true",
+        help="the rules across files (no model, no server): in commits changing 2-3 Python "
+        "files, each pair where one imports the other; the other's hunks typed one at a time, "
+        "a next edit asked in the importing file, scored against the commit's",
+    )
+    group.add_argument(
         "--edits-veto",
         action="store_true",
         help="with --edits-rules: load the model (the bench's model flags and --config) and "
@@ -484,8 +492,12 @@ def run_edits(args: argparse.Namespace) -> int:
     repo = args.edits_repo or args.repo
     if repo is None:
         raise ConfigError("--edits-repo: required with --edits (or give --repo)")
+    if args.edits_rules and args.edits_importers:
+        raise ConfigError("--edits-importers: not with --edits-rules (each is its own benchmark)")
     if args.edits_rules:
         return run_rules_bench(args, str(repo))
+    if args.edits_importers:
+        return run_importers_bench(args, str(repo))
     if args.edits_veto:
         raise ConfigError("--edits-veto: only with --edits-rules (the server runs it otherwise)")
     wanted = args.edits_max_pairs or (QUICK_PAIRS if args.quick else DEFAULT_CASES)

@@ -69,13 +69,7 @@ def run_rules_bench(args: argparse.Namespace, repos: str) -> int:
         run["repository"] = history_name(Path(case.repository))
         runs.append(run)
         if run.get("proposed"):
-            verdict = (
-                "exact"
-                if run["exact"]
-                else "helpful"
-                if run["helpful"]
-                else ("harmful" if run["harmful"] else "neutral")
-            )
+            verdict = edits_cases.verdict(run)
             print(f"  {run['kind']:4} {run['rule']:9} {verdict:7} {case.name}  {run['note']}")
         if run.get("judged"):
             vetoed = run["vetoed"].get("likelihood", 0)

@@ -77,6 +77,17 @@ def importer_candidates(edit: LatestEdit, uri: str, text: str) -> list[Candidate
     return sorted(found, key=lambda c: c.edit.start)
 
 
+def imports_source(source_uri: str, uri: str, text: str) -> bool:
+    """Whether the Python file `uri` (its `text`) imports the module of the file `source_uri`
+    at its top level (the bench's cases are the pairs that do)."""
+    source = module_parts(source_uri)
+    importer = module_parts(uri, package=True)
+    if not source or importer is None or uri == source_uri:
+        return False
+    tree = Tree(text, "python")
+    return tree.root is not None and next(_imports_of(tree, source, importer), None) is not None
+
+
 def module_parts(uri: str, *, package: bool = False) -> tuple[str, ...] | None:
     """The path of a Python file's module, as parts (`/ws/pkg/mod.py` -> (..., "pkg", "mod");
     a package's `__init__.py` is the package). `package`: the folder it stands in instead (where
