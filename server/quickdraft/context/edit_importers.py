@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 from quickdraft.context.edit_rules import (
     CONFIDENCE,
@@ -43,6 +42,7 @@ from quickdraft.context.edit_rules import (
     token_change,
     walk,
 )
+from quickdraft.context.snippets import uri_to_path
 
 MODULE_SUFFIXES = (".py", ".pyi")
 RECENT_HUNKS = 8
@@ -92,8 +92,7 @@ def module_parts(uri: str, *, package: bool = False) -> tuple[str, ...] | None:
     """The path of a Python file's module, as parts (`/ws/pkg/mod.py` -> (..., "pkg", "mod");
     a package's `__init__.py` is the package). `package`: the folder it stands in instead (where
     its relative imports start). None for what is no Python file."""
-    parsed = urlparse(uri)
-    path = PurePosixPath(unquote(parsed.path) if parsed.scheme in ("file", "") else parsed.path)
+    path = PurePosixPath(uri_to_path(uri))
     if path.suffix not in MODULE_SUFFIXES:
         return None
     if package:
@@ -327,4 +326,4 @@ def _candidate(rule: str, span: tuple[int, int], new: str, old: str, edit: Lates
 
 
 def _path(uri: str) -> str:
-    return PurePosixPath(unquote(urlparse(uri).path)).name
+    return PurePosixPath(uri_to_path(uri)).name
