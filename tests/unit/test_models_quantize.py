@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
+from quickdraft.decoding.kv_cache import new_growing_cache
 from quickdraft.models.quantize import (
     ROWWISE_ATTENTION,
     Int8Linear,
@@ -306,7 +307,7 @@ def test_rowwise_attention_matches_plain_attention_with_positions_from_the_cache
         assert torch.equal(static, growing), q_len  # masked keys contribute exact zeros
 
 
-def test_prefill_rows_are_the_same_bits_in_any_chunking():
+def test_prefill_rows_are_the_same_bits_in_any_chunking(monkeypatch):
     """A prefill row is computed in the call for its aligned block, shaped by the block alone:
     the logits and the cache are bitwise the same however a prompt is cut into chunks (a warm
     cache plus one chunk, or a cold prefill), on a real-shaped model (GQA, several layers)."""
@@ -331,6 +332,25 @@ def test_prefill_rows_are_the_same_bits_in_any_chunking():
         logits, keys = prefill(cuts)
         assert torch.equal(logits, cold), cuts
         assert all(torch.equal(a, b) for a, b in zip(keys, cold_keys, strict=True)), cuts
+
+    # The growing cache lets a block's last keys be read past the cache's end, in its buffers'
+    # room (no copy): there they are zeros, or the finite keys of positions cropped away, and
+    # masked they add exact zeros, as padding does.
+    def no_copy(*args, **kwargs):
+        raise AssertionError("the cache was copied to pad a block's keys")
+
+    monkeypatch.setattr(torch.nn.functional, "pad", no_copy)
+    cache = new_growing_cache()
+    with torch.inference_mode():
+        model(input_ids=ids[:, :290], cache=cache, **{PREFILL_KWARG: True})
+        cache.crop(-190)  # positions 100..289 stay in the buffers, stale
+        logits = [
+            model(input_ids=ids[:, a:b], cache=cache, **{PREFILL_KWARG: True}).logits[0]
+            for a, b in ((100, 101), (101, 133), (133, 300))
+        ]
+    assert cache.layers[0].buffers[0].shape[2] > 300  # room past the end: the view is read
+    assert torch.equal(torch.cat(logits), cold[100:])
+    assert all(torch.equal(a.keys, b) for a, b in zip(cache.layers, cold_keys, strict=True))
 
 
 def test_quantize_weight_matches_quantize_rows_from_any_dtype():

@@ -413,7 +413,7 @@ def _tree_rows(query, key, value, tree, scaling, window):
 
 def _block_rows(query, key, value, positions, scaling, window):
     batch, heads, q_len, dim = query.shape
-    kv_len, size = key.shape[2], PREFILL_BLOCK
+    size = PREFILL_BLOCK
     out = query.new_empty(batch, heads, q_len, value.shape[-1])
     i = 0
     while i < q_len:
@@ -424,11 +424,7 @@ def _block_rows(query, key, value, positions, scaling, window):
         end, offset = first + size, positions[i] - first
         block = query.new_zeros(batch, heads, size, dim)
         block[:, :, offset : offset + j - i] = query[:, :, i:j]
-        keys, values = key[:, :, :end], value[:, :, :end]
-        if kv_len < end:
-            pad = (0, 0, 0, end - kv_len)
-            keys = torch.nn.functional.pad(keys, pad)
-            values = torch.nn.functional.pad(values, pad)
+        keys, values = _through(key, end), _through(value, end)
         rows = torch.arange(first, end, device=query.device)[:, None]
         cols = torch.arange(end, device=query.device)[None, :]
         allowed = cols <= rows
@@ -440,6 +436,26 @@ def _block_rows(query, key, value, positions, scaling, window):
         out[:, :, i:j] = result[:, :, offset : offset + j - i]
         i = j
     return out.transpose(1, 2)
+
+
+def _through(cached: torch.Tensor, end: int) -> torch.Tensor:
+    """`cached` [b, h, L, d] as positions [0, end): a slice where L >= end; else a view that
+    reaches past L into room its storage has beyond it (the growing cache's buffers, whose
+    unwritten positions are zeros and whose cropped ones hold finite keys: masked, either
+    adds exact zeros, as padding does); else a zero-padded copy. The view spares a prefill
+    chunk's last block a copy of the whole cache per layer (about 10 ms of a one-token
+    prefill at 1,500 cached tokens of the 1.5B, on 2 AMX cores)."""
+    held = cached.shape[2]
+    if held >= end:
+        return cached[:, :, :end]
+    size = (*cached.shape[:2], end, cached.shape[3])
+    stride = cached.stride()
+    last = cached.storage_offset() + sum((n - 1) * k for n, k in zip(size, stride, strict=True))
+    room = cached.untyped_storage().nbytes() // cached.element_size()
+    rows_apart = all(stride[i] >= size[i + 1] * stride[i + 1] for i in range(3))
+    if stride[3] == 1 and rows_apart and last < room:
+        return cached.as_strided(size, stride, cached.storage_offset())
+    return torch.nn.functional.pad(cached, (0, 0, 0, end - held))
 
 
 def _masked_rows(query, key, value, positions, scaling, window):
