@@ -253,6 +253,36 @@ def test_calibration_stays_within_its_budget(models, monkeypatch):
     assert sorted(costs.target_ms) == [1, 2, 4, 8, 16, 32]
 
 
+def test_calibration_times_the_sizes_in_turns(models, monkeypatch):
+    """A burst of noise (another process, the VM's neighbours) makes three forwards in a row
+    four times slower, from the first 8-token one: the sizes are timed in turns, so 8 tokens
+    still has a sample outside the burst and is measured at its cost, not the burst's (timed
+    one size after another, all three of its forwards fell in the burst). On this fake clock
+    a forward of n new tokens takes (16 + n) / 256 s: a wider one costs more, so no other
+    size's figure hides a wrong one (`fill_sizes`)."""
+    import time
+
+    completer = make(models)
+    runner = completer.backend.engine.target
+    original = runner.forward
+    clock = [1000.0]
+    burst: list[int] = []
+    started = [False]
+
+    def timed(tokens, **kwargs):
+        if len(tokens) == 8 and not started[0]:
+            started[0] = True
+            burst.extend([4, 4, 4])
+        clock[0] += (16 + len(tokens)) / 256 * (burst.pop() if burst else 1)
+        return original(tokens, **kwargs)
+
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(runner, "forward", timed)
+    costs = completer.backend.engine.calibrate(context_tokens=64, repeats=2, budget_s=3600.0)
+    assert costs.target_ms == {n: (16 + n) / 256 * 1000 for n in (1, 2, 4, 8, 16, 32)}
+
+
 def test_preset_draft_lengths_apply_under_the_users_settings(models):
     import dataclasses
 

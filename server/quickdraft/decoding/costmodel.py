@@ -28,10 +28,10 @@ from quickdraft.machine import OtherLoad
 MEASURED_SIZES = (1, 2, 4, 8, 16, 32)
 """The forward sizes (new tokens) whose cost is measured: by the calibration, by llama.cpp's
 probe (models/llamacpp_probe.py), and estimated for torch (models/runtime.py)."""
-CALIBRATION_FORMAT = 2
+CALIBRATION_FORMAT = 3
 """Part of the calibration cache's key: raised when the figures a calibration keeps change
-meaning (2: sizes made monotone from the largest down, `fill_sizes`), so older files are
-measured again."""
+meaning (2: sizes made monotone from the largest down, `fill_sizes`; 3: the sizes timed in
+turns), so older files are measured again."""
 MEASUREMENT_ORDER = (1, 8, *(n for n in MEASURED_SIZES if n not in (1, 8)))
 """The order the calibration measures them in, most needed first (a decode step, a typical
 verify), so a budget that runs out leaves the least needed to be filled in."""
@@ -292,8 +292,8 @@ def measure_step_costs(
     """Measure this machine's step costs on two runners (their caches are left empty).
 
     Target: prefill speed, then the forward time for MEASUREMENT_ORDER's sizes on top of a
-    `context_tokens` context, best of `repeats` after a warm-up. Draft: prefill speed and time
-    per token. Bounded by `budget_s`: sizes left unmeasured when it runs out are filled in
+    `context_tokens` context, best of `repeats` after a warm-up, the sizes timed in turns.
+    Draft: prefill speed and time per token. Bounded by `budget_s`: sizes left unmeasured when it runs out are filled in
     (`fill_sizes`), and `notes["measured_sizes"]` says which were measured. A machine kept busy
     by other processes meanwhile is noted (`CostModel.busy`). `on_forward(n)` hears of each
     timed target forward of n new tokens (tests count them).
@@ -332,18 +332,29 @@ def measure_step_costs(
 
         prefill_tps = measure_prefill(target, 0.3)
         held = len(target.tokens)
-        target_ms: dict[int, float] = {}
+        samples: dict[int, list[float]] = {}
+
+        def sample(n: int) -> None:
+            target.keep(held)
+            samples.setdefault(n, []).append(timed(lambda: target_forward(n)))
+
+        # First pass: each size in MEASUREMENT_ORDER warmed up (its first forward builds its
+        # kernels) and timed once. Further passes time each size once more, in turn, so a
+        # burst of noise (another process, the VM's neighbours) lands on one sample of
+        # several sizes rather than on every sample of one: the minimum of a size's samples
+        # is its cost.
         for n in MEASUREMENT_ORDER:
-            samples = []
-            for _ in range(repeats + 1):
-                if samples and time.monotonic() >= deadline:
-                    break
-                target.keep(held)
-                samples.append(timed(lambda n=n: target_forward(n)))
-            if samples:
-                target_ms[n] = min(samples[1:] or samples)
+            sample(n)
+            if repeats > 0 and time.monotonic() < deadline:
+                sample(n)
             if time.monotonic() >= deadline and n != 1:
                 break
+        for _ in range(repeats - 1):
+            for n in MEASUREMENT_ORDER:
+                if n not in samples or time.monotonic() >= deadline:
+                    break
+                sample(n)
+        target_ms = {n: min(times[1:] or times) for n, times in samples.items()}
         measured_sizes = sorted(target_ms)
         target_ms = fill_sizes(target_ms, 1000.0 / max(prefill_tps, 1e-6))
         target.reset()
