@@ -19,6 +19,7 @@ from quickdraft.decoding.tree import (
     TokenRecycler,
     accept_tree,
     build_tree,
+    worth_its_cost,
 )
 from quickdraft.errors import ConfigError
 from quickdraft.models.quantize import quantize_model
@@ -270,9 +271,54 @@ def test_sampling_and_copy_sources_stay_chains(tokenizer, int8_target):
     assert copied.stats.drafted_by_source["copy"] > 0
 
 
+def test_a_tree_keeps_the_nodes_its_odds_and_the_forward_costs_pay_for():
+    chances = [1.0, 0.5, 0.25, 0.1, 0.05]
+    # Each node adds 5 ms to a 100 ms forward: the fourth (0.1 tokens) still pays, the fifth
+    # (0.05 tokens for 5 ms, against 1.85 tokens for 115 ms) does not.
+    assert worth_its_cost(chances, lambda n: 100.0 + 5 * (n - 1)) == 4
+    assert worth_its_cost(chances, lambda n: 100.0) == 5  # free: all of them
+    assert worth_its_cost(chances, lambda n: 100.0 * 1.6 ** (n - 1)) == 1  # dear: a step
+    # build_tree cuts the best-first tree there; the cut keeps a tree (no child past it).
+    recycler = _recycler_after_7_20_21()
+    full = build_tree(None, 7, [20, 30, 99], recycler, size=8, max_depth=3, chain_rate=0.5)
+    cut = build_tree(
+        None, 7, [20, 30, 99], recycler, size=8, max_depth=3, chain_rate=0.5,
+        forward_ms=lambda n: 100.0 if n <= 3 else 1000.0,
+    )  # fmt: skip
+    assert len(cut) == 3 and cut.tokens == full.tokens[:3] and cut.chances == full.chances[:3]
+    assert all(child < 3 for kids in cut.children for child in kids.values())
+    logits = torch.zeros(3, 200)
+    logits[0, 20] = logits[1, 30] = logits[2, 99] = 1.0
+    assert accept_tree(cut, logits) == ([20, 30, 99], [1, 2])
+
+
+def test_auto_trees_are_cut_where_wider_forwards_stop_paying(tokenizer, int8_target):
+    """`auto` on a machine where a forward of 4 costs a step and one of 8 or 16 half again:
+    trees may hold 16 (within TREE_MAX_STEPS) but keep only the nodes that pay, so they verify
+    fewer nodes than trees of a fixed 16, and still emit plain decoding's tokens."""
+    costs = CostModel({1: 100.0, 2: 100.0, 4: 100.0, 8: 150.0, 16: 150.0, 32: 400.0}, measured=True)
+    assert costs.tree_tokens() == 16
+    prompt = tokenizer.encode(CODE * 2)[:120]
+    nodes = {}
+    for setting in ("auto", 16):
+        trees = engine(int8_target, setting)
+        trees.cost_model = costs
+        sizes = []
+        forward_tree = trees.target.forward_tree
+        trees.target.forward_tree = lambda t, p, s=sizes, f=forward_tree: (
+            s.append(len(t)) or f(t, p)
+        )
+        expected = trees.generate(GenerationRequest(list(prompt), 40, strategy="ar")).tokens
+        result = trees.generate(GenerationRequest(list(prompt), 40, strategy="ngram"))
+        assert result.tokens == expected, setting
+        assert sizes and max(sizes) <= 16, setting
+        nodes[setting] = sum(sizes)
+    assert nodes["auto"] < nodes[16]
+
+
 def test_cost_model_sizes_the_tree_from_measured_costs():
     amx = CostModel({1: 94.1, 2: 96.9, 4: 101.8, 8: 106.8, 16: 121.0, 32: 163.6}, measured=True)
-    assert amx.tree_tokens() == 8  # 16 tokens cost 1.29 steps: over 1.2
+    assert amx.tree_tokens() == 16  # 32 tokens cost 1.74 steps: over 1.5
     gpu = CostModel({1: 10.0, 2: 10.0, 4: 10.1, 8: 10.2, 16: 10.5, 32: 11.5}, measured=True)
     assert gpu.tree_tokens() == 32
     avx2 = CostModel({1: 80.0, 2: 120.0, 4: 190.0, 8: 330.0, 16: 690.0, 32: 1300.0}, measured=True)

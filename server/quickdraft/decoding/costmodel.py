@@ -37,12 +37,13 @@ MEASUREMENT_ORDER = (1, 8, *(n for n in MEASURED_SIZES if n not in (1, 8)))
 verify), so a budget that runs out leaves the least needed to be filled in."""
 TREE_SIZES = (32, 16, 8)
 """Tree verify forwards tried, largest first (`CostModel.tree_tokens`); each is measured."""
-TREE_MAX_STEPS = 1.2
-"""A tree forward may cost at most this many one-token steps. On 2 AMX cores (steps of 1, 8, 16,
-32 tokens: 94, 107, 121, 164 ms) trees of 8, 16 and 32 tokens took hybrid's decode on six
-held-out holes from 7.3 s to 6.7, 7.2 and 9.3 s: the recycled branches add tokens per forward
-(1.81 to 2.14-2.33), but past about 1.2 steps a forward costs more than they bring
-(docs/performance.md)."""
+TREE_MAX_STEPS = 1.5
+"""A tree forward may cost at most this many one-token steps (`CostModel.tree_tokens`); within
+that, each step's tree keeps the nodes its measured odds and the measured forward costs pay for
+(`tree.worth_its_cost`). A fixed bound alone decided badly: on 2 AMX cores trees of 8 took
+the decode of 12 held-out holes (openai-agents 0.24.0, `ngram`) from 21.4 s as chains to
+19.1 s and trees of 16 to 20.9 s, yet one calibration timed 8 tokens at 1.27 steps, and a
+bound of 1.2 then kept every request to chains (docs/performance.md)."""
 BUSY_SHARE = 0.2
 """Measurements during which other processes used more than this share of the CPUs are not
 taken as this machine's truth (not cached)."""
@@ -184,9 +185,10 @@ class CostModel:
         return prefill_ms + new_tokens / rate
 
     def tree_tokens(self) -> int:
-        """How many tokens a tree verify forward holds (decoding/tree.py), 0 for chains only:
-        the largest of TREE_SIZES whose measured forward costs at most TREE_MAX_STEPS one-token
-        steps (8 on 2 AMX cores, 32 where wide forwards are nearly free, as on a GPU). Where wide forwards cost several steps (llama.cpp and torch float32 on AVX2: 16
+        """How many tokens a tree verify forward may hold (decoding/tree.py), 0 for chains
+        only: the largest of TREE_SIZES whose measured forward costs at most TREE_MAX_STEPS
+        one-token steps (16 on 2 AMX cores, 32 where wide forwards are nearly free, as on a
+        GPU). Where wide forwards cost several steps (llama.cpp and torch float32 on AVX2: 16
         tokens cost 8.6 steps) or nothing was measured, 0."""
         if not self.measured:
             return 0

@@ -719,8 +719,9 @@ class Engine:
     def _tree_tokens(self, request: GenerationRequest, sampling: bool) -> int:
         """Nodes this request's trees may hold, 0 where it stays chains: trees are greedy
         n-gram/hybrid steps on a runner that verifies them exactly, sized by `decoding.tree`
-        or, for `auto`, by the cost model (`CostModel.tree_tokens`: a forward at most 1.2
-        steps). Where it is 0 no forward's runner-up tokens are kept either."""
+        or, for `auto`, by the cost model (`CostModel.tree_tokens`: at most a forward of
+        TREE_MAX_STEPS steps; each step's tree is then cut where its nodes stop paying,
+        `tree.worth_its_cost`). Where it is 0 no forward's runner-up tokens are kept either."""
         tree = self.config.tree
         if (
             request.strategy not in ("ngram", "hybrid")
@@ -756,7 +757,8 @@ class Engine:
     ) -> DraftTree:
         """This step's tree from the `pending` token (after `before`): the proposal's chain,
         the other n-gram continuations of `lookup_context` (None: the strategy uses no
-        n-grams), recycled candidates."""
+        n-grams), recycled candidates; with `decoding.tree: auto`, only as many nodes as the
+        measured forward costs pay for."""
         drafts = proposal.tokens if proposal is not None else []
         chain_rate = 0.0
         if proposal is not None:
@@ -778,6 +780,7 @@ class Engine:
             self.branch_odds,
             chain_rate,
             branches,
+            self.cost_model.target_step_ms if self.config.tree == "auto" else None,
         )
 
     def _propose(

@@ -17,16 +17,17 @@ target's argmax there. The walk emits exactly the tokens plain greedy decoding g
 row's logits are, on the row-wise int8 path bitwise, those of one-token steps along its path).
 Sampling stays a chain (the rejection rule is for one proposal per position).
 
-The cost model decides the tree's size from the measured forward costs
-(`CostModel.tree_tokens`): where a wide forward costs several steps (AVX2 CPUs, llama.cpp) the
-proposals stay a chain.
+The cost model bounds the tree's size by the measured forward costs (`CostModel.tree_tokens`):
+where a wide forward costs several steps (AVX2 CPUs, llama.cpp) the proposals stay a chain.
+Within the bound each step's tree keeps the nodes that pay for the wider forward: its first n,
+where the expected tokens per ms are highest (`worth_its_cost`).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -62,6 +63,8 @@ class DraftTree:
     ranks: list[int] = field(default_factory=lambda: [CHAIN])
     """Each node's rank among its parent's recycled candidates; CHAIN for the root and the
     proposal's nodes, NGRAM_BRANCH for another n-gram continuation's."""
+    chances: list[float] = field(default_factory=lambda: [1.0])
+    """Each node's estimated chance of being accepted (`build_tree`; the root's is 1)."""
 
     @classmethod
     def rooted_at(cls, pending: int) -> DraftTree:
@@ -82,7 +85,9 @@ class DraftTree:
         """The token before each node on its path (`before_root` for the root)."""
         return [before_root, *(self.tokens[p] for p in self.parents[1:])]
 
-    def add(self, parent: int, token: int, rank: int = CHAIN) -> tuple[int, bool]:
+    def add(
+        self, parent: int, token: int, rank: int = CHAIN, chance: float = 1.0
+    ) -> tuple[int, bool]:
         """The child of `parent` with `token`, and whether it is new."""
         existing = self.children[parent].get(token)
         if existing is not None:
@@ -92,9 +97,23 @@ class DraftTree:
         self.parents.append(parent)
         self.depths.append(self.depths[parent] + 1)
         self.ranks.append(rank)
+        self.chances.append(chance)
         self.children.append({})
         self.children[parent][token] = node
         return node, True
+
+    def first(self, n: int) -> DraftTree:
+        """The tree of its first `n` nodes (parents come first, so they are a tree)."""
+        if n >= len(self):
+            return self
+        return DraftTree(
+            self.tokens[:n],
+            self.parents[:n],
+            self.depths[:n],
+            [{t: c for t, c in kids.items() if c < n} for kids in self.children[:n]],
+            self.ranks[:n],
+            self.chances[:n],
+        )
 
 
 class TokenRecycler:
@@ -188,14 +207,17 @@ def build_tree(
     odds: BranchOdds | None = None,
     chain_rate: float = 0.5,
     branches: Sequence[Sequence[int]] = (),
+    forward_ms: Callable[[int], float] | None = None,
 ) -> DraftTree:
     """A tree of at most `size` nodes (the pending token, which came after `previous`,
     included) and `max_depth` levels below it, the likeliest first among: the proposal `chain`
     (each of its tokens accepted with `chain_rate`), the other n-gram continuations `branches`
-    (from the root) and the recycled candidates after every node."""
+    (from the root) and the recycled candidates after every node. With `forward_ms` (what a
+    forward of n new tokens costs) it is cut to its first n nodes where they are expected to
+    yield the most tokens per ms (`worth_its_cost`)."""
     odds = odds or BranchOdds(recycler.width)
     tree = DraftTree.rooted_at(pending)
-    chance = [1.0]  # per node: the estimated chance the walk reaches it
+    chance = tree.chances  # per node: the estimated chance the walk reaches it
     # (-chance, serial, parent, token, rank, the rest of the chain or n-gram branch)
     frontier: list[tuple[float, int, int, int, int, tuple[int, ...]]] = []
     serial = itertools.count()  # ties go to the earlier offer
@@ -227,12 +249,28 @@ def build_tree(
         if token in tree.children[parent]:  # added since it was offered
             offer(parent, token, rank, rest)
             continue
-        node, _ = tree.add(parent, token, rank)
-        chance.append(-negative)
+        node, _ = tree.add(parent, token, rank, -negative)
         offer_recycled(node)
         if rest:
             offer(node, rest[0], rank, rest[1:])
-    return tree
+    return tree if forward_ms is None else tree.first(worth_its_cost(tree.chances, forward_ms))
+
+
+def worth_its_cost(chances: Sequence[float], forward_ms: Callable[[int], float]) -> int:
+    """How many of a best-first tree's nodes to verify: the n whose forward is expected to
+    yield the most tokens per ms. A forward of its first n nodes emits one token more than it
+    accepts, and accepts node i with `chances[i]` (the root's, 1, is that one token), so it
+    yields sum(chances[:n]) in forward_ms(n). Since the nodes come likeliest first, each one
+    added is worth less than the one before; the measured cost of a wider forward decides where
+    they stop paying (on 2 AMX cores the fifth node of a tree may be worth a quarter of a token
+    while a forward of 8 costs a fifth of a step more than one of 4)."""
+    best, best_rate, expected = 1, 0.0, 0.0
+    for n, chance in enumerate(chances, start=1):
+        expected += chance
+        rate = expected / forward_ms(n)
+        if rate > best_rate:
+            best, best_rate = n, rate
+    return best
 
 
 def accept_tree(tree: DraftTree, logits: torch.Tensor) -> tuple[list[int], list[int]]:
