@@ -295,10 +295,10 @@ def measure_step_costs(
 
     Target: prefill speed, then the forward time for MEASUREMENT_ORDER's sizes on top of a
     `context_tokens` context, best of `repeats` after a warm-up, the sizes timed in turns.
-    Draft: prefill speed and time per token. Bounded by `budget_s`: sizes left unmeasured when it runs out are filled in
-    (`fill_sizes`), and `notes["measured_sizes"]` says which were measured. A machine kept busy
-    by other processes meanwhile is noted (`CostModel.busy`). `on_forward(n)` hears of each
-    timed target forward of n new tokens (tests count them).
+    Draft: prefill speed and time per token. Bounded by `budget_s`: sizes left unmeasured when
+    it runs out are filled in (`fill_sizes`), and `notes["measured_sizes"]` says which were
+    measured. A machine kept busy by other processes meanwhile is noted (`CostModel.busy`).
+    `on_forward(n)` hears of each timed target forward of n new tokens (tests count them).
     """
     with OtherLoad() as load:
         deadline = time.monotonic() + budget_s

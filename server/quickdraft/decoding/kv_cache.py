@@ -10,10 +10,9 @@ quarter of what they hold), so a step writes only its own positions.
 It is a `DynamicLayer` (the library's extension point for a cache layer; the runner's code for
 dynamic layers, crops, tree paths and shared prefixes reads `keys` and `values` as before):
 `keys` and `values` stay the cache's first positions, now views. A buffer starts as zeros,
-so every position in it holds a finite number: row-wise attention's prefill may read a
-block's keys past the last written position through the view (masked, they add exact
-zeros). Two rules keep every other
-cache's memory its own, as concatenation did:
+so every position in it holds a finite number: row-wise attention's prefill may read a block's
+keys past the last written position (masked, they add exact zeros). Two rules keep every
+other cache's memory its own, as concatenation did:
 - a layer writes in place only into buffers it allocated itself (an adopted prefix,
   `runner.share_dynamic_cache`, is copied into new buffers at its first write);
 - a layer whose first positions another cache adopted (`shared`) writes below that point only
