@@ -421,6 +421,10 @@ def test_short_completions_of_a_kind_stop_paying_for_a_cold_draft_cache(tokenize
     assert lengths.expected("python|line") == 8.0
     lengths.update("python|line", 16)
     assert lengths.expected("python|line") == 12.0
+    # A kind with no completions yet is expected as long as the kinds that have some.
+    assert lengths.expected("python|block") == 12.0
+    lengths.update("python|block", 40)
+    assert (lengths.expected("python|block"), lengths.expected("go|line")) == (40.0, 26.0)
 
     target = build_tiny_model(len(tokenizer), seed=0, layers=2)
     # The prompt (~90 tokens) to catch up at 600 tokens/s: ~150 ms, repaid over 64 tokens,
@@ -444,4 +448,10 @@ def test_short_completions_of_a_kind_stop_paying_for_a_cold_draft_cache(tokenize
     engine.lengths = LengthTracker()
     engine.lengths.update("python|line", 2)
     assert drafted("line") == 0
-    assert drafted("block") > 0  # other kinds keep their own history
+    engine.lengths = LengthTracker()  # (the answer above, 64 tokens, counted too)
+    engine.lengths.update("python|line", 2)
+    assert drafted("block") == 0  # a kind not met yet: as long as those met
+    engine.lengths = LengthTracker()
+    engine.lengths.update("python|line", 2)
+    engine.lengths.update("python|block", 64)
+    assert drafted("block") > 0  # then its own history counts

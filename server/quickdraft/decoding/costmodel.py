@@ -270,7 +270,15 @@ class LengthTracker:
         self._means: dict[str, float] = {}
 
     def expected(self, key: str) -> float | None:
-        return self._means.get(key)
+        """The recent mean length of `key`'s completions; for a key with none yet, the mean
+        over the keys that have some (None before any). A kind not met yet is no likelier to
+        run to the token budget than those met: taking the budget for it, the first move to a
+        new place in a file on 2 AMX cores paid 1.5-2 s for a draft model 296 tokens behind,
+        on the promise of 62 tokens to share it over, and then wrote 9."""
+        mean = self._means.get(key)
+        if mean is None and self._means:
+            return sum(self._means.values()) / len(self._means)
+        return mean
 
     def update(self, key: str, length: int) -> None:
         mean = self._means.get(key)
