@@ -42,8 +42,9 @@ TREE_MAX_STEPS = 1.5
 that, each step's tree keeps the nodes its measured odds and the measured forward costs pay for
 (`tree.worth_its_cost`). A fixed bound alone decided badly: on 2 AMX cores trees of 8 took
 the decode of 12 held-out holes (openai-agents 0.24.0, `ngram`) from 21.4 s as chains to
-19.1 s and trees of 16 to 20.9 s, yet one calibration timed 8 tokens at 1.27 steps, and a
-bound of 1.2 then kept every request to chains (docs/performance.md)."""
+19.1 s (in another run, 18.6 s against 20.9 s for trees of 16), yet one calibration timed 8
+tokens at 1.27 steps, and a bound of 1.2 then kept every request to chains
+(docs/performance.md)."""
 BUSY_SHARE = 0.2
 """Measurements during which other processes used more than this share of the CPUs are not
 taken as this machine's truth (not cached)."""
