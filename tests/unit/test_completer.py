@@ -196,6 +196,26 @@ def other_processes_use(monkeypatch, share: float) -> None:
     monkeypatch.setattr(costmodel, "OtherLoad", Load)
 
 
+def forwards_on_a_fake_clock(monkeypatch, runner, seconds) -> list[float]:
+    """Make time advance only with `runner`'s forwards, by `seconds(tokens)` each; the list
+    returned fills with the clock's reading as each forward starts."""
+    import time
+
+    clock = [1000.0]
+    started_at: list[float] = []
+    original = runner.forward
+
+    def forward(tokens, **kwargs):
+        started_at.append(clock[0])
+        clock[0] += seconds(tokens)
+        return original(tokens, **kwargs)
+
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(runner, "forward", forward)
+    return started_at
+
+
 def test_calibration_is_measured_once_and_cached(models, tmp_path, monkeypatch):
     monkeypatch.setenv("QUICKDRAFT_HOME", str(tmp_path))
     other_processes_use(monkeypatch, 0.0)
@@ -228,22 +248,11 @@ def test_calibration_stays_within_its_budget(models, monkeypatch):
     """A machine where every target forward takes 62.5 ms (a fake clock that only forwards
     advance): calibration starts no forward once its 0.5 s budget is spent, measures what
     fitted, fills in the rest, and reports the measured costs as they were."""
-    import time
-
     completer = make(models)
-    runner = completer.backend.engine.target
-    original = runner.forward
-    clock = [1000.0]
-    started_at: list[float] = []
-
-    def slow(tokens, **kwargs):
-        started_at.append(clock[0])
-        clock[0] += 0.0625  # exact in binary: the sums below are exact too
-        return original(tokens, **kwargs)
-
-    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
-    monkeypatch.setattr(runner, "forward", slow)
+    # 62.5 ms is exact in binary: the sums below are exact too.
+    started_at = forwards_on_a_fake_clock(
+        monkeypatch, completer.backend.engine.target, lambda tokens: 0.0625
+    )
     costs = completer.backend.engine.calibrate(context_tokens=64, budget_s=0.5)
     assert started_at and max(started_at) < 1000.5  # no target forward after the budget
     assert len(started_at) == 8  # and the budget was used: 8 x 62.5 ms
@@ -260,25 +269,17 @@ def test_calibration_times_the_sizes_in_turns(models, monkeypatch):
     one size after another, all three of its forwards fell in the burst). On this fake clock
     a forward of n new tokens takes (16 + n) / 256 s: a wider one costs more, so no other
     size's figure hides a wrong one (`fill_sizes`)."""
-    import time
-
     completer = make(models)
-    runner = completer.backend.engine.target
-    original = runner.forward
-    clock = [1000.0]
     burst: list[int] = []
     started = [False]
 
-    def timed(tokens, **kwargs):
+    def seconds(tokens):
         if len(tokens) == 8 and not started[0]:
             started[0] = True
             burst.extend([4, 4, 4])
-        clock[0] += (16 + len(tokens)) / 256 * (burst.pop() if burst else 1)
-        return original(tokens, **kwargs)
+        return (16 + len(tokens)) / 256 * (burst.pop() if burst else 1)
 
-    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
-    monkeypatch.setattr(runner, "forward", timed)
+    forwards_on_a_fake_clock(monkeypatch, completer.backend.engine.target, seconds)
     costs = completer.backend.engine.calibrate(context_tokens=64, repeats=2, budget_s=3600.0)
     assert costs.target_ms == {n: (16 + n) / 256 * 1000 for n in (1, 2, 4, 8, 16, 32)}
 

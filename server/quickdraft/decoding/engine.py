@@ -889,7 +889,8 @@ class Engine:
 
     def _remaining_tokens(self, request: GenerationRequest, produced: int, budget: int) -> int:
         """How many more tokens this request will likely produce: the budget, or fewer when
-        completions of its kind have recently been shorter."""
+        recent completions of its kind (of the kinds met, for one not met yet:
+        `LengthTracker.expected`) have been shorter."""
         typical = self.lengths.expected(_length_key(request))
         if typical is None:
             return budget
