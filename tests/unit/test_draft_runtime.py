@@ -32,7 +32,7 @@ def probed(monkeypatch):
     """llama.cpp's probe answers with the step set here; the calls are counted."""
     state = {"ms": 48.4, "calls": 0, "extra_bufts": False}
 
-    def probe(path, threads):
+    def probe(path, threads, **_):
         state["calls"] += 1
         if state["ms"] is None:
             raise ModelError("llama.cpp cannot run draft.gguf here")

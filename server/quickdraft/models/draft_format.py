@@ -50,6 +50,11 @@ class DraftFormat:
     reason: str
     copy: bool = False
     """Whether that is the Q4_0 copy."""
+    extra_bufts: bool = False
+    """Whether llama.cpp loads it with its extra (AMX/repack) buffers: as the probe of this very
+    file found. Never the target's verdict: on an AMX Xeon the F32 tiny target ran with them and
+    its Q4_0 draft copy crashed with them (a SIGSEGV in CI). False where the file could not be
+    measured: slower at worst, never a crash."""
 
 
 _SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
@@ -152,12 +157,12 @@ def choose_draft_format(
     """The draft's GGUF as given, or its Q4_0 copy where llama.cpp runs that faster here."""
     try:
         if file_type(gguf) not in REQUANTIZABLE:
-            return DraftFormat(gguf, f"{gguf.name} is Q4_0 or fewer bits already")
+            return as_given(gguf, threads, f"{gguf.name} is Q4_0 or fewer bits already", home=home)
         copy = q4_0_copy(gguf, home=home, say=say)
-        if not llamacpp_probe.is_measured(copy, threads):
+        if not llamacpp_probe.is_measured(copy, threads, home=home):
             say("measuring the draft's Q4_0 copy on llama.cpp (once per machine)")
-        measured = llamacpp_probe.probe(copy, threads)
-        original = llamacpp_probe.probe(gguf, threads)
+        measured = llamacpp_probe.probe(copy, threads, home=home)
+        original = llamacpp_probe.probe(gguf, threads, home=home)
     except (ModelError, OSError) as exc:
         log.warning("the draft runs as given: its Q4_0 copy could not be made or measured: %s", exc)
         return DraftFormat(gguf, f"its Q4_0 copy failed: {exc}")
@@ -167,5 +172,23 @@ def choose_draft_format(
         "tokens/s"
     )
     if faster(measured, original):
-        return DraftFormat(copy, f"its Q4_0 copy is faster here ({figures})", copy=True)
-    return DraftFormat(gguf, f"its Q4_0 copy is not faster here ({figures})")
+        return DraftFormat(
+            copy,
+            f"its Q4_0 copy is faster here ({figures})",
+            copy=True,
+            extra_bufts=measured.extra_bufts,
+        )
+    return DraftFormat(
+        gguf, f"its Q4_0 copy is not faster here ({figures})", extra_bufts=original.extra_bufts
+    )
+
+
+def as_given(gguf: Path, threads: int, reason: str, *, home: Path | None = None) -> DraftFormat:
+    """The draft's GGUF as it is, with the extra buffers its own probe (cached per machine)
+    allows; without them where it cannot be measured."""
+    try:
+        extra_bufts = llamacpp_probe.probe(gguf, threads, home=home).extra_bufts
+    except (ModelError, OSError) as exc:
+        log.warning("the draft %s could not be measured on llama.cpp: %s", gguf.name, exc)
+        extra_bufts = False
+    return DraftFormat(gguf, reason, extra_bufts=extra_bufts)

@@ -94,6 +94,7 @@ def load_llamacpp_models(
     draft_info: ResolvedModel | None,
     threads: int,
     extra_bufts: bool,
+    draft_extra_bufts: bool,
     say: Callable[[str], None],
 ) -> tuple[LlamaCppModel, LlamaCppModel | None]:
     """Target and draft (None: no draft) loaded from their GGUF files; each step told to `say`.
@@ -108,4 +109,4 @@ def load_llamacpp_models(
     if draft_info is None:
         return target, None
     say(f"loading the draft {draft_info.gguf.name} in llama.cpp")
-    return target, LlamaCppModel(draft_info.gguf, threads=threads, extra_bufts=extra_bufts)
+    return target, LlamaCppModel(draft_info.gguf, threads=threads, extra_bufts=draft_extra_bufts)

@@ -33,7 +33,7 @@ from quickdraft.decoding import llamacpp
 from quickdraft.errors import ConfigError, ModelError
 from quickdraft.models import cpu_kernels
 from quickdraft.models.cpu_kernels import KernelChoice
-from quickdraft.models.draft_format import DraftFormat, choose_draft_format
+from quickdraft.models.draft_format import DraftFormat, as_given, choose_draft_format
 from quickdraft.models.draft_runtime import DraftRuntime, choose_draft_runtime, torch_step_ms
 from quickdraft.models.llamacpp import LlamaCppModel, load_llamacpp_models
 from quickdraft.models.presets import STOP_TOKENS, Preset
@@ -328,7 +328,12 @@ def load_models(
     chosen_kernel: KernelChoice | None = None
     if runtime.runtime == "llamacpp":
         extra = runtime.probe.extra_bufts if runtime.probe is not None else True
-        target, draft = load_llamacpp_models(target_info, llama_draft, threads or 1, extra, say)
+        # The draft's own probe decides its buffers: its file may take kernels the target's
+        # does not (models/draft_format.py).
+        draft_extra = draft_format.extra_bufts if draft_format is not None else extra
+        target, draft = load_llamacpp_models(
+            target_info, llama_draft, threads or 1, extra, draft_extra, say
+        )
         dtype = "gguf"
         log.info("runtime %s: %s", runtime.runtime, runtime.reason)
     else:
@@ -421,7 +426,7 @@ def _draft_format(
     if runtime.runtime != "llamacpp" and (config.runtime != "auto" or not llamacpp.available()):
         return None
     if config.draft_format == "as-is":
-        return DraftFormat(draft_info.gguf, "model.draft_format is as-is")
+        return as_given(draft_info.gguf, threads, "model.draft_format is as-is", home=home)
     chosen = choose_draft_format(draft_info.gguf, threads, home=home, say=say)
     log.info("draft format: %s", chosen.reason)
     return chosen
