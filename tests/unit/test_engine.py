@@ -11,7 +11,13 @@ import torch
 
 from quickdraft.config import DecodingConfig
 from quickdraft.decoding import CostModel, Engine, GenerationRequest
-from quickdraft.decoding.costmodel import MEASURED_SIZES, fill_sizes, interpolate
+from quickdraft.decoding.costmodel import (
+    MEASURED_SIZES,
+    PREFILL_CHUNKS,
+    fill_sizes,
+    interpolate,
+    prefill_chunk_for,
+)
 from quickdraft.errors import ConfigError, InputError
 from quickdraft.testing import build_tiny_model, build_tiny_tokenizer
 
@@ -345,6 +351,46 @@ def test_one_interpolation_for_every_cost():
     measured = CostModel(target_ms=points, prefill_tokens_per_s=200.0, measured=True)
     assert measured.target_step_ms(24) == interpolate(points, 24, per_extra=5.0)
     assert CostModel(target_ms=points).target_step_ms(24) == interpolate(points, 24)
+
+
+def test_a_fast_measured_prefill_takes_longer_chunks_on_a_cpu(tokenizer):
+    """A request's prefill chunk follows the measured prefill speed: as long as a chunk stays
+    short in time, fewer forwards read the weights, and the answer is the same."""
+    assert prefill_chunk_for(0.0) == PREFILL_CHUNKS[0]  # nothing measured
+    assert prefill_chunk_for(50.0) == PREFILL_CHUNKS[0]  # 128 tokens take 2.6 s: the smallest
+    assert prefill_chunk_for(110.0) == 256 and prefill_chunk_for(261.0) == 512  # a 2-core AMX
+    assert prefill_chunk_for(1e6) == PREFILL_CHUNKS[-1]
+    model = build_tiny_model(len(tokenizer), seed=13)
+    engine = Engine(model, build_tiny_model(len(tokenizer), seed=14, layers=1))
+    prompt = (tokenizer.encode("".join(CODE)) * 40)[:600]
+    assert (engine.target.prefill_chunk, engine.drafter.runner.prefill_chunk) == (128, 128)
+    forwards = []
+    model.register_forward_hook(lambda *_: forwards.append(1))
+    slow = greedy(engine, prompt, "ar", max_new_tokens=4)
+    slow_forwards = len(forwards)
+    engine.cost_model = CostModel(
+        target_ms={1: 100.0},
+        draft_ms_per_token=50.0,
+        prefill_tokens_per_s=300.0,
+        draft_prefill_tokens_per_s=80.0,
+        measured=True,
+    )
+    assert (engine.target.prefill_chunk, engine.drafter.runner.prefill_chunk) == (512, 128)
+    engine.reset_cache()
+    fast = greedy(engine, prompt, "ar", max_new_tokens=4)
+    assert fast.tokens == slow.tokens
+    assert slow.stats.prefill_tokens == fast.stats.prefill_tokens == 599
+    assert slow.stats.target_forwards == fast.stats.target_forwards  # the decode's
+    # 599 prefill tokens in 5 chunks of 128, then in 2 of 512.
+    assert (slow_forwards, len(forwards) - slow_forwards) == (4 + 5, 4 + 2)
+    # A warm-up, which any request may stop (and then waits for its chunk), keeps short ones.
+    engine.reset_cache()
+    forwards.clear()
+    assert engine.warm(prompt).computed == 599
+    assert len(forwards) == 5 and engine.target.prefill_chunk == 512
+    # An estimate (nothing measured) keeps the smallest.
+    engine.cost_model = CostModel.estimate(has_draft=True)
+    assert engine.target.prefill_chunk == 128
 
 
 def test_sampling_with_draft_equal_to_target_accepts_everything(tokenizer):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from quickdraft.decoding.runner import Runner, synchronize
+from quickdraft.decoding.runner import PREFILL_CHUNK, Runner, synchronize
 from quickdraft.machine import OtherLoad
 
 MEASURED_SIZES = (1, 2, 4, 8, 16, 32)
@@ -45,9 +45,31 @@ the decode of 12 held-out holes (openai-agents 0.24.0, `ngram`) from 21.4 s as c
 19.1 s (in another run, 18.6 s against 20.9 s for trees of 16), yet one calibration timed 8
 tokens at 1.27 steps, and a bound of 1.2 then kept every request to chains
 (docs/performance.md)."""
+PREFILL_CHUNKS = (PREFILL_CHUNK, 2 * PREFILL_CHUNK, 4 * PREFILL_CHUNK)
+"""Prefill chunk sizes a torch runner on a CPU may take (`prefill_chunk_for`)."""
+MAX_PREFILL_CHUNK_S = 2.5
+"""The longest a request's prefill chunk may be expected to take at the measured prefill speed.
+A prefill chunk runs whole, even once a newer request stops its job (its work is the prefix
+the next request reuses: runner.stopping_at), so the newer request waits for it; a chunk is
+kept short where prefill is slow. Where it is fast, a longer chunk reads the weights fewer
+times: on 2 AMX cores (torch int8) 1,408 tokens prefilled at 261 tokens/s in chunks of 128,
+284 in 256 and 312 in 512, the same bits; and the typing bench (4 held-out holes,
+openai-agents 0.24.0, a keystroke every 120 ms) answered cold requests 13-26 % sooner with
+512 (chunks of about 1.7 s) with as many keystrokes answered (docs/performance.md). Warm-ups,
+which any request may stop, keep PREFILL_CHUNK (`Engine.warm`)."""
 BUSY_SHARE = 0.2
 """Measurements during which other processes used more than this share of the CPUs are not
 taken as this machine's truth (not cached)."""
+
+
+def prefill_chunk_for(tokens_per_s: float) -> int:
+    """The largest of PREFILL_CHUNKS expected to take at most MAX_PREFILL_CHUNK_S at
+    `tokens_per_s` (measured with chunks of PREFILL_CHUNK: a larger chunk is faster than that,
+    so the estimate errs long); PREFILL_CHUNK where none does or nothing was measured."""
+    if tokens_per_s <= 0:
+        return PREFILL_CHUNK
+    fitting = [n for n in PREFILL_CHUNKS if n / tokens_per_s <= MAX_PREFILL_CHUNK_S]
+    return max(fitting, default=PREFILL_CHUNK)
 
 
 def interpolate(points: Mapping[int, float], n: int, per_extra: float | None = None) -> float:
@@ -118,6 +140,16 @@ class CostModel:
         """The measured forward times, interpolated (`interpolate`); past the largest measured
         size (copy drafts run to hundreds of tokens) a prefill token per further token."""
         return interpolate(self.target_ms, new_tokens, self.prefill_ms_per_token())
+
+    def prefill_chunks(self) -> tuple[int, int]:
+        """(target's, draft's) prefill chunk on a CPU torch runner (`prefill_chunk_for`), from
+        the measured prefill speeds; PREFILL_CHUNK for what was not measured."""
+        if not self.measured:
+            return PREFILL_CHUNK, PREFILL_CHUNK
+        return (
+            prefill_chunk_for(self.prefill_tokens_per_s),
+            prefill_chunk_for(self.draft_prefill_tokens_per_s),
+        )
 
     def prefill_ms_per_token(self) -> float | None:
         """What a token of prefill costs, when it was measured (None: not known)."""

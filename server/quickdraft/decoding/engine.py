@@ -17,12 +17,13 @@ Greedy output is the target's own greedy output token for token, whatever was dr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -275,6 +276,22 @@ class Engine:
         same question asked again (a next edit decided ahead, then asked for) is not computed
         twice."""
 
+    @property
+    def cost_model(self) -> CostModel:
+        return self._cost_model
+
+    @cost_model.setter
+    def cost_model(self, costs: CostModel) -> None:
+        """Adopt `costs`, with the prefill chunks their measured speeds allow a request on the
+        growing caches of a CPU (costmodel.prefill_chunk_for; rows come out the same bits in any
+        chunking). llama.cpp's runners and the static caches of accelerators keep theirs."""
+        self._cost_model = costs
+        target_chunk, draft_chunk = costs.prefill_chunks()
+        draft = self.drafter.runner if self.drafter is not None else None
+        for runner, chunk in ((self.target, target_chunk), (draft, draft_chunk)):
+            if type(runner) is ModelRunner and runner.device.type == "cpu":
+                runner.prefill_chunk = chunk
+
     def close(self) -> None:
         """Free what the runners hold outside Python (llama.cpp contexts)."""
         runners = [self.target] + ([self.drafter.runner] if self.drafter is not None else [])
@@ -318,13 +335,29 @@ class Engine:
         the slot's next answer (`GenerationStats.reused_warm_tokens`, `reused_shared_tokens`)."""
         self.select_slot(slot)
         prompt = [int(t) for t in prompt_ids]
-        reused, computed, _ = self.target.extend(prompt[:-1], cancel=cancel)
-        adopted = self.target.last_adopted
-        self._note_extend(slot, reused, adopted, computed)
-        drafted = 0
-        if draft and self.drafter is not None and not (cancel is not None and cancel.is_set()):
-            _, drafted, _ = self.drafter.runner.extend(prompt[:-1], cancel=cancel)
+        with self._short_prefill_chunks():
+            reused, computed, _ = self.target.extend(prompt[:-1], cancel=cancel)
+            adopted = self.target.last_adopted
+            self._note_extend(slot, reused, adopted, computed)
+            drafted = 0
+            if draft and self.drafter is not None and not (cancel is not None and cancel.is_set()):
+                _, drafted, _ = self.drafter.runner.extend(prompt[:-1], cancel=cancel)
         return Warmed(computed, drafted, adopted)
+
+    @contextlib.contextmanager
+    def _short_prefill_chunks(self) -> Iterator[None]:
+        """Within it, the runners prefill in chunks of at most PREFILL_CHUNK: background work
+        that any request may stop, and the request then waits for the chunk running (prefill
+        chunks run whole), so it is kept short whatever the measured speed allows."""
+        runners = [self.target] + ([self.drafter.runner] if self.drafter is not None else [])
+        chunks = [runner.prefill_chunk for runner in runners]
+        for runner, chunk in zip(runners, chunks, strict=True):
+            runner.prefill_chunk = min(chunk, PREFILL_CHUNK)
+        try:
+            yield
+        finally:
+            for runner, chunk in zip(runners, chunks, strict=True):
+                runner.prefill_chunk = chunk
 
     def _note_extend(
         self, slot: str | None, reused: int, adopted: int, computed: int | None = None
