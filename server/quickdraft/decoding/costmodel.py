@@ -54,7 +54,7 @@ the next request reuses: runner.stopping_at), so the newer request waits for it;
 kept short where prefill is slow. Where it is fast, a longer chunk reads the weights fewer
 times: on 2 AMX cores (torch int8) 1,408 tokens prefilled at 261 tokens/s in chunks of 128,
 284 in 256 and 312 in 512, the same bits; and the typing bench (4 held-out holes,
-openai-agents 0.24.0, a keystroke every 120 ms) answered cold requests 13-26 % sooner with
+openai-agents 0.24.0, a keystroke every 120 ms) answered cold requests 12-26 % sooner with
 512 (chunks of about 1.7 s) with as many keystrokes answered (docs/performance.md). Warm-ups,
 which any request may stop, keep PREFILL_CHUNK (`Engine.warm`)."""
 BUSY_SHARE = 0.2

@@ -157,7 +157,8 @@ def choose_draft_format(
     """The draft's GGUF as given, or its Q4_0 copy where llama.cpp runs that faster here."""
     try:
         if file_type(gguf) not in REQUANTIZABLE:
-            return as_given(gguf, threads, f"{gguf.name} is Q4_0 or fewer bits already", home=home)
+            reason = f"{gguf.name} is Q4_0 or fewer bits already"
+            return as_given(gguf, threads, reason, home=home, say=say)
         copy = q4_0_copy(gguf, home=home, say=say)
         if not llamacpp_probe.is_measured(copy, threads, home=home):
             say("measuring the draft's Q4_0 copy on llama.cpp (once per machine)")
@@ -183,10 +184,19 @@ def choose_draft_format(
     )
 
 
-def as_given(gguf: Path, threads: int, reason: str, *, home: Path | None = None) -> DraftFormat:
+def as_given(
+    gguf: Path,
+    threads: int,
+    reason: str,
+    *,
+    home: Path | None = None,
+    say: Callable[[str], None],
+) -> DraftFormat:
     """The draft's GGUF as it is, with the extra buffers its own probe (cached per machine)
     allows; without them where it cannot be measured."""
     try:
+        if not llamacpp_probe.is_measured(gguf, threads, home=home):
+            say(f"measuring the draft {gguf.name} on llama.cpp (once per machine)")
         extra_bufts = llamacpp_probe.probe(gguf, threads, home=home).extra_bufts
     except (ModelError, OSError) as exc:
         log.warning("the draft %s could not be measured on llama.cpp: %s", gguf.name, exc)

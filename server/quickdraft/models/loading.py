@@ -426,7 +426,7 @@ def _draft_format(
     if runtime.runtime != "llamacpp" and (config.runtime != "auto" or not llamacpp.available()):
         return None
     if config.draft_format == "as-is":
-        return as_given(draft_info.gguf, threads, "model.draft_format is as-is", home=home)
+        return as_given(draft_info.gguf, threads, "model.draft_format is as-is", home=home, say=say)
     chosen = choose_draft_format(draft_info.gguf, threads, home=home, say=say)
     log.info("draft format: %s", chosen.reason)
     return chosen
