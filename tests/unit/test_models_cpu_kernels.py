@@ -197,7 +197,8 @@ def test_auto_runtime_falls_back_to_torch_with_its_reason(tmp_path, monkeypatch)
     with pytest.raises(ModelError, match=r"pip install 'quickdraft\[llama\]'"):
         choose_runtime("llamacpp", device_type="cpu", gguf=tmp_path / "m.gguf", **args)
     monkeypatch.setattr(llamacpp, "available", lambda: True)
-    assert choose_runtime("auto", device_type="cpu", gguf=None, **args).runtime == "torch"
+    no_gguf = choose_runtime("auto", device_type="cpu", gguf=None, **args)
+    assert no_gguf.runtime == "torch" and no_gguf.gguf_missing and not no_gguf.llamacpp_missing
 
     def crashing(*a, **k):
         raise ModelError("llama.cpp cannot run m.gguf here: crashed (signal 11)")
@@ -242,3 +243,25 @@ def test_a_hopeless_candidate_is_not_timed_three_times():
 
     ms = cpu_kernels._time_layer([Slow()], 1, 8, torch.float32, 3, give_up_ms=0.0)
     assert len(calls) == 2 and ms >= 0  # the warm-up and one timed pass
+
+
+def test_a_user_torch_serves_slowly_is_told_how_llama_cpp_would_run():
+    """Where torch runs float32 (no fast exact int8) because llama.cpp is not installed, or
+    because the preset's GGUF files were removed (fetched before llama.cpp was installed), the
+    loader says what to do; where int8 runs, or llama.cpp was measured, it says nothing."""
+    from quickdraft.models.cpu_kernels import KernelChoice
+    from quickdraft.models.loading import llamacpp_hint
+    from quickdraft.models.presets import get_preset
+    from quickdraft.models.runtime import RuntimeChoice
+
+    float32 = KernelChoice("float32", None, "exact int8 is 20x slower here")
+    int8 = KernelChoice("int8", "onednn", "exact int8 scored best")
+    preset = get_preset("qwen2.5-coder-1.5b")
+    removed = RuntimeChoice("torch", "no GGUF", gguf_missing=True)
+    hint = llamacpp_hint(removed, float32, preset)
+    assert "`quickdraft models fetch qwen2.5-coder-1.5b`" in hint and "float32" in hint
+    missing = llamacpp_hint(RuntimeChoice("torch", "", llamacpp_missing=True), float32, preset)
+    assert "llama.cpp is not installed" in missing
+    assert llamacpp_hint(removed, int8, preset) is None
+    assert llamacpp_hint(removed, float32, None) is None  # not a preset: nothing to fetch
+    assert llamacpp_hint(RuntimeChoice("torch", "measured: torch is faster"), float32) is None

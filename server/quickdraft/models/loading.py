@@ -264,17 +264,31 @@ def _target_shape(preset: Preset | None, target_info: ResolvedModel) -> ModelSha
     return ModelShape.of(AutoConfig.from_pretrained(target_info.path))
 
 
-def llamacpp_hint(runtime: RuntimeChoice, kernel: KernelChoice | None) -> str | None:
+def llamacpp_hint(
+    runtime: RuntimeChoice, kernel: KernelChoice | None, preset: Preset | None = None
+) -> str | None:
     """What to tell a user whom torch serves without fast exact int8 because llama.cpp is not
-    installed (8.6 GB and several times slower, for the 1.5B pair in float32); None when
-    that is not the case."""
-    if not runtime.llamacpp_missing or kernel is None or kernel.dtype == "int8":
+    installed (8.6 GB and several times slower, for the 1.5B pair in float32), or because the
+    preset's GGUF was removed (fetched before llama.cpp was installed, it was converted for
+    torch); None when that is not the case."""
+    if kernel is None or kernel.dtype == "int8":
         return None
-    return (
-        f"llama.cpp is not installed, and this CPU has no fast exact int8 ({kernel.reason}): "
-        f"torch runs {kernel.dtype}, slower and with about three times the memory; "
-        f"`{llamacpp.INSTALL_HINT}` adds llama.cpp, which `runtime: auto` then measures"
-    )
+    slower = f"torch runs {kernel.dtype}, slower and with about three times the memory"
+    if runtime.llamacpp_missing:
+        return (
+            f"llama.cpp is not installed, and this CPU has no fast exact int8 ({kernel.reason}): "
+            f"{slower}; `{llamacpp.INSTALL_HINT}` adds llama.cpp, which `runtime: auto` then "
+            "measures"
+        )
+    if runtime.gguf_missing and preset is not None:
+        return (
+            f"llama.cpp is installed, but {preset.name}'s GGUF files are not here (fetched "
+            f"before llama.cpp was installed, they were converted for torch and removed), and "
+            f"this CPU has no fast exact int8 ({kernel.reason}): {slower}; `quickdraft models "
+            f"fetch {preset.name}` brings the GGUF files back, and `runtime: auto` then "
+            "measures llama.cpp"
+        )
+    return None
 
 
 def load_models(
@@ -343,7 +357,7 @@ def load_models(
         dtype, backend, chosen_kernel = torch_compute_path(
             config.dtype, device, target_info.path, kernel
         )
-        hint = llamacpp_hint(runtime, chosen_kernel)
+        hint = llamacpp_hint(runtime, chosen_kernel, preset)
         if hint is None:
             log.info("runtime %s: %s", runtime.runtime, runtime.reason)
         else:

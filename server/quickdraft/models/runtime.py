@@ -112,6 +112,10 @@ class RuntimeChoice:
     llamacpp_missing: bool = False
     """`auto` took torch on a CPU because llama.cpp is not installed (the loader may say what
     installing it would bring)."""
+    gguf_missing: bool = False
+    """`auto` took torch on a CPU with llama.cpp installed because the target has no GGUF file:
+    a preset fetched before llama.cpp was installed had it converted for torch and removed (the
+    loader may say how to bring it back)."""
 
 
 def torch_cost_estimate(kernel: KernelChoice, shape: ModelShape) -> CostModel:
@@ -194,7 +198,9 @@ def choose_runtime(
             llamacpp_missing=True,
         )
     if gguf is None:
-        return RuntimeChoice("torch", "the target has no GGUF file for llama.cpp")
+        return RuntimeChoice(
+            "torch", "the target has no GGUF file for llama.cpp", gguf_missing=True
+        )
     if progress is not None and not llamacpp_probe.is_measured(gguf, threads, home=home):
         progress("checking llama.cpp on this CPU (once per machine)")
     try:
