@@ -292,10 +292,13 @@ class Engine:
             if type(runner) is ModelRunner and runner.device.type == "cpu":
                 runner.prefill_chunk = chunk
 
+    def _runners(self) -> list[Runner]:
+        """The target's runner, and the draft model's where there is one."""
+        return [self.target] + ([self.drafter.runner] if self.drafter is not None else [])
+
     def close(self) -> None:
         """Free what the runners hold outside Python (llama.cpp contexts)."""
-        runners = [self.target] + ([self.drafter.runner] if self.drafter is not None else [])
-        for runner in runners:
+        for runner in self._runners():
             close = getattr(runner, "close", None)  # LlamaCppRunner; torch runners have none
             if callable(close):
                 close()
@@ -349,7 +352,7 @@ class Engine:
         """Within it, the runners prefill in chunks of at most PREFILL_CHUNK: background work
         that any request may stop, and the request then waits for the chunk running (prefill
         chunks run whole), so it is kept short whatever the measured speed allows."""
-        runners = [self.target] + ([self.drafter.runner] if self.drafter is not None else [])
+        runners = self._runners()
         chunks = [runner.prefill_chunk for runner in runners]
         for runner, chunk in zip(runners, chunks, strict=True):
             runner.prefill_chunk = min(chunk, PREFILL_CHUNK)

@@ -160,9 +160,7 @@ def choose_draft_format(
             reason = f"{gguf.name} is Q4_0 or fewer bits already"
             return as_given(gguf, threads, reason, home=home, say=say)
         copy = q4_0_copy(gguf, home=home, say=say)
-        if not llamacpp_probe.is_measured(copy, threads, home=home):
-            say("measuring the draft's Q4_0 copy on llama.cpp (once per machine)")
-        measured = llamacpp_probe.probe(copy, threads, home=home)
+        measured = _probe(copy, threads, home, say, "the draft's Q4_0 copy")
         original = llamacpp_probe.probe(gguf, threads, home=home)
     except (ModelError, OSError) as exc:
         log.warning("the draft runs as given: its Q4_0 copy could not be made or measured: %s", exc)
@@ -195,10 +193,17 @@ def as_given(
     """The draft's GGUF as it is, with the extra buffers its own probe (cached per machine)
     allows; without them where it cannot be measured."""
     try:
-        if not llamacpp_probe.is_measured(gguf, threads, home=home):
-            say(f"measuring the draft {gguf.name} on llama.cpp (once per machine)")
-        extra_bufts = llamacpp_probe.probe(gguf, threads, home=home).extra_bufts
+        extra_bufts = _probe(gguf, threads, home, say, f"the draft {gguf.name}").extra_bufts
     except (ModelError, OSError) as exc:
         log.warning("the draft %s could not be measured on llama.cpp: %s", gguf.name, exc)
         extra_bufts = False
     return DraftFormat(gguf, reason, extra_bufts=extra_bufts)
+
+
+def _probe(
+    gguf: Path, threads: int, home: Path | None, say: Callable[[str], None], what: str
+) -> ProbeResult:
+    """llama.cpp's probe of `gguf`, saying so where it measures (not cached yet)."""
+    if not llamacpp_probe.is_measured(gguf, threads, home=home):
+        say(f"measuring {what} on llama.cpp (once per machine)")
+    return llamacpp_probe.probe(gguf, threads, home=home)
