@@ -29,6 +29,7 @@ lookup, RMSNorm, rotary, SiLU, residual adds) works row by row already.
 
 from __future__ import annotations
 
+import logging
 import time
 
 import torch
@@ -36,8 +37,11 @@ from torch import nn
 from transformers import AttentionInterface
 
 from quickdraft.decoding.runner import PREFILL_KWARG, ROWWISE_ATTENTION, TREE_KWARG
+from quickdraft.models import int8_rows
 from quickdraft.models.fused_linears import fuse_projections
 from quickdraft.models.precision import cast_floating
+
+log = logging.getLogger(__name__)
 
 _QMAX = 127.0
 
@@ -172,6 +176,88 @@ padded to a multiple of 8, which costs nothing measurable (the weights dominate)
 change a result (integer sums are exact, rows independent)."""
 
 
+FAST_ROWS_PROBE = (1536, 2048)
+"""in_features, out_features of the layer `fast_rows` times (a 1.5B's fused q/k/v)."""
+FAST_ROWS_MAX = 2
+"""The lean kernel runs for at most this many rows. It reads the weights once a call and does
+rows x 64 multiply-adds per instruction, so it is bound by memory at a few rows and by
+arithmetic past them, where oneDNN's AMX kernel is far ahead. Timed over the 1.5B's 28 layers
+of linears (1.3 GB, from memory) on an AMX Xeon, lean against oneDNN, ms: 1 row 66/102, 2
+76/105, 3 85/101, 4 93/101, 8 128/100; in the whole model's forward (`models stepcost`, same
+sitting) 4 rows were already slower (144 against 132 ms), 2 faster (116 against 131). The
+probe in `fast_rows` cannot see that crossing (a layer small enough to time at once sits in
+this CPU's cache, where the lean kernel wins at any row count), so it only confirms, in cache,
+that each row count up to this one is faster."""
+
+_FAST_ROWS: dict[str, int] = {}
+
+
+def fast_rows(backend: str) -> int:
+    """Up to how many rows an `Int8Linear` of `backend` runs the lean kernel (`int8_rows`)
+    instead: 0 where it cannot be built here, where it is not bitwise the backend's result on
+    test layers, or where it is not faster; else the largest row count up to FAST_ROWS_MAX up
+    to which it was faster at every count, timed on a layer of FAST_ROWS_PROBE. Decided once per
+    process (a tenth of a second; the build, once per machine, about two seconds)."""
+    if backend not in _FAST_ROWS:
+        _FAST_ROWS[backend] = _measure_fast_rows(backend)
+    return _FAST_ROWS[backend]
+
+
+def _measure_fast_rows(backend: str) -> int:
+    kernel, how = int8_rows.load()
+    if kernel is None:
+        return 0
+    generator = torch.Generator().manual_seed(11)
+    with torch.inference_mode():
+        for k, n, bias in ((1536, 264, True), (100, 37, False), (8, 3, True)):
+            layer = _random_layer(k, n, bias, backend, generator)
+            for rows in range(1, int8_rows.MAX_ROWS + 1):
+                x = torch.randn(rows, k, generator=generator) * 4.0
+                x[0, 0] = 0.0
+                lean = layer.rows_kernel_forward(x, kernel)
+                if not torch.equal(lean, layer.general_forward(x)):
+                    log.warning("int8 rows kernel not used: not bitwise %s's result", backend)
+                    return 0
+        k, n = FAST_ROWS_PROBE
+        layer = _random_layer(k, n, True, backend, generator)
+        chosen, timings = 0, []
+        for rows in range(1, FAST_ROWS_MAX + 1):
+            x = torch.randn(rows, k, generator=generator)
+            lean = _best_ms(lambda x=x: layer.rows_kernel_forward(x, kernel))
+            general = _best_ms(lambda x=x: layer.general_forward(x))
+            timings.append(f"{rows}: {lean:.2f}/{general:.2f}")
+            if lean >= general:
+                break
+            chosen = rows
+    log.info(
+        "int8 rows kernel (%s) for up to %d rows; ms lean/%s at %dx%d, rows %s",
+        how,
+        chosen,
+        backend,
+        k,
+        n,
+        ", ".join(timings),
+    )
+    return chosen
+
+
+def _random_layer(k: int, n: int, bias: bool, backend: str, generator) -> Int8Linear:
+    weight = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=generator)
+    scale = torch.rand(n, generator=generator) * 0.01
+    bias_values = torch.randn(n, generator=generator) if bias else None
+    return Int8Linear(weight, scale, bias_values, backend, rows=int8_rows.MAX_ROWS)
+
+
+def _best_ms(call, repeats: int = 7) -> float:
+    call()
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - started)
+    return best * 1000
+
+
 def quantize_rows(x: torch.Tensor, qmax: float = _QMAX) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric int8 quantization with one scale per row of a 2-D float tensor. (Every
     `Int8Linear` call runs it: the quotient is rounded and clamped in place, one temporary the
@@ -212,20 +298,29 @@ class Int8Linear(nn.Module):
         weight_scale: torch.Tensor,
         bias: torch.Tensor | None,
         backend: str | None = None,
+        rows: int | None = None,
     ):
+        """`rows`: up to how many rows a call runs the lean kernel (default: `fast_rows`)."""
         super().__init__()
         self.out_features, self.in_features = weight_q.shape
         self.backend = backend or default_int8_backend()
+        self.kernel_rows = fast_rows(self.backend) if rows is None else rows
         self.register_buffer("weight_scale", weight_scale.reshape(1, -1).to(torch.float32))
         self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32))
+        # The lean kernel reads the plain row-major weights (and 128 * each row's sum); oneDNN
+        # its prepacked copy. Both are kept where both run: one more byte per weight.
+        keep_plain = self.kernel_rows > 0 or self.backend not in ("onednn", "onednn7")
+        self.register_buffer("weight_q", weight_q.contiguous() if keep_plain else None)
+        self.register_buffer(
+            "weight_sum128",
+            weight_q.sum(dim=1, dtype=torch.int32).mul_(128) if self.kernel_rows > 0 else None,
+        )
         if self.backend in ("onednn", "onednn7"):
             # An opaque oneDNN tensor: not a buffer (it has no storage to save or move).
             self._packed = torch.ops.onednn.qlinear_prepack(weight_q.contiguous(), None)
             self._zeros = torch.zeros(self.out_features, dtype=torch.int64)
-            self.register_buffer("weight_q", None)
         else:
             self._packed = None
-            self.register_buffer("weight_q", weight_q.contiguous())
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, backend: str | None = None) -> Int8Linear:
@@ -236,7 +331,11 @@ class Int8Linear(nn.Module):
 
     def __deepcopy__(self, memo):
         copy = Int8Linear(
-            self.int8_weight(), self.weight_scale.reshape(-1), self.bias, self.backend
+            self.int8_weight(),
+            self.weight_scale.reshape(-1),
+            self.bias,
+            self.backend,
+            self.kernel_rows,
         )
         memo[id(self)] = copy
         return copy
@@ -250,13 +349,16 @@ class Int8Linear(nn.Module):
 
     @property
     def packed_bytes(self) -> int:
-        """Bytes of weights held prepacked by oneDNN (not a buffer: counted apart)."""
-        return self.out_features * self.in_features if self._packed is not None else 0
+        """Bytes of weights a one-row step reads from oneDNN's prepacked copy (not a buffer:
+        counted apart); 0 where the lean kernel reads the plain copy instead."""
+        if self._packed is None or self.kernel_rows > 0:
+            return 0
+        return self.out_features * self.in_features
 
     def int8_weight(self) -> torch.Tensor:
-        if self._packed is not None:
-            return self._packed.to_dense().t().contiguous()
-        return self.weight_q
+        if self.weight_q is not None:
+            return self.weight_q
+        return self._packed.to_dense().t().contiguous()
 
     def dequantized_weight(self) -> torch.Tensor:
         return self.int8_weight().to(torch.float32) * self.weight_scale.reshape(-1, 1)
@@ -277,13 +379,29 @@ class Int8Linear(nn.Module):
             acc = (xq.to(torch.float64) @ self.weight_q.t().to(torch.float64)).to(torch.int32)
         return acc.to(torch.float32).mul_(self.weight_scale)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
-        rows = x.reshape(-1, shape[-1]).to(torch.float32)
+    def rows_kernel_forward(self, x: torch.Tensor, kernel: int8_rows.RowKernel) -> torch.Tensor:
+        """`forward` of a float32 [rows, in_features] input by the lean kernel: bitwise the same
+        (checked where it is enabled: `fast_rows`)."""
+        return kernel.linear(
+            x.contiguous(), self.weight_q, self.weight_sum128, self.weight_scale, self.bias
+        )
+
+    def general_forward(self, rows: torch.Tensor) -> torch.Tensor:
+        """`forward` of float32 [rows, in_features] by quantize_rows and the backend."""
         xq, xs = quantize_rows(rows)
         out = self.scaled_int_matmul(xq).mul_(xs)
         if self.bias is not None:
             out = out.add_(self.bias)
+        return out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        rows = x.reshape(-1, shape[-1]).to(torch.float32)
+        if 0 < rows.shape[0] <= self.kernel_rows and not torch.compiler.is_compiling():
+            kernel, _ = int8_rows.load()
+            out = self.rows_kernel_forward(rows, kernel)
+        else:
+            out = self.general_forward(rows)
         return out.reshape(*shape[:-1], self.out_features).to(x.dtype)
 
     def extra_repr(self) -> str:

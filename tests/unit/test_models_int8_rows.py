@@ -1,0 +1,121 @@
+"""The lean int8 kernel for few rows (models/int8_rows.c): bitwise the general path, used only
+where it is, and a clear fallback where it cannot be built."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from quickdraft.models import int8_rows, quantize
+from quickdraft.models.quantize import Int8Linear
+from quickdraft.testing import build_tiny_model, forward_batch_and_steps
+
+KERNEL, WHY_NOT = int8_rows.load()
+needs_kernel = pytest.mark.skipif(KERNEL is None, reason=f"int8 rows kernel: {WHY_NOT}")
+
+
+def _layer(k: int, n: int, bias: bool, backend: str, rows: int, seed: int = 0) -> Int8Linear:
+    generator = torch.Generator().manual_seed(seed)
+    weight = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=generator)
+    weight[0] = 127  # a channel at the extreme: 128 * its sum is the largest correction
+    scale = torch.rand(n, generator=generator) * 0.01
+    bias_values = torch.randn(n, generator=generator) if bias else None
+    return Int8Linear(weight, scale, bias_values, backend, rows=rows)
+
+
+@needs_kernel
+@pytest.mark.parametrize(
+    "backend", [b for b in ("onednn", "int_mm") if b in quantize.exact_int8_backends()]
+)
+@pytest.mark.parametrize(
+    ("k", "n", "bias"),
+    [(1536, 264, True), (8960, 24, False), (100, 37, True), (64, 9, False), (3, 5, True)],
+)
+def test_the_kernel_is_bitwise_the_general_path(backend, k, n, bias):
+    layer = _layer(k, n, bias, backend, rows=int8_rows.MAX_ROWS, seed=k + n)
+    generator = torch.Generator().manual_seed(1)
+    with torch.inference_mode():
+        for rows in range(1, int8_rows.MAX_ROWS + 1):
+            for magnitude in (1e-3, 1.0, 1e3):
+                x = torch.randn(rows, k, generator=generator) * magnitude
+                x[0, 0] = 0.0
+                x[-1, -1] = -x[-1].abs().max() * 2  # a row whose largest value is negative
+                lean = layer.rows_kernel_forward(x, KERNEL)
+                assert torch.equal(lean, layer.general_forward(x)), (rows, magnitude)
+        zeros = torch.zeros(2, k)  # the row scale clamps to the smallest normal float
+        assert torch.equal(layer.rows_kernel_forward(zeros, KERNEL), layer.general_forward(zeros))
+
+
+@needs_kernel
+def test_forward_takes_the_kernel_up_to_its_rows_and_the_backend_past_them(monkeypatch):
+    layer = _layer(256, 64, True, quantize.exact_int8_backends()[0], rows=2)
+    calls = []
+    original = int8_rows.RowKernel.linear
+
+    def counting(self, x, *args):
+        calls.append(x.shape[0])
+        return original(self, x, *args)
+
+    monkeypatch.setattr(int8_rows.RowKernel, "linear", counting)
+    with torch.inference_mode():
+        for rows in (1, 2, 3, 8):
+            layer(torch.randn(rows, 256))
+        layer(torch.randn(1, 1, 256))  # a batch of one sequence: still one row
+    assert calls == [1, 2, 1]
+
+
+@needs_kernel
+def test_a_tiny_model_stays_batch_invariant_with_the_kernel():
+    model = quantize.quantize_model(build_tiny_model(200, seed=3))
+    linears = [m for m in model.modules() if isinstance(m, Int8Linear)]
+    assert linears and all(m.kernel_rows > 0 for m in linears)
+    ids = torch.randint(0, 200, (1, 20), generator=torch.Generator().manual_seed(0))
+    for k in (2, 6):  # a verify forward the kernel takes whole, and one oneDNN takes
+        batch, steps = forward_batch_and_steps(model, ids, 9, k)
+        assert torch.equal(batch, steps), k
+
+
+def test_no_compiler_means_no_kernel_and_the_backend_alone(monkeypatch, tmp_path):
+    monkeypatch.setattr(int8_rows, "_LOADED", None)
+    monkeypatch.setattr(int8_rows, "_WHY_NOT", None)
+    monkeypatch.setattr(int8_rows, "cpu_flags", lambda: frozenset(int8_rows.NEEDED_FLAGS))
+    monkeypatch.setattr(int8_rows.shutil, "which", lambda name: None)
+    kernel, why = int8_rows.load(home=tmp_path)
+    assert kernel is None and "no C compiler" in why
+    monkeypatch.setattr(quantize, "_FAST_ROWS", {})
+    assert quantize.fast_rows("float64") == 0
+    layer = _layer(64, 8, False, "float64", rows=None)
+    assert layer.kernel_rows == 0 and layer.weight_sum128 is None
+
+
+def test_a_cpu_without_vnni_is_told_apart(monkeypatch, tmp_path):
+    monkeypatch.setattr(int8_rows, "_LOADED", None)
+    monkeypatch.setattr(int8_rows, "_WHY_NOT", None)
+    monkeypatch.setattr(int8_rows, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    kernel, why = int8_rows.load(home=tmp_path)
+    assert kernel is None and "avx512_vnni" in why
+
+
+def test_a_failing_build_says_what_the_compiler_said(monkeypatch, tmp_path):
+    monkeypatch.setattr(int8_rows, "_LOADED", None)
+    monkeypatch.setattr(int8_rows, "_WHY_NOT", None)
+    monkeypatch.setattr(int8_rows, "cpu_flags", lambda: frozenset(int8_rows.NEEDED_FLAGS))
+    broken = tmp_path / "broken.c"
+    broken.write_text("this is not C\n")
+    monkeypatch.setattr(int8_rows, "SOURCE", broken)
+    if int8_rows.shutil.which("cc") is None and int8_rows.shutil.which("gcc") is None:
+        pytest.skip("no C compiler here")
+    kernel, why = int8_rows.load(home=tmp_path)
+    assert kernel is None and "could not build it" in why
+    assert not list((tmp_path / "kernels").glob("*.so"))
+
+
+@needs_kernel
+def test_the_onednn_layer_keeps_the_plain_weights_only_where_the_kernel_runs():
+    if "onednn" not in quantize.exact_int8_backends():
+        pytest.skip("no exact oneDNN int8 here")
+    with_kernel = _layer(128, 16, False, "onednn", rows=2)
+    without = _layer(128, 16, False, "onednn", rows=0)
+    assert with_kernel.weight_q is not None and with_kernel.packed_bytes == 0
+    assert without.weight_q is None and without.packed_bytes == 128 * 16
+    assert torch.equal(with_kernel.int8_weight(), without.int8_weight())
