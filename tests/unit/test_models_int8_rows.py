@@ -96,6 +96,15 @@ def test_a_cpu_without_vnni_is_told_apart(monkeypatch, tmp_path):
     assert kernel is None and "avx512_vnni" in why
 
 
+def test_an_emulated_avx2_cpu_gets_no_kernel(monkeypatch, tmp_path):
+    monkeypatch.setattr(int8_rows, "_LOADED", None)
+    monkeypatch.setattr(int8_rows, "_WHY_NOT", None)
+    monkeypatch.setattr(int8_rows, "cpu_flags", lambda: frozenset(int8_rows.NEEDED_FLAGS))
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    kernel, why = int8_rows.load(home=tmp_path)
+    assert kernel is None and "ATEN_CPU_CAPABILITY=avx2" in why
+
+
 def test_a_failing_build_says_what_the_compiler_said(monkeypatch, tmp_path):
     monkeypatch.setattr(int8_rows, "_LOADED", None)
     monkeypatch.setattr(int8_rows, "_WHY_NOT", None)

@@ -116,6 +116,11 @@ def _build_and_load(home: Path | None) -> RowKernel:
     missing = [flag for flag in NEEDED_FLAGS if flag not in cpu_flags()]
     if missing:
         raise _Unavailable(f"the CPU lacks {', '.join(missing)}")
+    capped = os.environ.get("ATEN_CPU_CAPABILITY", "").lower()
+    if capped in ("default", "avx2", "zvector"):
+        # How an AVX2-only CPU is emulated on a wider one (with ONEDNN_MAX_CPU_ISA=AVX2):
+        # honoured here too, or the emulation would measure a kernel the real CPU lacks.
+        raise _Unavailable(f"ATEN_CPU_CAPABILITY={capped} caps this process below AVX-512")
     compiler = _compiler()
     try:
         version = subprocess.run(
