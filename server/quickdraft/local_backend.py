@@ -55,7 +55,8 @@ def model_fingerprint(model: Any) -> str:
     name = getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
     modules = sorted({type(m).__name__ for m in model.modules()})
     count = sum(p.numel() for p in model.parameters())
-    return f"{name}|{params.dtype}|{params.device}|{count}|{','.join(modules)}"
+    int8 = getattr(model, "_quickdraft_int8", None)  # its kernels (quantize.quantize_model)
+    return f"{name}|{params.dtype}|{params.device}|{count}|{','.join(modules)}|{int8}"
 
 
 class LocalBackend:

@@ -13,7 +13,7 @@ from quickdraft.cli_args import ProgressLines
 from quickdraft.config import DecodingConfig, ModelConfig
 from quickdraft.errors import ModelError
 from quickdraft.machine import cpu_model, peak_rss_bytes
-from quickdraft.models import fetch, store
+from quickdraft.models import fetch, int8_rows, store
 from quickdraft.models.fetch import fetch_preset
 from quickdraft.models.presets import PRESETS, get_preset
 
@@ -373,6 +373,11 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
         for name, rows in kernel.timings_ms.items():
             cells = ", ".join(f"{n} rows {ms:.1f} ms" for n, ms in rows.items())
             print(f"             {name:14} one layer's linears: {cells}", file=out)
+    lean_rows = getattr(target, "_quickdraft_int8", {}).get("lean_rows")
+    if runtime == "torch" and lean_rows is not None:
+        _, built = int8_rows.load()
+        said = f"up to {lean_rows} rows (models/int8_rows.c, {built})" if lean_rows else built
+        print(f"lean int8    {'on' if lean_rows else 'off'}: {said}", file=out)
     if "rss" in memory:
         print(f"memory       {_human(memory['rss'])} resident with both models loaded", file=out)
     if peak_rss is not None:

@@ -646,6 +646,9 @@ def quantize_model(
         use_rowwise_attention(model)
     model._quickdraft_int8 = {
         "backend": backend or default_int8_backend(),
+        "lean_rows": max(
+            (m.kernel_rows for m in model.modules() if isinstance(m, Int8Linear)), default=0
+        ),
         "linears": replaced,
         "fused_groups": fused,
         "lm_head": bool(lm_head and head is not None),
