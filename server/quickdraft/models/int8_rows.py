@@ -2,13 +2,13 @@
 
 A decode step of the 1.5B on an AMX Xeon spent 77-83 ms of its 126-158 ms in oneDNN's int8
 linears, reading 1.3 GB of weights at 16-17 GB/s where this machine reads 24 GB/s. oneDNN's
-general kernel is made for many rows; at one row a plain AVX-512 VNNI loop over the weights
-(`int8_rows.c`), quantizing the row and scaling the outputs in the same call, reads them at
-23-24 GB/s: 55-59 ms for the same linears, bitwise the same outputs.
+general kernel is made for many rows; for one to four rows a plain AVX-512 VNNI loop over the
+weights (`int8_rows.c`, which says how), quantizing the rows and scaling the outputs in the
+same call, reads them at 23-24 GB/s: 55-62 ms for the same linears, bitwise the same outputs.
 
-This module only compiles and loads that loop. `quantize.Int8Linear` decides where it runs
-(rows up to what `quantize.fast_rows` measured, on a CPU where it is exact) and keeps the
-weights it reads, a plain row-major int8 copy, next to oneDNN's prepacked one.
+This module compiles and loads that loop and lays weights out for it. `quantize.Int8Linear`
+decides where it runs (rows up to what `quantize.fast_rows` found, on a CPU where it is
+exact) and keeps the weights it reads, a copy in its layout, next to oneDNN's prepacked one.
 
 The source is compiled once per machine with the system's C compiler (`cc`, or `$CC`) into
 `$QUICKDRAFT_HOME/kernels/`, keyed by the source, the flags and the compiler; it is called
@@ -39,9 +39,30 @@ SOURCE = Path(__file__).with_name("int8_rows.c")
 FLAGS = ("-O3", "-shared", "-fPIC", "-fopenmp", "-ffp-contract=off")
 """-ffp-contract=off: no fused multiply-add, so each scaling rounds once, as torch's does."""
 NEEDED_FLAGS = ("avx512f", "avx512bw", "avx512_vnni")
-MAX_ROWS = 8
+MAX_ROWS = 4
 """The most rows one call takes (MAX_ROWS in the C source)."""
 BUILD_TIMEOUT_S = 120
+
+
+def fits(out_features: int, in_features: int) -> bool:
+    """Whether a layer of this shape has the kernel's layout: whole blocks of 16 output
+    channels, inputs in fours (every linear of the Qwen2.5 models does)."""
+    return out_features % 16 == 0 and in_features % 4 == 0 and in_features >= 4
+
+
+def block_weights(weight_q: torch.Tensor) -> torch.Tensor:
+    """int8 [N, K] -> the kernel's layout (int8_rows.c): bytes w + 128, 16 channels x 4
+    inputs per 64 bytes, [N / 16, K / 4, 16, 4]."""
+    n, k = weight_q.shape
+    shifted = (weight_q.to(torch.int16) + 128).to(torch.uint8)
+    return shifted.view(n // 16, 16, k // 4, 4).permute(0, 2, 1, 3).contiguous()
+
+
+def unblock_weights(blocked: torch.Tensor) -> torch.Tensor:
+    """The inverse of `block_weights`: int8 [N, K]."""
+    nb, k4, _, _ = blocked.shape
+    plain = blocked.permute(0, 2, 1, 3).reshape(nb * 16, k4 * 4)
+    return (plain.to(torch.int16) - 128).to(torch.int8)
 
 
 @dataclass
@@ -55,30 +76,30 @@ class RowKernel:
     def linear(
         self,
         x: torch.Tensor,
-        weight_q: torch.Tensor,
-        weight_sum128: torch.Tensor,
+        blocked: torch.Tensor,
         weight_scale: torch.Tensor,
         bias: torch.Tensor | None,
     ) -> torch.Tensor:
-        """x float32 [M, K] (contiguous, 1 <= M <= MAX_ROWS); weight_q int8 [N, K];
-        weight_sum128 int32 [N] (128 * each row's sum); weight_scale, bias float32 [N]."""
+        """x float32 [M, K] (contiguous, 1 <= M <= MAX_ROWS); `blocked` the weights as
+        `block_weights` lays them out; weight_scale, bias float32 [N]."""
         rows, k = x.shape
-        n = weight_q.shape[0]
+        n = blocked.shape[0] * 16
         out = torch.empty(rows, n, dtype=torch.float32)
-        scratch = torch.empty(rows * ((k + 63) // 64 * 64), dtype=torch.uint8)
-        self.function(
+        scratch = torch.empty(rows * k, dtype=torch.int8)
+        status = self.function(
             x.data_ptr(),
             rows,
             k,
-            weight_q.data_ptr(),
+            blocked.data_ptr(),
             n,
-            weight_sum128.data_ptr(),
             weight_scale.data_ptr(),
             None if bias is None else bias.data_ptr(),
             out.data_ptr(),
             scratch.data_ptr(),
             torch.get_num_threads(),
         )
+        if status != 0:
+            raise ValueError(f"int8 rows kernel: no kernel for {rows} rows of {k} -> {n}")
         return out
 
 
@@ -156,6 +177,6 @@ def _build_and_load(home: Path | None) -> RowKernel:
     function = library.qd_int8_rows
     pointer, integer = ctypes.c_void_p, ctypes.c_int
     function.argtypes = [pointer, integer, integer, pointer, integer, pointer, pointer]
-    function.argtypes += [pointer, pointer, pointer, integer]
-    function.restype = None
+    function.argtypes += [pointer, pointer, integer]
+    function.restype = ctypes.c_int
     return RowKernel(function, path)

@@ -178,16 +178,16 @@ change a result (integer sums are exact, rows independent)."""
 
 FAST_ROWS_PROBE = (1536, 2048)
 """in_features, out_features of the layer `fast_rows` times (a 1.5B's fused q/k/v)."""
-FAST_ROWS_MAX = 2
+FAST_ROWS_MAX = 4
 """The lean kernel runs for at most this many rows. It reads the weights once a call and does
-rows x 64 multiply-adds per instruction, so it is bound by memory at a few rows and by
-arithmetic past them, where oneDNN's AMX kernel is far ahead. Timed over the 1.5B's 28 layers
-of linears (1.3 GB, from memory) on an AMX Xeon, lean against oneDNN, ms: 1 row 66/102, 2
-76/105, 3 85/101, 4 93/101, 8 128/100; in the whole model's forward (`models stepcost`, same
-sitting) 4 rows were already slower (144 against 132 ms), 2 faster (116 against 131). The
-probe in `fast_rows` cannot see that crossing (a layer small enough to time at once sits in
-this CPU's cache, where the lean kernel wins at any row count), so it only confirms, in cache,
-that each row count up to this one is faster."""
+64 multiply-adds an instruction per row, so it is bound by memory for a few rows and by
+arithmetic past them, where oneDNN's AMX kernel is far ahead. The integer matmuls alone over
+the 1.5B's 28 layers (1.3 GB, read from memory) on an AMX Xeon, lean against oneDNN, ms: 1 row
+55/78, 2 57/80, 4 62/82, 8 115/73. The whole target's forward, one process, kernel off / on:
+1 token 117/89 ms, 2 120/96, 3 123/99, 4 127/106, 8 130/128 (oneDNN either way). The probe in
+`fast_rows` cannot see that crossing (a layer small enough to time at once sits in this CPU's
+cache, where the lean kernel wins at any row count), so it only confirms, in cache, that each
+row count up to this one is faster."""
 
 _FAST_ROWS: dict[str, int] = {}
 
@@ -209,7 +209,7 @@ def _measure_fast_rows(backend: str) -> int:
         return 0
     generator = torch.Generator().manual_seed(11)
     with torch.inference_mode():
-        for k, n, bias in ((1536, 264, True), (100, 37, False), (8, 3, True)):
+        for k, n, bias in ((1536, 272, True), (100, 48, False), (8, 16, True)):
             layer = _random_layer(k, n, bias, backend, generator)
             for rows in range(1, int8_rows.MAX_ROWS + 1):
                 x = torch.randn(rows, k, generator=generator) * 4.0
@@ -305,16 +305,17 @@ class Int8Linear(nn.Module):
         self.out_features, self.in_features = weight_q.shape
         self.backend = backend or default_int8_backend()
         self.kernel_rows = fast_rows(self.backend) if rows is None else rows
+        if not int8_rows.fits(self.out_features, self.in_features):
+            self.kernel_rows = 0
         self.register_buffer("weight_scale", weight_scale.reshape(1, -1).to(torch.float32))
         self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32))
-        # The lean kernel reads the plain row-major weights (and 128 * each row's sum); oneDNN
-        # its prepacked copy. Both are kept where both run: one more byte per weight.
-        keep_plain = self.kernel_rows > 0 or self.backend not in ("onednn", "onednn7")
-        self.register_buffer("weight_q", weight_q.contiguous() if keep_plain else None)
-        self.register_buffer(
-            "weight_sum128",
-            weight_q.sum(dim=1, dtype=torch.int32).mul_(128) if self.kernel_rows > 0 else None,
-        )
+        # The lean kernel reads its own layout of the weights, oneDNN its prepacked copy, the
+        # other backends the plain one: a layer keeps each copy something of it reads (with
+        # the kernel and oneDNN, one more byte per weight).
+        onednn = self.backend in ("onednn", "onednn7")
+        self.register_buffer("weight_q", None if onednn else weight_q.contiguous())
+        blocked = int8_rows.block_weights(weight_q) if self.kernel_rows > 0 else None
+        self.register_buffer("weight_blocked", blocked)
         if self.backend in ("onednn", "onednn7"):
             # An opaque oneDNN tensor: not a buffer (it has no storage to save or move).
             self._packed = torch.ops.onednn.qlinear_prepack(weight_q.contiguous(), None)
@@ -348,16 +349,17 @@ class Int8Linear(nn.Module):
         return torch.zeros((), dtype=torch.int8).expand(self.out_features, self.in_features)
 
     @property
-    def packed_bytes(self) -> int:
-        """Bytes of weights a one-row step reads from oneDNN's prepacked copy (not a buffer:
-        counted apart); 0 where the lean kernel reads the plain copy instead."""
-        if self._packed is None or self.kernel_rows > 0:
-            return 0
-        return self.out_features * self.in_features
+    def step_weight_bytes(self) -> int:
+        """Bytes a one-row step reads from this layer: one copy of the int8 weights (whichever
+        it holds and reads), the channel scales and the bias."""
+        extra = self.weight_scale.numel() * 4 + (0 if self.bias is None else self.bias.numel() * 4)
+        return self.out_features * self.in_features + extra
 
     def int8_weight(self) -> torch.Tensor:
         if self.weight_q is not None:
             return self.weight_q
+        if self.weight_blocked is not None:
+            return int8_rows.unblock_weights(self.weight_blocked)
         return self._packed.to_dense().t().contiguous()
 
     def dequantized_weight(self) -> torch.Tensor:
@@ -382,9 +384,7 @@ class Int8Linear(nn.Module):
     def rows_kernel_forward(self, x: torch.Tensor, kernel: int8_rows.RowKernel) -> torch.Tensor:
         """`forward` of a float32 [rows, in_features] input by the lean kernel: bitwise the same
         (checked where it is enabled: `fast_rows`)."""
-        return kernel.linear(
-            x.contiguous(), self.weight_q, self.weight_sum128, self.weight_scale, self.bias
-        )
+        return kernel.linear(x.contiguous(), self.weight_blocked, self.weight_scale, self.bias)
 
     def general_forward(self, rows: torch.Tensor) -> torch.Tensor:
         """`forward` of float32 [rows, in_features] by quantize_rows and the backend."""

@@ -58,7 +58,7 @@ def read_bandwidth_gbs(repeats: int = 3) -> float:
 def torch_weight_bytes(model: torch.nn.Module) -> int:
     """Bytes of weights one decode step reads: every parameter and buffer once, the input
     embedding's table not (one row), unless the lm_head shares it (then it is read whole), and
-    the int8 weights oneDNN holds prepacked."""
+    an int8 linear's weights once, whichever of its copies the step reads."""
     embedding = model.get_input_embeddings()
     head = model.get_output_embeddings()
     skip = set()
@@ -66,15 +66,21 @@ def torch_weight_bytes(model: torch.nn.Module) -> int:
         head is not None and getattr(head, "weight", None) is getattr(embedding, "weight", 0)
     ):
         skip = {id(t) for t in (*embedding.parameters(), *embedding.buffers())}
-    seen: set[int] = set()
+    # An int8 linear may hold its weights twice (oneDNN's opaque prepacked copy, neither
+    # parameter nor buffer; the lean kernel's layout; the plain one): a step reads one.
     total = 0
+    for module in model.modules():
+        read = getattr(module, "step_weight_bytes", None)
+        if read is not None:
+            total += read
+            skip |= {id(t) for t in module.buffers(recurse=False)}
+    seen: set[int] = set()
     for tensor in (*model.parameters(), *model.buffers()):
         if id(tensor) in seen or id(tensor) in skip or tensor.is_meta:
             continue
         seen.add(id(tensor))
         total += tensor.numel() * tensor.element_size()
-    # oneDNN's prepacked int8 weights are opaque tensors, neither parameters nor buffers.
-    return total + sum(getattr(module, "packed_bytes", 0) for module in model.modules())
+    return total
 
 
 def gguf_weight_bytes(path: Path) -> int:
