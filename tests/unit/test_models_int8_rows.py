@@ -99,6 +99,17 @@ def test_a_cpu_without_vnni_is_told_apart(monkeypatch, tmp_path):
     assert kernel is None and "avx512_vnni" in why
 
 
+def test_an_unwritable_cache_means_no_kernel_not_a_crash(monkeypatch, tmp_path):
+    monkeypatch.setattr(int8_rows, "_LOADED", None)
+    monkeypatch.setattr(int8_rows, "_WHY_NOT", None)
+    monkeypatch.setattr(int8_rows, "cpu_flags", lambda: frozenset(int8_rows.NEEDED_FLAGS))
+    if int8_rows.shutil.which("cc") is None and int8_rows.shutil.which("gcc") is None:
+        pytest.skip("no C compiler here")
+    (tmp_path / "kernels").write_text("a file where the directory would be\n")
+    kernel, why = int8_rows.load(home=tmp_path)
+    assert kernel is None and "could not build it in" in why
+
+
 def test_an_emulated_avx2_cpu_gets_no_kernel(monkeypatch, tmp_path):
     monkeypatch.setattr(int8_rows, "_LOADED", None)
     monkeypatch.setattr(int8_rows, "_WHY_NOT", None)

@@ -154,29 +154,37 @@ def _build_and_load(home: Path | None) -> RowKernel:
     directory = (home or store.quickdraft_home()) / "kernels"
     path = directory / f"int8_rows-{key}.so"
     if not path.exists():
-        directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=directory, prefix=".tmp-int8-rows-") as tmp:
-            built = Path(tmp) / path.name
-            try:
-                result = subprocess.run(
-                    [compiler, *FLAGS, str(SOURCE), "-o", str(built)],
-                    capture_output=True,
-                    text=True,
-                    timeout=BUILD_TIMEOUT_S,
-                )
-            except (OSError, subprocess.SubprocessError) as error:
-                raise _Unavailable(f"{compiler} failed to run: {error}") from None
-            if result.returncode != 0:
-                tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
-                raise _Unavailable(f"{compiler} could not build it: {' / '.join(tail)}")
-            os.replace(built, path)
+        try:
+            _build(compiler, directory, path)
+        except OSError as error:  # the cache is not writable, the disk is full, ...
+            raise _Unavailable(f"could not build it in {directory}: {error}") from None
     try:
-        library = ctypes.CDLL(str(path))
-    except OSError as error:
+        function = ctypes.CDLL(str(path)).qd_int8_rows
+    except (OSError, AttributeError) as error:
         raise _Unavailable(f"could not load {path}: {error}") from None
-    function = library.qd_int8_rows
     pointer, integer = ctypes.c_void_p, ctypes.c_int
     function.argtypes = [pointer, integer, integer, pointer, integer, pointer, pointer]
     function.argtypes += [pointer, pointer, integer]
     function.restype = ctypes.c_int
     return RowKernel(function, path)
+
+
+def _build(compiler: str, directory: Path, path: Path) -> None:
+    """Compile SOURCE into `path`, through a temporary directory beside it (another process
+    building at the same time renames in the same bytes)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory, prefix=".tmp-int8-rows-") as tmp:
+        built = Path(tmp) / path.name
+        try:
+            result = subprocess.run(
+                [compiler, *FLAGS, str(SOURCE), "-o", str(built)],
+                capture_output=True,
+                text=True,
+                timeout=BUILD_TIMEOUT_S,
+            )
+        except subprocess.SubprocessError as error:
+            raise _Unavailable(f"{compiler} failed to run: {error}") from None
+        if result.returncode != 0:
+            tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
+            raise _Unavailable(f"{compiler} could not build it: {' / '.join(tail)}")
+        os.replace(built, path)

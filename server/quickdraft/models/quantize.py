@@ -11,7 +11,9 @@ token-identical to plain greedy decoding, which is the promise of this project.
 * activations per *row* (per token), symmetric: `xq[r] = round(x[r] / sx[r])`, `sx[r] = max|x[r]|/127`;
 
 multiplies `xq @ Wq^T` exactly in integers (oneDNN's int8 linear with weights prepacked once,
-else `torch._int_mm`; int32 accumulation, exact for in_features < 2^31 / 127^2 ~ 133k), then
+else `torch._int_mm`; for the 1-4 rows of a step, where the CPU has VNNI, the lean kernel of
+`int8_rows`, which also quantizes and scales; int32 accumulation, exact for in_features <
+2^31 / 127^2 ~ 133k), then
 scales elementwise: `y[r, o] = (acc[r, o] * sw[o]) * sx[r]`
 (+ bias). Every step is either exact or elementwise on row r alone, so row r of a k-row forward
 is bitwise equal to the 1-row forward of that row: batch-invariant by construction (tested).
@@ -305,7 +307,8 @@ class Int8Linear(nn.Module):
         self.out_features, self.in_features = weight_q.shape
         self.backend = backend or default_int8_backend()
         self.kernel_rows = fast_rows(self.backend) if rows is None else rows
-        if not int8_rows.fits(self.out_features, self.in_features):
+        fits = int8_rows.fits(self.out_features, self.in_features)
+        if not fits or (self.kernel_rows > 0 and int8_rows.load()[0] is None):
             self.kernel_rows = 0
         self.register_buffer("weight_scale", weight_scale.reshape(1, -1).to(torch.float32))
         self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32))
