@@ -8,7 +8,8 @@ Layout of `$QUICKDRAFT_HOME` (default `~/.cache/quickdraft`):
     converted/<stem>-<key>/          the same for a user's `.gguf` file, keyed by sha/size/mtime
     downloads/<name>/                chunk wheels while a PyPI fetch runs (removed afterwards)
     kernels/, llamacpp/, calibration/  what was measured on this machine (see cpu_kernels.py,
-                                     models/llamacpp_probe.py, Completer.calibrate)
+                                     models/llamacpp_probe.py, Completer.calibrate), and the
+                                     lean int8 kernel built for it (models/int8_rows.py)
 
 The llama.cpp runtime reads the GGUF file itself and needs only the tokenizer files next to
 it; the torch runtime needs the converted weights. A model is converted when the torch runtime
