@@ -25,6 +25,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
 #define MAX_ROWS 4
@@ -75,7 +76,9 @@ TARGET __attribute__((always_inline)) static inline void blocks(
     for (int c = 0; c < CB; c++)
       w[c] = _mm512_loadu_si512((const void *)(wb + ((size_t)(b0 + c) * K4 + k4) * 64));
     for (int r = 0; r < M; r++) {
-      const __m512i x4 = _mm512_set1_epi32(*(const int32_t *)(xq + (size_t)r * K + k4 * 4));
+      int32_t four; /* the row's 4 bytes at k4, read without breaking C's aliasing rules */
+      memcpy(&four, xq + (size_t)r * K + k4 * 4, sizeof four);
+      const __m512i x4 = _mm512_set1_epi32(four);
       for (int c = 0; c < CB; c++) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], w[c], x4);
     }
   }
