@@ -37,7 +37,7 @@ import torch
 
 from quickdraft.machine import OtherLoad, cpu_flags, cpu_model
 from quickdraft.models import store
-from quickdraft.models.quantize import Int8Linear, exact_int8_backends
+from quickdraft.models.quantize import Int8Linear, best_ms, exact_int8_backends
 
 log = logging.getLogger(__name__)
 
@@ -185,15 +185,7 @@ def _time_layer(
         for module, x in zip(modules, inputs, strict=True):
             module(x)
 
-    one_pass()  # warm-up: oneDNN picks and caches its kernel for this shape
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
-        one_pass()
-        best = min(best, time.perf_counter() - started)
-        if best * 1000 > give_up_ms:
-            break
-    return best * 1000
+    return best_ms(one_pass, repeats, give_up_ms)
 
 
 def candidates() -> list[str]:

@@ -152,16 +152,8 @@ def _probe_ms(backend: str) -> float:
     weight = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=generator)
     layer = Int8Linear(weight, torch.ones(n), None, backend)
     xq = torch.randint(-127, 128, (rows, k), dtype=torch.int8, generator=generator)
-    best = float("inf")
     with torch.inference_mode():
-        layer.scaled_int_matmul(xq)
-        for _ in range(3):
-            started = time.perf_counter()
-            layer.scaled_int_matmul(xq)
-            best = min(best, time.perf_counter() - started)
-            if best > 1.0:
-                break
-    return best * 1000
+        return best_ms(lambda: layer.scaled_int_matmul(xq), repeats=3, give_up_ms=1000.0)
 
 
 def _onednn_linear(xq, packed, channel_scale, zeros):
@@ -225,8 +217,8 @@ def _measure_fast_rows(backend: str) -> int:
         chosen, timings = 0, []
         for rows in range(1, FAST_ROWS_MAX + 1):
             x = torch.randn(rows, k, generator=generator)
-            lean = _best_ms(lambda x=x: layer.rows_kernel_forward(x, kernel))
-            general = _best_ms(lambda x=x: layer.general_forward(x))
+            lean = best_ms(lambda x=x: layer.rows_kernel_forward(x, kernel))
+            general = best_ms(lambda x=x: layer.general_forward(x))
             timings.append(f"{rows}: {lean:.2f}/{general:.2f}")
             if lean >= general:
                 break
@@ -250,13 +242,18 @@ def _random_layer(k: int, n: int, bias: bool, backend: str, generator) -> Int8Li
     return Int8Linear(weight, scale, bias_values, backend, rows=int8_rows.MAX_ROWS)
 
 
-def _best_ms(call, repeats: int = 7) -> float:
+def best_ms(call, repeats: int = 7, give_up_ms: float = float("inf")) -> float:
+    """The fastest of `repeats` timed calls of `call`, in ms, after one untimed warm-up call
+    (where oneDNN builds its kernel for the shape); the repeats stop once the best is slower
+    than `give_up_ms` (a hopeless candidate is not timed again)."""
     call()
     best = float("inf")
     for _ in range(repeats):
         started = time.perf_counter()
         call()
         best = min(best, time.perf_counter() - started)
+        if best * 1000 > give_up_ms:
+            break
     return best * 1000
 
 
