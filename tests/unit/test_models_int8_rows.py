@@ -78,10 +78,20 @@ def test_a_tiny_model_stays_batch_invariant_with_the_kernel():
         assert torch.equal(batch, steps), k
 
 
-def test_no_compiler_means_no_kernel_and_the_backend_alone(monkeypatch, tmp_path):
+def fresh_load(monkeypatch, flags) -> None:
+    """`int8_rows.load` as in a new process on a CPU listing `flags` (restored after the test)."""
     monkeypatch.setattr(int8_rows, "_LOADED", None)
     monkeypatch.setattr(int8_rows, "_WHY_NOT", None)
-    monkeypatch.setattr(int8_rows, "cpu_flags", lambda: frozenset(int8_rows.NEEDED_FLAGS))
+    monkeypatch.setattr(int8_rows, "cpu_flags", lambda: frozenset(flags))
+
+
+def needs_compiler() -> None:
+    if int8_rows.shutil.which("cc") is None and int8_rows.shutil.which("gcc") is None:
+        pytest.skip("no C compiler here")
+
+
+def test_no_compiler_means_no_kernel_and_the_backend_alone(monkeypatch, tmp_path):
+    fresh_load(monkeypatch, int8_rows.NEEDED_FLAGS)
     monkeypatch.setattr(int8_rows.shutil, "which", lambda name: None)
     kernel, why = int8_rows.load(home=tmp_path)
     assert kernel is None and "no C compiler" in why
@@ -92,49 +102,39 @@ def test_no_compiler_means_no_kernel_and_the_backend_alone(monkeypatch, tmp_path
 
 
 def test_a_cpu_without_vnni_is_told_apart(monkeypatch, tmp_path):
-    monkeypatch.setattr(int8_rows, "_LOADED", None)
-    monkeypatch.setattr(int8_rows, "_WHY_NOT", None)
-    monkeypatch.setattr(int8_rows, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    fresh_load(monkeypatch, ("avx2", "fma"))
     kernel, why = int8_rows.load(home=tmp_path)
     assert kernel is None and "avx512_vnni" in why
 
 
 def test_an_unwritable_cache_means_no_kernel_not_a_crash(monkeypatch, tmp_path):
-    monkeypatch.setattr(int8_rows, "_LOADED", None)
-    monkeypatch.setattr(int8_rows, "_WHY_NOT", None)
-    monkeypatch.setattr(int8_rows, "cpu_flags", lambda: frozenset(int8_rows.NEEDED_FLAGS))
-    if int8_rows.shutil.which("cc") is None and int8_rows.shutil.which("gcc") is None:
-        pytest.skip("no C compiler here")
+    fresh_load(monkeypatch, int8_rows.NEEDED_FLAGS)
+    needs_compiler()
     (tmp_path / "kernels").write_text("a file where the directory would be\n")
     kernel, why = int8_rows.load(home=tmp_path)
     assert kernel is None and "could not build it in" in why
 
 
 def test_an_emulated_avx2_cpu_gets_no_kernel(monkeypatch, tmp_path):
-    monkeypatch.setattr(int8_rows, "_LOADED", None)
-    monkeypatch.setattr(int8_rows, "_WHY_NOT", None)
-    monkeypatch.setattr(int8_rows, "cpu_flags", lambda: frozenset(int8_rows.NEEDED_FLAGS))
+    fresh_load(monkeypatch, int8_rows.NEEDED_FLAGS)
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
     kernel, why = int8_rows.load(home=tmp_path)
     assert kernel is None and "ATEN_CPU_CAPABILITY=avx2" in why
 
 
 def test_a_failing_build_says_what_the_compiler_said(monkeypatch, tmp_path):
-    monkeypatch.setattr(int8_rows, "_LOADED", None)
-    monkeypatch.setattr(int8_rows, "_WHY_NOT", None)
-    monkeypatch.setattr(int8_rows, "cpu_flags", lambda: frozenset(int8_rows.NEEDED_FLAGS))
+    fresh_load(monkeypatch, int8_rows.NEEDED_FLAGS)
     broken = tmp_path / "broken.c"
     broken.write_text("this is not C\n")
     monkeypatch.setattr(int8_rows, "SOURCE", broken)
-    if int8_rows.shutil.which("cc") is None and int8_rows.shutil.which("gcc") is None:
-        pytest.skip("no C compiler here")
+    needs_compiler()
     kernel, why = int8_rows.load(home=tmp_path)
     assert kernel is None and "could not build it" in why
     assert not list((tmp_path / "kernels").glob("*.so"))
 
 
 @needs_kernel
-def test_the_onednn_layer_keeps_the_plain_weights_only_where_the_kernel_runs():
+def test_the_onednn_layer_keeps_the_kernel_copy_only_where_the_kernel_runs():
     if "onednn" not in quantize.exact_int8_backends():
         pytest.skip("no exact oneDNN int8 here")
     with_kernel = _layer(128, 16, False, "onednn", rows=2)
