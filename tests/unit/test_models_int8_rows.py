@@ -12,6 +12,9 @@ from quickdraft.testing import build_tiny_model, forward_batch_and_steps
 
 KERNEL, WHY_NOT = int8_rows.load()
 needs_kernel = pytest.mark.skipif(KERNEL is None, reason=f"int8 rows kernel: {WHY_NOT}")
+TILES = KERNEL is not None and KERNEL.tiles is not None
+needs_tiles = pytest.mark.skipif(not TILES, reason=f"AMX tiles: {WHY_NOT or KERNEL.tiles_note}")
+BACKENDS = [b for b in ("onednn", "int_mm") if b in quantize.exact_int8_backends()]
 
 
 def _layer(k: int, n: int, bias: bool, backend: str, rows: int, seed: int = 0) -> Int8Linear:
@@ -24,9 +27,7 @@ def _layer(k: int, n: int, bias: bool, backend: str, rows: int, seed: int = 0) -
 
 
 @needs_kernel
-@pytest.mark.parametrize(
-    "backend", [b for b in ("onednn", "int_mm") if b in quantize.exact_int8_backends()]
-)
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     ("k", "n", "bias"),
     [(1536, 272, True), (8960, 32, False), (100, 48, True), (64, 16, False), (4, 16, True)],
@@ -44,6 +45,51 @@ def test_the_kernel_is_bitwise_the_general_path(backend, k, n, bias):
                 assert torch.equal(lean, layer.general_forward(x)), (rows, magnitude)
         zeros = torch.zeros(2, k)  # the row scale clamps to the smallest normal float
         assert torch.equal(layer.rows_kernel_forward(zeros, KERNEL), layer.general_forward(zeros))
+
+
+@needs_tiles
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("k", "n", "bias"),
+    [(1536, 320, True), (8960, 64, False), (128, 96, True), (64, 32, False)],
+)
+def test_the_tiles_are_bitwise_the_general_path_at_any_rows(backend, k, n, bias):
+    # 320 and 64 channels: four channel blocks a pass up to 16 rows; 96 and 32: pairs of row
+    # tiles. The row counts cross every tile edge (16, 32) and a prefill chunk's 128.
+    layer = _layer(k, n, bias, backend, rows=int8_rows.ANY_ROWS, seed=k + n)
+    assert layer.kernel_rows == int8_rows.ANY_ROWS
+    generator = torch.Generator().manual_seed(2)
+    with torch.inference_mode():
+        for rows in (1, 2, 5, 15, 16, 17, 31, 32, 33, 64, 128):
+            for magnitude in (1e-3, 1e3):
+                x = torch.randn(rows, k, generator=generator) * magnitude
+                x[-1, -1] = -x[-1].abs().max() * 2
+                lean = layer.rows_kernel_forward(x, KERNEL)
+                assert torch.equal(lean, layer.general_forward(x)), (rows, magnitude)
+
+
+@needs_tiles
+def test_a_layer_the_tiles_take_makes_onednns_copy_only_when_a_call_needs_it():
+    if "onednn" not in quantize.exact_int8_backends():
+        pytest.skip("no exact oneDNN int8 here")
+    tiled = _layer(256, 64, True, "onednn", rows=int8_rows.ANY_ROWS)
+    narrow = _layer(256, 64, True, "onednn", rows=4)
+    assert tiled._packed is None and narrow._packed is not None
+    x = torch.randn(40, 256)
+    with torch.inference_mode():
+        assert torch.equal(tiled(x), narrow(x))  # 40 rows: the tiles, then oneDNN's
+        assert tiled._packed is None
+        assert torch.equal(tiled.general_forward(x), narrow(x))
+    assert tiled._packed is not None
+
+
+def test_a_cpu_without_amx_gets_the_vnni_loop_alone(monkeypatch, tmp_path):
+    fresh_load(monkeypatch, int8_rows.NEEDED_FLAGS)  # AVX-512 VNNI, no AMX
+    needs_compiler()
+    kernel, why = int8_rows.load(home=tmp_path)
+    assert kernel is not None and kernel.tiles is None
+    assert "lacks amx_tile, amx_int8" in why
+    assert kernel.max_rows(2048, 1536) == int8_rows.MAX_ROWS
 
 
 @needs_kernel

@@ -667,6 +667,12 @@ class StaticModelRunner(ModelRunner):
             config = torch._dynamo.config
             name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
             setattr(config, name, max(getattr(config, name), limit))
+            for module in model.modules():
+                # What a module's compiled path reads but its eager one does not, made now (an
+                # int8 linear's oneDNN weights where the lean kernel serves eager calls).
+                prepare = getattr(module, "before_compile", None)
+                if prepare is not None:
+                    prepare()
             compiled = torch.compile(
                 model.forward, backend=compile_backend, mode=mode, fullgraph=True, dynamic=False
             )

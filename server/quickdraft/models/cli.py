@@ -376,7 +376,8 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
     lean_rows = getattr(target, "_quickdraft_int8", {}).get("lean_rows")
     if runtime == "torch" and lean_rows is not None:
         _, built = int8_rows.load()
-        said = f"up to {lean_rows} rows (models/int8_rows.c, {built})" if lean_rows else built
+        most = "any number of" if lean_rows >= int8_rows.ANY_ROWS else f"up to {lean_rows}"
+        said = f"{most} rows (models/int8_rows.c, {built})" if lean_rows else built
         print(f"lean int8    {'on' if lean_rows else 'off'}: {said}", file=out)
     if "rss" in memory:
         print(f"memory       {_human(memory['rss'])} resident with both models loaded", file=out)

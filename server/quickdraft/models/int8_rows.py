@@ -1,14 +1,20 @@
-"""A lean int8 linear for the few rows of a decode step: built here, loaded, called.
+"""A lean int8 linear for the rows of a decode step, a verify forward or a prefill chunk:
+built here, loaded, called.
 
 A decode step of the 1.5B on an AMX Xeon spent 77-83 ms of its 126-158 ms in oneDNN's int8
 linears, reading 1.3 GB of weights at 16-17 GB/s where this machine reads 24 GB/s. oneDNN's
 general kernel is made for many rows; for one to four rows a plain AVX-512 VNNI loop over the
 weights (`int8_rows.c`, which says how), quantizing the rows and scaling the outputs in the
 same call, reads them at 23-24 GB/s: 55-62 ms for the same linears, bitwise the same outputs.
+Past four rows that loop is bound by its arithmetic. Where the CPU has AMX, tile multiplies
+over the same layout (`qd_int8_tiles`) take any number of rows: the 28 layers' linears, ms,
+tiles against oneDNN, on 2 cores of that Xeon: 1 row 55/95, 4 56/91, 8 59/94, 16 61/98,
+32 77/137, 128 157/228, 512 592/688.
 
-This module compiles and loads that loop and lays weights out for it. `quantize.Int8Linear`
+This module compiles and loads the kernel and lays weights out for it. `quantize.Int8Linear`
 decides where it runs (rows up to what `quantize.fast_rows` found, on a CPU where it is
-exact) and keeps the weights it reads, a copy in its layout, next to oneDNN's prepacked one.
+exact) and keeps the weights it reads in its layout; oneDNN's prepacked copy is made only for
+the rows the kernel does not take.
 
 The source is compiled once per machine with the system's C compiler (`cc`, or `$CC`) into
 `$QUICKDRAFT_HOME/kernels/`, keyed by the source, the flags and the compiler; it is called
@@ -39,8 +45,12 @@ SOURCE = Path(__file__).with_name("int8_rows.c")
 FLAGS = ("-O3", "-shared", "-fPIC", "-fopenmp", "-ffp-contract=off")
 """-ffp-contract=off: no fused multiply-add, so each scaling rounds once, as torch's does."""
 NEEDED_FLAGS = ("avx512f", "avx512bw", "avx512_vnni")
+TILE_FLAGS = ("amx_tile", "amx_int8")
+"""What `qd_int8_tiles` needs besides NEEDED_FLAGS (and Linux granting the tile state)."""
 MAX_ROWS = 4
-"""The most rows one call takes (MAX_ROWS in the C source)."""
+"""The most rows one call of the VNNI loop takes (MAX_ROWS in the C source)."""
+ANY_ROWS = 1 << 30
+"""`RowKernel.max_rows` of a layer the tiles take: any number of rows."""
 BUILD_TIMEOUT_S = 120
 
 
@@ -48,6 +58,12 @@ def fits(out_features: int, in_features: int) -> bool:
     """Whether a layer of this shape has the kernel's layout: whole blocks of 16 output
     channels, inputs in fours (every linear of the Qwen2.5 models does)."""
     return out_features % 16 == 0 and in_features % 4 == 0 and in_features >= 4
+
+
+def tiles_fit(out_features: int, in_features: int) -> bool:
+    """Whether the tiles take a layer of this shape: pairs of channel blocks, inputs in whole
+    tiles of 64 (every linear of the Qwen2.5 models)."""
+    return out_features % 32 == 0 and in_features % 64 == 0 and in_features >= 64
 
 
 def block_weights(weight_q: torch.Tensor) -> torch.Tensor:
@@ -67,11 +83,21 @@ def unblock_weights(blocked: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class RowKernel:
-    """The loaded kernel: `linear` computes `Int8Linear`'s float32 output for up to MAX_ROWS
-    rows."""
+    """The loaded kernel: `linear` computes `Int8Linear`'s float32 output, with AMX tiles for
+    any rows where `tiles` is set and the layer's shape fits them, else with the VNNI loop
+    for up to MAX_ROWS rows (`max_rows`)."""
 
     function: ctypes._CFuncPtr
     path: Path
+    tiles: ctypes._CFuncPtr | None = None
+    tiles_note: str = ""
+    """Whether the tiles run, and why not where they do not."""
+
+    def max_rows(self, out_features: int, in_features: int) -> int:
+        """The most rows a call takes for a layer of this shape (which `fits`)."""
+        if self.tiles is not None and tiles_fit(out_features, in_features):
+            return ANY_ROWS
+        return MAX_ROWS
 
     def linear(
         self,
@@ -80,13 +106,18 @@ class RowKernel:
         weight_scale: torch.Tensor,
         bias: torch.Tensor | None,
     ) -> torch.Tensor:
-        """x float32 [M, K] (contiguous, 1 <= M <= MAX_ROWS); `blocked` the weights as
+        """x float32 [M, K] (contiguous, 1 <= M <= `max_rows`); `blocked` the weights as
         `block_weights` lays them out; weight_scale, bias float32 [N]."""
         rows, k = x.shape
         n = blocked.shape[0] * 16
         out = torch.empty(rows, n, dtype=torch.float32)
-        scratch = torch.empty(rows * k, dtype=torch.int8)
-        status = self.function(
+        function = self.function
+        scratch_rows = rows
+        if self.tiles is not None and tiles_fit(n, k):
+            function = self.tiles
+            scratch_rows = -(-rows // 32) * 32  # whole pairs of row tiles (int8_rows.c)
+        scratch = torch.empty(scratch_rows * k, dtype=torch.int8)
+        status = function(
             x.data_ptr(),
             rows,
             k,
@@ -118,7 +149,7 @@ def load(home: Path | None = None) -> tuple[RowKernel | None, str]:
             _WHY_NOT = str(why)
             log.info("int8 rows kernel not used: %s", why)
     if _LOADED is not None:
-        return _LOADED, f"built in {_LOADED.path.parent}"
+        return _LOADED, f"built in {_LOADED.path.parent}; {_LOADED.tiles_note}"
     return None, _WHY_NOT or "unavailable"
 
 
@@ -159,14 +190,27 @@ def _build_and_load(home: Path | None) -> RowKernel:
         except OSError as error:  # the cache is not writable, the disk is full, ...
             raise _Unavailable(f"could not build it in {directory}: {error}") from None
     try:
-        function = ctypes.CDLL(str(path)).qd_int8_rows
+        library = ctypes.CDLL(str(path))
+        function, tiles, enable = (
+            library.qd_int8_rows,
+            library.qd_int8_tiles,
+            library.qd_tiles_enable,
+        )
     except (OSError, AttributeError) as error:
         raise _Unavailable(f"could not load {path}: {error}") from None
     pointer, integer = ctypes.c_void_p, ctypes.c_int
-    function.argtypes = [pointer, integer, integer, pointer, integer, pointer, pointer]
-    function.argtypes += [pointer, pointer, integer]
-    function.restype = ctypes.c_int
-    return RowKernel(function, path)
+    for linear in (function, tiles):
+        linear.argtypes = [pointer, integer, integer, pointer, integer, pointer, pointer]
+        linear.argtypes += [pointer, pointer, integer]
+        linear.restype = ctypes.c_int
+    enable.restype = ctypes.c_int
+    lacking = [flag for flag in TILE_FLAGS if flag not in cpu_flags()]
+    if lacking:
+        return RowKernel(function, path, None, f"AMX tiles off: the CPU lacks {', '.join(lacking)}")
+    if enable() != 0:
+        note = "AMX tiles off: Linux did not grant the tile state (or the compiler lacks AMX)"
+        return RowKernel(function, path, None, note)
+    return RowKernel(function, path, tiles, "AMX tiles on")
 
 
 def _build(compiler: str, directory: Path, path: Path) -> None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import torch
 from torch import nn
@@ -173,7 +174,7 @@ change a result (integer sums are exact, rows independent)."""
 FAST_ROWS_PROBE = (1536, 2048)
 """in_features, out_features of the layer `fast_rows` times (a 1.5B's fused q/k/v)."""
 FAST_ROWS_MAX = 4
-"""The lean kernel runs for at most this many rows. It reads the weights once a call and does
+"""The VNNI loop runs for at most this many rows. It reads the weights once a call and does
 64 multiply-adds an instruction per row, so it is bound by memory for a few rows and by
 arithmetic past them, where oneDNN's AMX kernel is far ahead. The integer matmuls alone over
 the 1.5B's 28 layers (1.3 GB, read from memory) on an AMX Xeon, lean against oneDNN, ms: 1 row
@@ -182,30 +183,43 @@ the 1.5B's 28 layers (1.3 GB, read from memory) on an AMX Xeon, lean against one
 `fast_rows` cannot see that crossing (a layer small enough to time at once sits in this CPU's
 cache, where the lean kernel wins at any row count), so it only confirms, in cache, that each
 row count up to this one is faster."""
+TILE_PROBE_ROWS = (1, 4, 16, 32, 128)
+"""Row counts at which `fast_rows` times the AMX tiles against the backend: a step, verify
+forwards, a prefill chunk. Faster at all of them, the tiles take every call (ANY_ROWS): in
+memory they were faster than oneDNN at every count from 1 to 512 (int8_rows.py)."""
 
-_FAST_ROWS: dict[str, int] = {}
+_FAST_ROWS: dict[tuple[str, bool], int] = {}
 
 
-def fast_rows(backend: str) -> int:
+def fast_rows(backend: str, tiled: bool = False) -> int:
     """Up to how many rows an `Int8Linear` of `backend` runs the lean kernel (`int8_rows`)
-    instead: 0 where it cannot be built here, where it is not bitwise the backend's result on
-    test layers, or where it is not faster; else the largest row count up to FAST_ROWS_MAX up
-    to which it was faster at every count, timed on a layer of FAST_ROWS_PROBE. Decided once per
-    process (a tenth of a second; the build, once per machine, about two seconds)."""
-    if backend not in _FAST_ROWS:
-        _FAST_ROWS[backend] = _measure_fast_rows(backend)
-    return _FAST_ROWS[backend]
+    instead, for a layer the AMX tiles take (`tiled`: `RowKernel.max_rows` is ANY_ROWS) or one
+    only the VNNI loop takes: 0 where it cannot be built here, where it is not bitwise the
+    backend's result on test layers, or where it is not faster; else the largest row count up
+    to which it was faster at every count timed on a layer of FAST_ROWS_PROBE (ANY_ROWS where
+    the tiles were faster at every one of TILE_PROBE_ROWS). Decided once per process (a tenth
+    of a second; the build, once per machine, a few seconds)."""
+    if (backend, tiled) not in _FAST_ROWS:
+        _FAST_ROWS[backend, tiled] = _measure_fast_rows(backend, tiled)
+    return _FAST_ROWS[backend, tiled]
 
 
-def _measure_fast_rows(backend: str) -> int:
+def _measure_fast_rows(backend: str, tiled: bool) -> int:
     kernel, how = int8_rows.load()
-    if kernel is None:
+    if kernel is None or (tiled and kernel.tiles is None):
         return 0
     generator = torch.Generator().manual_seed(11)
+    # Shapes for the VNNI loop (272: not whole pairs of channel blocks; 100 and 8 inputs: not
+    # whole tiles) and for the tiles (320: four channel blocks a pass; 96: two). Each kernel
+    # call is followed by the backend's: with AMX, oneDNN's own tiles must still be right
+    # after ours ran in the same threads.
+    vnni_shapes = ((1536, 272, True), (100, 48, False), (8, 16, True))
+    shapes = ((1536, 320, True), (128, 96, False)) if tiled else vnni_shapes
+    counts = (1, 2, 3, 4, 5, 16, 17, 33, 40) if tiled else range(1, int8_rows.MAX_ROWS + 1)
     with torch.inference_mode():
-        for k, n, bias in ((1536, 272, True), (100, 48, False), (8, 16, True)):
+        for k, n, bias in shapes:
             layer = _random_layer(k, n, bias, backend, generator)
-            for rows in range(1, int8_rows.MAX_ROWS + 1):
+            for rows in counts:
                 x = torch.randn(rows, k, generator=generator) * 4.0
                 x[0, 0] = 0.0
                 lean = layer.rows_kernel_forward(x, kernel)
@@ -215,7 +229,7 @@ def _measure_fast_rows(backend: str) -> int:
         k, n = FAST_ROWS_PROBE
         layer = _random_layer(k, n, True, backend, generator)
         chosen, timings = 0, []
-        for rows in range(1, FAST_ROWS_MAX + 1):
+        for rows in TILE_PROBE_ROWS if tiled else range(1, FAST_ROWS_MAX + 1):
             x = torch.randn(rows, k, generator=generator)
             lean = best_ms(lambda x=x: layer.rows_kernel_forward(x, kernel))
             general = best_ms(lambda x=x: layer.general_forward(x))
@@ -223,10 +237,13 @@ def _measure_fast_rows(backend: str) -> int:
             if lean >= general:
                 break
             chosen = rows
+    if tiled and chosen == TILE_PROBE_ROWS[-1]:
+        chosen = int8_rows.ANY_ROWS
     log.info(
-        "int8 rows kernel (%s) for up to %d rows; ms lean/%s at %dx%d, rows %s",
+        "int8 rows kernel (%s, %s) for up to %s rows; ms lean/%s at %dx%d, rows %s",
+        "AMX tiles" if tiled else "VNNI",
         how,
-        chosen,
+        "any" if chosen == int8_rows.ANY_ROWS else chosen,
         backend,
         k,
         n,
@@ -239,7 +256,7 @@ def _random_layer(k: int, n: int, bias: bool, backend: str, generator) -> Int8Li
     weight = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=generator)
     scale = torch.rand(n, generator=generator) * 0.01
     bias_values = torch.randn(n, generator=generator) if bias else None
-    return Int8Linear(weight, scale, bias_values, backend, rows=int8_rows.MAX_ROWS)
+    return Int8Linear(weight, scale, bias_values, backend, rows=int8_rows.ANY_ROWS)
 
 
 def best_ms(call, repeats: int = 7, give_up_ms: float = float("inf")) -> float:
@@ -299,29 +316,34 @@ class Int8Linear(nn.Module):
         backend: str | None = None,
         rows: int | None = None,
     ):
-        """`rows`: up to how many rows a call runs the lean kernel (default: `fast_rows`)."""
+        """`rows`: up to how many rows a call runs the lean kernel (default: `fast_rows`;
+        never more than the kernel takes for this shape)."""
         super().__init__()
         self.out_features, self.in_features = weight_q.shape
         self.backend = backend or default_int8_backend()
-        self.kernel_rows = fast_rows(self.backend) if rows is None else rows
-        fits = int8_rows.fits(self.out_features, self.in_features)
-        if not fits or (self.kernel_rows > 0 and int8_rows.load()[0] is None):
-            self.kernel_rows = 0
+        kernel = None
+        if rows != 0 and int8_rows.fits(self.out_features, self.in_features):
+            kernel, _ = int8_rows.load()
+        self.kernel_rows = 0
+        if kernel is not None:
+            most = kernel.max_rows(self.out_features, self.in_features)
+            if rows is None:
+                rows = fast_rows(self.backend, tiled=most == int8_rows.ANY_ROWS)
+            self.kernel_rows = min(rows, most)
         self.register_buffer("weight_scale", weight_scale.reshape(1, -1).to(torch.float32))
         self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32))
         # The lean kernel reads its own layout of the weights, oneDNN its prepacked copy, the
-        # other backends the plain one: a layer keeps each copy something of it reads (with
-        # the kernel and oneDNN, one more byte per weight).
-        onednn = self.backend in ("onednn", "onednn7")
-        self.register_buffer("weight_q", None if onednn else weight_q.contiguous())
+        # other backends the plain one. A layer keeps the copies something of it reads: where
+        # the kernel takes every call, oneDNN's copy is made only if a call ever needs it
+        # (a compiled forward, `general_forward`).
+        self._onednn = self.backend in ("onednn", "onednn7")
+        self.register_buffer("weight_q", None if self._onednn else weight_q.contiguous())
         blocked = int8_rows.block_weights(weight_q) if self.kernel_rows > 0 else None
         self.register_buffer("weight_blocked", blocked)
-        if self.backend in ("onednn", "onednn7"):
-            # An opaque oneDNN tensor: not a buffer (it has no storage to save or move).
+        self._packed = None  # an opaque oneDNN tensor: not a buffer (no storage to save or move)
+        self._zeros = torch.zeros(self.out_features, dtype=torch.int64) if self._onednn else None
+        if self._onednn and self.kernel_rows < int8_rows.ANY_ROWS:
             self._packed = torch.ops.onednn.qlinear_prepack(weight_q.contiguous(), None)
-            self._zeros = torch.zeros(self.out_features, dtype=torch.int64)
-        else:
-            self._packed = None
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, backend: str | None = None) -> Int8Linear:
@@ -362,17 +384,31 @@ class Int8Linear(nn.Module):
             return int8_rows.unblock_weights(self.weight_blocked)
         return self._packed.to_dense().t().contiguous()
 
+    def onednn_packed(self) -> Any:
+        """oneDNN's prepacked weights, made at the first call that needs them (or by
+        `before_compile`: a compiled forward cannot make them)."""
+        if self._packed is None:
+            self._packed = torch.ops.onednn.qlinear_prepack(self.int8_weight(), None)
+        return self._packed
+
+    def before_compile(self) -> None:
+        """Called by a runner before it compiles the model: a compiled forward runs the
+        backend (`forward`), whose weights are made here where eager calls never needed them."""
+        if self._onednn:
+            self.onednn_packed()
+
     def dequantized_weight(self) -> torch.Tensor:
         return self.int8_weight().to(torch.float32) * self.weight_scale.reshape(-1, 1)
 
     def scaled_int_matmul(self, xq: torch.Tensor) -> torch.Tensor:
         """`float32(xq @ Wq^T) * channel_scale` ([M, K] int8 -> [M, N]); the sum is exact."""
-        if self._packed is not None:
+        if self._onednn:
             rows = xq.shape[0]
             pad = -rows % _ROW_BLOCK
             if pad:
                 xq = torch.cat([xq, xq.new_zeros(pad, xq.shape[1])])
-            out = _onednn_linear(xq, self._packed, self.weight_scale.reshape(-1), self._zeros)
+            packed = self.onednn_packed()
+            out = _onednn_linear(xq, packed, self.weight_scale.reshape(-1), self._zeros)
             return out[:rows] if pad else out
         if self.backend == "int_mm":
             acc = torch._int_mm(xq, self.weight_q.t())
