@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from quickdraft.models import int8_rows, quantize
+from quickdraft.models import int8_rows, native_build, quantize
 from quickdraft.models.quantize import Int8Linear
 from quickdraft.testing import build_tiny_model, forward_batch_and_steps
 
@@ -126,19 +126,19 @@ def test_a_tiny_model_stays_batch_invariant_with_the_kernel():
 
 def fresh_load(monkeypatch, flags) -> None:
     """`int8_rows.load` as in a new process on a CPU listing `flags` (restored after the test)."""
-    monkeypatch.setattr(int8_rows, "_LOADED", None)
-    monkeypatch.setattr(int8_rows, "_WHY_NOT", None)
+    monkeypatch.setattr(int8_rows._KERNEL, "loaded", None)
+    monkeypatch.setattr(int8_rows._KERNEL, "why_not", None)
     monkeypatch.setattr(int8_rows, "cpu_flags", lambda: frozenset(flags))
 
 
 def needs_compiler() -> None:
-    if int8_rows.shutil.which("cc") is None and int8_rows.shutil.which("gcc") is None:
+    if native_build.shutil.which("cc") is None and native_build.shutil.which("gcc") is None:
         pytest.skip("no C compiler here")
 
 
 def test_no_compiler_means_no_kernel_and_the_backend_alone(monkeypatch, tmp_path):
     fresh_load(monkeypatch, int8_rows.NEEDED_FLAGS)
-    monkeypatch.setattr(int8_rows.shutil, "which", lambda name: None)
+    monkeypatch.setattr(native_build.shutil, "which", lambda name: None)
     kernel, why = int8_rows.load(home=tmp_path)
     assert kernel is None and "no C compiler" in why
     monkeypatch.setattr(quantize, "_FAST_ROWS", {})

@@ -11,9 +11,10 @@ from typing import Any
 
 from quickdraft.cli_args import ProgressLines
 from quickdraft.config import DecodingConfig, ModelConfig
+from quickdraft.decoding.runner import ROWWISE_ATTENTION
 from quickdraft.errors import ModelError
 from quickdraft.machine import cpu_model, peak_rss_bytes
-from quickdraft.models import fetch, int8_rows, store
+from quickdraft.models import attention_rows, fetch, int8_rows, store
 from quickdraft.models.fetch import fetch_preset
 from quickdraft.models.presets import PRESETS, get_preset
 
@@ -379,6 +380,12 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
         most = "any number of" if lean_rows >= int8_rows.ANY_ROWS else f"up to {lean_rows}"
         said = f"{most} rows (models/int8_rows.c, {built})" if lean_rows else built
         print(f"lean int8    {'on' if lean_rows else 'off'}: {said}", file=out)
+        attention = getattr(target, "_quickdraft_int8", {}).get("attention")
+        if attention == ROWWISE_ATTENTION:
+            kernel_loaded, how = attention_rows.load()
+            where = "models/attention_rows.c, " if kernel_loaded is not None else "SDPA per row: "
+            said = f"{'one call a layer' if kernel_loaded is not None else 'off'} ({where}{how})"
+            print(f"decode attn  {said}", file=out)
     if "rss" in memory:
         print(f"memory       {_human(memory['rss'])} resident with both models loaded", file=out)
     if peak_rss is not None:

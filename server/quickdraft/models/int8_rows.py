@@ -16,34 +16,22 @@ decides where it runs (rows up to what `quantize.fast_rows` found, on a CPU wher
 exact) and keeps the weights it reads in its layout; oneDNN's prepacked copy is made only for
 the rows the kernel does not take.
 
-The source is compiled once per machine with the system's C compiler (`cc`, or `$CC`) into
-`$QUICKDRAFT_HOME/kernels/`, keyed by the source, the flags and the compiler; it is called
-through ctypes (which releases the GIL). Where there is no compiler, no AVX-512 VNNI, or the
-build fails, `load()` says why and quickdraft runs oneDNN alone, as before.
+The source is compiled once per machine (`native_build`). Where there is no compiler, no
+AVX-512 VNNI, or the build fails, `load()` says why and quickdraft runs oneDNN alone, as before.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import logging
-import os
-import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from quickdraft.machine import cpu_flags
-from quickdraft.models import store
-
-log = logging.getLogger(__name__)
+from quickdraft.models import native_build
 
 SOURCE = Path(__file__).with_name("int8_rows.c")
-FLAGS = ("-O3", "-shared", "-fPIC", "-fopenmp", "-ffp-contract=off")
-"""-ffp-contract=off: no fused multiply-add, so each scaling rounds once, as torch's does."""
 NEEDED_FLAGS = ("avx512f", "avx512bw", "avx512_vnni")
 TILE_FLAGS = ("amx_tile", "amx_int8")
 """What `qd_int8_tiles` needs besides NEEDED_FLAGS (and Linux granting the tile state)."""
@@ -51,7 +39,6 @@ MAX_ROWS = 4
 """The most rows one call of the VNNI loop takes (MAX_ROWS in the C source)."""
 ANY_ROWS = 1 << 30
 """`RowKernel.max_rows` of a layer the tiles take: any number of rows."""
-BUILD_TIMEOUT_S = 120
 
 
 def fits(out_features: int, in_features: int) -> bool:
@@ -134,70 +121,24 @@ class RowKernel:
         return out
 
 
-_LOADED: RowKernel | None = None
-_WHY_NOT: str | None = None
+_KERNEL = native_build.Once(
+    "int8 rows kernel",
+    lambda home: _build_and_load(home),
+    lambda kernel: f"built in {kernel.path.parent}; {kernel.tiles_note}",
+)
 
 
 def load(home: Path | None = None) -> tuple[RowKernel | None, str]:
     """The kernel, built where needed (once per process), and a line saying what happened:
     (kernel, where it was built) or (None, why not)."""
-    global _LOADED, _WHY_NOT
-    if _LOADED is None and _WHY_NOT is None:
-        try:
-            _LOADED = _build_and_load(home)
-        except _Unavailable as why:
-            _WHY_NOT = str(why)
-            log.info("int8 rows kernel not used: %s", why)
-    if _LOADED is not None:
-        return _LOADED, f"built in {_LOADED.path.parent}; {_LOADED.tiles_note}"
-    return None, _WHY_NOT or "unavailable"
-
-
-class _Unavailable(Exception):
-    pass
-
-
-def _compiler() -> str:
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if name and shutil.which(name):
-            return name
-    raise _Unavailable("no C compiler (cc, gcc or clang) on PATH")
+    return _KERNEL.get(home)
 
 
 def _build_and_load(home: Path | None) -> RowKernel:
-    missing = [flag for flag in NEEDED_FLAGS if flag not in cpu_flags()]
-    if missing:
-        raise _Unavailable(f"the CPU lacks {', '.join(missing)}")
-    capped = os.environ.get("ATEN_CPU_CAPABILITY", "").lower()
-    if capped in ("default", "avx2", "zvector"):
-        # How an AVX2-only CPU is emulated on a wider one (with ONEDNN_MAX_CPU_ISA=AVX2):
-        # honoured here too, or the emulation would measure a kernel the real CPU lacks.
-        raise _Unavailable(f"ATEN_CPU_CAPABILITY={capped} caps this process below AVX-512")
-    compiler = _compiler()
-    try:
-        version = subprocess.run(
-            [compiler, "--version"], capture_output=True, text=True, timeout=30
-        ).stdout.split("\n", 1)[0]
-    except (OSError, subprocess.SubprocessError) as error:
-        raise _Unavailable(f"{compiler} --version failed: {error}") from None
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + repr((FLAGS, compiler, version)).encode()).hexdigest()[:16]
-    directory = (home or store.quickdraft_home()) / "kernels"
-    path = directory / f"int8_rows-{key}.so"
-    if not path.exists():
-        try:
-            _build(compiler, directory, path)
-        except OSError as error:  # the cache is not writable, the disk is full, ...
-            raise _Unavailable(f"could not build it in {directory}: {error}") from None
-    try:
-        library = ctypes.CDLL(str(path))
-        function, tiles, enable = (
-            library.qd_int8_rows,
-            library.qd_int8_tiles,
-            library.qd_tiles_enable,
-        )
-    except (OSError, AttributeError) as error:
-        raise _Unavailable(f"could not load {path}: {error}") from None
+    symbols = ("qd_int8_rows", "qd_int8_tiles", "qd_tiles_enable")
+    (function, tiles, enable), path = native_build.build_and_load(
+        SOURCE, symbols, needed=NEEDED_FLAGS, flags=cpu_flags(), home=home
+    )
     pointer, integer = ctypes.c_void_p, ctypes.c_int
     for linear in (function, tiles):
         linear.argtypes = [pointer, integer, integer, pointer, integer, pointer, pointer]
@@ -211,24 +152,3 @@ def _build_and_load(home: Path | None) -> RowKernel:
         note = "AMX tiles off: Linux did not grant the tile state (or the compiler lacks AMX)"
         return RowKernel(function, path, None, note)
     return RowKernel(function, path, tiles, "AMX tiles on")
-
-
-def _build(compiler: str, directory: Path, path: Path) -> None:
-    """Compile SOURCE into `path`, through a temporary directory beside it (another process
-    building at the same time renames in the same bytes)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=directory, prefix=".tmp-int8-rows-") as tmp:
-        built = Path(tmp) / path.name
-        try:
-            result = subprocess.run(
-                [compiler, *FLAGS, str(SOURCE), "-o", str(built)],
-                capture_output=True,
-                text=True,
-                timeout=BUILD_TIMEOUT_S,
-            )
-        except subprocess.SubprocessError as error:
-            raise _Unavailable(f"{compiler} failed to run: {error}") from None
-        if result.returncode != 0:
-            tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
-            raise _Unavailable(f"{compiler} could not build it: {' / '.join(tail)}")
-        os.replace(built, path)

@@ -40,7 +40,7 @@ from torch import nn
 from transformers import AttentionInterface
 
 from quickdraft.decoding.runner import PREFILL_KWARG, ROWWISE_ATTENTION, TREE_KWARG
-from quickdraft.models import int8_rows
+from quickdraft.models import attention_rows, int8_rows
 from quickdraft.models.fused_linears import fuse_projections
 from quickdraft.models.precision import cast_floating
 
@@ -502,7 +502,16 @@ def rowwise_attention(
     cache_position = kwargs.get("cache_position")
     tree = kwargs.get(TREE_KWARG)
     if tree is not None:
-        return _tree_rows(query, key, value, tree, scaling, window), None
+        # A row on the first branch reads the cache up to its node; any other, the prefix
+        # and then its path's positions.
+        starts = [
+            tree.base + depth + 1 if tail is None else tree.base
+            for depth, tail in zip(tree.depths, tree.tails, strict=True)
+        ]
+        out = _kernel_rows(query, key, value, starts, tree.tails, scaling, window, tree)
+        if out is None:
+            out = _tree_rows(query, key, value, tree, scaling, window)
+        return out, None
     if torch.compiler.is_compiling():
         if cache_position is None:
             cache_position = torch.arange(kv_len - q_len, kv_len, device=query.device)
@@ -511,9 +520,29 @@ def rowwise_attention(
         positions = (
             cache_position.tolist() if cache_position is not None else range(kv_len - q_len, kv_len)
         )
-        rows = _block_rows if prefill else _step_rows
-        out = rows(query, key, value, positions, scaling, window)
+        out = None
+        if not prefill:
+            ends = [position + 1 for position in positions]
+            out = _kernel_rows(
+                query, key, value, ends, [None] * q_len, scaling, window, tuple(ends)
+            )
+        if out is None:
+            rows = _block_rows if prefill else _step_rows
+            out = rows(query, key, value, positions, scaling, window)
     return out, None  # [b, q, h, d]
+
+
+def _kernel_rows(query, key, value, starts, extra, scaling, window, layout_key):
+    """Decode rows by `attention_rows` (one C call; see there), or None where it does not run
+    (not built here, a sliding window, tensors it does not take): then every decode row of
+    this model goes through SDPA, as the caller does."""
+    if window:
+        return None
+    kernel, _ = attention_rows.load()
+    if kernel is None:
+        return None
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    return kernel.rows(query, key, value, starts, extra, scale, layout_key)
 
 
 def _attend_row(query, i, key, value, end, scaling, window):

@@ -1,0 +1,91 @@
+"""Decode attention rows in one C call (models/attention_rows.c): each row bitwise the same
+alone or in any forward, a tree row the step at the end of its path, close to SDPA, and SDPA
+where the kernel cannot be had."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from quickdraft.models import attention_rows, native_build
+from quickdraft.models.quantize import _step_rows
+
+KERNEL, WHY_NOT = attention_rows.load()
+needs_kernel = pytest.mark.skipif(KERNEL is None, reason=f"attention rows kernel: {WHY_NOT}")
+SHAPES = [(12, 2, 128), (14, 2, 64), (4, 4, 16)]
+"""Query heads, key/value heads, head dimension: the 1.5B's, the 0.5B's, plain multi-head."""
+
+
+def _inputs(heads, kv_heads, dim, cached, rows, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    key = torch.randn(1, kv_heads, cached + rows, dim, generator=generator)
+    value = torch.randn(1, kv_heads, cached + rows, dim, generator=generator)
+    # As transformers hands it over: [b, q, h, d] projected, then transposed.
+    query = torch.randn(1, rows, heads, dim, generator=generator).transpose(1, 2)
+    return query, key, value
+
+
+def _rows(query, key, value, starts, extra=None):
+    extra = extra or [None] * len(starts)
+    scale = query.shape[-1] ** -0.5
+    return KERNEL.rows(query, key, value, starts, extra, scale, object())
+
+
+@needs_kernel
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), SHAPES)
+def test_a_row_is_bitwise_the_same_alone_and_in_any_forward(heads, kv_heads, dim):
+    cached, n = 300, 9
+    query, key, value = _inputs(heads, kv_heads, dim, cached, n)
+    ends = [cached + i + 1 for i in range(n)]
+    together = _rows(query, key, value, ends)
+    assert together.shape == (1, n, heads, dim)
+    for i in range(n):
+        alone = _rows(query[:, :, i : i + 1], key, value, ends[i : i + 1])
+        assert torch.equal(alone[:, 0], together[:, i]), i
+    three = _rows(query[:, :, 2:5], key, value, ends[2:5])
+    assert torch.equal(three, together[:, 2:5])
+    sdpa = _step_rows(query, key, value, [e - 1 for e in ends], query.shape[-1] ** -0.5, None)
+    torch.testing.assert_close(together, sdpa, rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), SHAPES[:2])
+def test_a_tree_row_is_the_step_at_the_end_of_its_path(heads, kv_heads, dim):
+    base = 200
+    query, key, value = _inputs(heads, kv_heads, dim, base, 6, seed=1)
+    path = torch.tensor([base + 1, base + 3, base + 4])  # nodes 1, 3, 4 of the tree
+    tree_row = _rows(query[:, :, :1], key, value, [base], [path])
+    laid_out_key, laid_out_value = key.clone(), value.clone()
+    laid_out_key[:, :, base : base + 3] = key[:, :, path]
+    laid_out_value[:, :, base : base + 3] = value[:, :, path]
+    step = _rows(query[:, :, :1], laid_out_key, laid_out_value, [base + 3])
+    assert torch.equal(tree_row, step)
+    first_branch = _rows(query[:, :, :1], key, value, [base + 2])
+    assert not torch.equal(first_branch, tree_row)  # other keys: another result
+
+
+@needs_kernel
+def test_tensors_it_does_not_take_are_left_to_sdpa():
+    query, key, value = _inputs(4, 2, 16, 20, 2)
+    assert _rows(query.double(), key.double(), value.double(), [21, 22]) is None
+    query2 = torch.cat([query, query])
+    assert _rows(query2, torch.cat([key, key]), torch.cat([value, value]), [21, 22]) is None
+    odd_query, odd_key, odd_value = _inputs(4, 2, 24, 20, 1)  # 24: not whole chunks of 16
+    assert _rows(odd_query, odd_key, odd_value, [21]) is None
+
+
+def test_a_cpu_without_avx512_gets_sdpa(monkeypatch, tmp_path):
+    monkeypatch.setattr(attention_rows._KERNEL, "loaded", None)
+    monkeypatch.setattr(attention_rows._KERNEL, "why_not", None)
+    monkeypatch.setattr(attention_rows, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    kernel, why = attention_rows.load(home=tmp_path)
+    assert kernel is None and "avx512f" in why
+
+
+def test_an_emulated_avx2_cpu_gets_sdpa(monkeypatch, tmp_path):
+    monkeypatch.setattr(attention_rows._KERNEL, "loaded", None)
+    monkeypatch.setattr(attention_rows._KERNEL, "why_not", None)
+    monkeypatch.setattr(attention_rows, "cpu_flags", lambda: frozenset(attention_rows.NEEDED_FLAGS))
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    kernel, why = attention_rows.load(home=tmp_path)
+    assert kernel is None and why == native_build.capped_below_avx512()
