@@ -9,7 +9,7 @@ Layout of `$QUICKDRAFT_HOME` (default `~/.cache/quickdraft`):
     downloads/<name>/                chunk wheels while a PyPI fetch runs (removed afterwards)
     kernels/, llamacpp/, calibration/  what was measured on this machine (see cpu_kernels.py,
                                      models/llamacpp_probe.py, Completer.calibrate), and the
-                                     lean int8 kernel built for it (models/int8_rows.py)
+                                     C kernels built for it (models/native_build.py)
 
 The llama.cpp runtime reads the GGUF file itself and needs only the tokenizer files next to
 it; the torch runtime needs the converted weights. A model is converted when the torch runtime
