@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from quickdraft.models import attention_rows, native_build
+from quickdraft.models import attention_rows, native_build, quantize
 from quickdraft.models.quantize import _step_rows
+from quickdraft.testing import build_tiny_model
 
 KERNEL, WHY_NOT = attention_rows.load()
 needs_kernel = pytest.mark.skipif(KERNEL is None, reason=f"attention rows kernel: {WHY_NOT}")
@@ -89,3 +90,10 @@ def test_an_emulated_avx2_cpu_gets_sdpa(monkeypatch, tmp_path):
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
     kernel, why = attention_rows.load(home=tmp_path)
     assert kernel is None and why == native_build.capped_below_avx512()
+
+
+def test_the_kernel_is_built_while_the_model_loads_not_in_its_first_request(monkeypatch):
+    monkeypatch.setattr(attention_rows._KERNEL, "loaded", None)
+    monkeypatch.setattr(attention_rows._KERNEL, "why_not", None)
+    quantize.quantize_model(build_tiny_model(64, seed=1))
+    assert attention_rows._KERNEL.loaded is not None or attention_rows._KERNEL.why_not

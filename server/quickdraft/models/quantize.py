@@ -669,6 +669,9 @@ def _register_attention() -> None:
 def use_rowwise_attention(model: nn.Module) -> None:
     _register_attention()
     model.set_attn_implementation(ROWWISE_ATTENTION)
+    # Its decode rows' kernel is built (once per machine, about a second) while the model
+    # loads, not in the first request's forward.
+    attention_rows.load()
 
 
 # lm_head: decided by measurement (see models/README.md, "int8 on CPU"). Quantizing it is where
