@@ -534,9 +534,10 @@ def rowwise_attention(
 
 def _kernel_rows(query, key, value, starts, extra, scaling, window, layout_key):
     """Decode rows by `attention_rows` (one C call; see there), or None where it does not run
-    (not built here, a sliding window, tensors it does not take): then every decode row of
-    this model goes through SDPA, as the caller does."""
-    if window:
+    (not built here, a sliding window, tensors it does not take: then every decode row of
+    this model goes through SDPA, as the caller does). Never under torch.compile, which
+    cannot trace a C call (compiled steps attend by `_masked_rows`)."""
+    if window or torch.compiler.is_compiling():
         return None
     kernel, _ = attention_rows.load()
     if kernel is None:
