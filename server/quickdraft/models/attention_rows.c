@@ -16,10 +16,11 @@
    many there are, on which lane or thread it lands in: a row comes out bitwise the same in a
    one-token step and in any verify or tree forward (where a tree row's keys are its path's,
    in order, as the step at its end has them). Keys are read once per unit for all its lanes,
-   where one SDPA call per row read the whole cache once per row: a 16-row verify over 1,500
-   cached tokens of the 1.5B spent 84 ms in attention that way, 27 ms this way. The results
-   differ from SDPA's in the last bits (another exp, another order of sums); a process uses
-   one of the two for all its decode rows. */
+   and values in blocks of KEY_BLOCK that stay in L1 while every lane adds them in, where one
+   SDPA call per row read the whole cache once per row: the 1.5B's 28 layers over 1,500 cached
+   tokens on 2 AMX cores, 16 rows, took 45 ms that way and 15 this way (1 row: 2.9 and 3.1).
+   The results differ from SDPA's in the last bits (another exp, another order of sums); a
+   process uses one of the two for all its decode rows. */
 
 #include <immintrin.h>
 #include <math.h>
@@ -29,8 +30,9 @@
 
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512dq")))
 #define INLINE __attribute__((always_inline)) static inline
-#define LANES 64 /* query vectors (row x head) a unit takes: 4 registers of 16 */
-#define MAX_C 16 /* 16-float chunks of a head: head dimensions up to 256 */
+#define LANES 64     /* query vectors (row x head) a unit takes: 4 registers of 16 */
+#define KEY_BLOCK 32 /* keys whose values a pass of the value sums reads from L1 */
+#define MAX_C 16     /* 16-float chunks of a head: head dimensions up to 256 */
 
 /* exp(x) for x <= 0 (scores less their maximum): Cephes' expf polynomial, 2^n by scalef;
    exactly 0 below -87 (where float32's exp underflows anyway). */
@@ -69,7 +71,8 @@ TARGET INLINE void scores(const int G, const int JB, const float *QT, int D, con
   }
   const __m512 sv = _mm512_set1_ps(scale);
   for (int b = 0; b < JB; b++)
-    for (int g = 0; g < G; g++) _mm512_storeu_ps(S + (long)(j0 + b) * LANES + g * 16, _mm512_mul_ps(acc[b][g], sv));
+    for (int g = 0; g < G; g++)
+      _mm512_storeu_ps(S + (long)(j0 + b) * LANES + g * 16, _mm512_mul_ps(acc[b][g], sv));
 }
 
 TARGET static void all_scores(int G, const float *QT, int D, const float *K, long kv_sr, int span,
@@ -89,40 +92,37 @@ TARGET static void all_scores(int G, const float *QT, int D, const float *K, lon
     }
 }
 
-/* out[lane][:] (T lanes from l0) = sum over the lane's keys j, ascending, of w[j][lane] V[j]. */
-TARGET INLINE void weighted(const int T, const int C, const float *S, int l0, const float *V, long kv_sr,
-                            int shared, int span, const uint64_t *member, const float *inv,
-                            float **out) {
+/* Adds keys j0..j1 (the lane's own: all below `shared`, then those `member` marks) into the
+   running sums O[lane][:] of T lanes from l0: O += w[j][lane] * V[j], in key order. The sums
+   go through memory between blocks of keys, exactly (a float stored is the float loaded), so
+   a lane's sum is the same sequence of fused multiply-adds whatever the blocking. */
+TARGET INLINE void weighted(const int T, const int C, const float *S, int l0, const float *V,
+                            long kv_sr, int j0, int j1, int shared, const uint64_t *member,
+                            float *O, int D, int first) {
   __m512 acc[3][MAX_C];
   for (int t = 0; t < T; t++)
-    for (int c = 0; c < C; c++) acc[t][c] = _mm512_setzero_ps();
-  for (int j = 0; j < shared; j++) {
+    for (int c = 0; c < C; c++)
+      acc[t][c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(O + (l0 + t) * D + c * 16);
+  for (int j = j0; j < j1; j++) {
     const float *v = V + (long)j * kv_sr;
-    for (int t = 0; t < T; t++) {
-      const __m512 w = _mm512_set1_ps(S[(long)j * LANES + l0 + t]);
-      for (int c = 0; c < C; c++) acc[t][c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + c * 16), acc[t][c]);
-    }
-  }
-  for (int j = shared; j < span; j++) {
-    const float *v = V + (long)j * kv_sr;
-    const uint64_t m = member[j - shared];
+    const uint64_t m = j < shared ? ~(uint64_t)0 : member[j - shared];
     for (int t = 0; t < T; t++) {
       if (!((m >> (l0 + t)) & 1)) continue;
       const __m512 w = _mm512_set1_ps(S[(long)j * LANES + l0 + t]);
-      for (int c = 0; c < C; c++) acc[t][c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + c * 16), acc[t][c]);
+      for (int c = 0; c < C; c++)
+        acc[t][c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + c * 16), acc[t][c]);
     }
   }
-  for (int t = 0; t < T; t++) {
-    const __m512 iv = _mm512_set1_ps(inv[l0 + t]);
-    for (int c = 0; c < C; c++) _mm512_storeu_ps(out[t] + c * 16, _mm512_mul_ps(acc[t][c], iv));
-  }
+  for (int t = 0; t < T; t++)
+    for (int c = 0; c < C; c++) _mm512_storeu_ps(O + (l0 + t) * D + c * 16, acc[t][c]);
 }
 
 /* One unit: lanes lane0 .. lane0+nl of one key/value head's query vectors (qv = row * R + h). */
-TARGET static void unit(const float *q, long q_sr, long q_sh, int R, int D, int gh, int lane0, int nl,
-                        const float *K, const float *V, long kv_sr, const int32_t *prefix,
+TARGET static void unit(const float *q, long q_sr, long q_sh, int R, int D, int gh, int lane0,
+                        int nl, const float *K, const float *V, long kv_sr, const int32_t *prefix,
                         const int32_t *offset, const int32_t *count, const int32_t *extra,
-                        float scale, float *out, int H, float *QT, float *S, uint64_t *member) {
+                        float scale, float *out, int H, float *QT, float *S, uint64_t *member,
+                        float *O) {
   const int G = (nl + 15) / 16, C = D / 16;
   int shared = 1 << 30, span = 0;
   for (int l = 0; l < nl; l++) {
@@ -155,7 +155,8 @@ TARGET static void unit(const float *q, long q_sr, long q_sh, int R, int D, int 
   float inv[LANES];
   for (int g = 0; g < G; g++) {
     __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int j = 0; j < shared; j++) mx = _mm512_max_ps(mx, _mm512_loadu_ps(S + (long)j * LANES + g * 16));
+    for (int j = 0; j < shared; j++)
+      mx = _mm512_max_ps(mx, _mm512_loadu_ps(S + (long)j * LANES + g * 16));
     for (int j = shared; j < span; j++)
       mx = _mm512_mask_max_ps(mx, (__mmask16)(member[j - shared] >> (g * 16)), mx,
                               _mm512_loadu_ps(S + (long)j * LANES + g * 16));
@@ -174,26 +175,36 @@ TARGET static void unit(const float *q, long q_sr, long q_sh, int R, int D, int 
     }
     _mm512_storeu_ps(inv + g * 16, _mm512_div_ps(_mm512_set1_ps(1.0f), sum));
   }
-  for (int l = 0; l < nl;) {
-    const int T = (C == 8 || C == 4) && nl - l >= 3 ? 3 : 1; /* lanes this pass */
-    float *outs[3];
-    for (int t = 0; t < T; t++) {
-      const int row = (lane0 + l + t) / R, h = gh * R + (lane0 + l + t) % R;
-      outs[t] = out + ((long)row * H + h) * D;
+  for (int j0 = 0; j0 < span; j0 += KEY_BLOCK) { /* a block's values stay in L1 for all lanes */
+    const int j1 = span - j0 < KEY_BLOCK ? span : j0 + KEY_BLOCK, first = j0 == 0;
+    for (int l = 0; l < nl;) {
+      const int T = (C == 8 || C == 4) && nl - l >= 3 ? 3 : 1; /* lanes this pass */
+      if (C == 8 && T == 3)
+        weighted(3, 8, S, l, V, kv_sr, j0, j1, shared, member, O, D, first);
+      else if (C == 8)
+        weighted(1, 8, S, l, V, kv_sr, j0, j1, shared, member, O, D, first);
+      else if (C == 4 && T == 3)
+        weighted(3, 4, S, l, V, kv_sr, j0, j1, shared, member, O, D, first);
+      else if (C == 4)
+        weighted(1, 4, S, l, V, kv_sr, j0, j1, shared, member, O, D, first);
+      else
+        weighted(1, C, S, l, V, kv_sr, j0, j1, shared, member, O, D, first);
+      l += T;
     }
-    if (C == 8 && T == 3) weighted(3, 8, S, l, V, kv_sr, shared, span, member, inv, outs);
-    else if (C == 8) weighted(1, 8, S, l, V, kv_sr, shared, span, member, inv, outs);
-    else if (C == 4 && T == 3) weighted(3, 4, S, l, V, kv_sr, shared, span, member, inv, outs);
-    else if (C == 4) weighted(1, 4, S, l, V, kv_sr, shared, span, member, inv, outs);
-    else weighted(1, C, S, l, V, kv_sr, shared, span, member, inv, outs);
-    l += T;
+  }
+  for (int l = 0; l < nl; l++) {
+    const int row = (lane0 + l) / R, h = gh * R + (lane0 + l) % R;
+    const __m512 iv = _mm512_set1_ps(inv[l]);
+    for (int c = 0; c < C; c++)
+      _mm512_storeu_ps(out + ((long)row * H + h) * D + c * 16,
+                       _mm512_mul_ps(_mm512_loadu_ps(O + l * D + c * 16), iv));
   }
 }
 
 /* Floats of scratch a unit needs: its transposed queries, its scores (keys x LANES), and a
    64-bit mask per key past the rows' shared prefix (which lanes it belongs to). */
 static long unit_scratch_floats(int D, int span) {
-  return (long)D * LANES + (long)span * LANES + 2L * span + 16;
+  return 2L * D * LANES + (long)span * LANES + 2L * span + 16;
 }
 
 /* Units of work a call makes (each one key/value head's query vectors, LANES at a time). */
@@ -223,12 +234,12 @@ TARGET int qd_attend_rows(const float *q, int Q, int H, int D, long q_sr, long q
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int u = 0; u < units; u++) {
     float *mine = scratch + u * each;
-    float *QT = mine, *S = QT + D * LANES;
+    float *QT = mine, *O = QT + D * LANES, *S = O + D * LANES;
     uint64_t *member = (uint64_t *)(((uintptr_t)(S + (long)span * LANES) + 63) & ~(uintptr_t)63);
     const int g = u / per_head, lane0 = (u % per_head) * LANES;
     const int nl = Q * R - lane0 < LANES ? Q * R - lane0 : LANES;
-    unit(q, q_sr, q_sh, R, D, g, lane0, nl, key + g * kv_sh, value + g * kv_sh, kv_sr, prefix, offset,
-         count, extra, scale, out, H, QT, S, member);
+    unit(q, q_sr, q_sh, R, D, g, lane0, nl, key + g * kv_sh, value + g * kv_sh, kv_sr, prefix,
+         offset, count, extra, scale, out, H, QT, S, member, O);
   }
   return 0;
 }
