@@ -29,10 +29,13 @@ from quickdraft.models import native_build
 
 SOURCE = Path(__file__).with_name("attention_rows.c")
 NEEDED_FLAGS = ("avx512f", "avx512bw", "avx512dq")
+"""What the kernel's code needs (its TARGET attribute in the C source)."""
 
 
 @dataclass
 class AttentionKernel:
+    """The loaded kernel: `rows` computes a forward's decode rows of one layer."""
+
     function: ctypes._CFuncPtr
     scratch_floats: ctypes._CFuncPtr
     """(rows, heads, head dim, key/value heads, span) -> floats of scratch a call needs."""
