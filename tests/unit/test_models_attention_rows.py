@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from quickdraft.local_backend import model_fingerprint
 from quickdraft.models import attention_rows, native_build, quantize
 from quickdraft.models.quantize import _step_rows
 from quickdraft.testing import build_tiny_model
@@ -97,3 +98,16 @@ def test_the_kernel_is_built_while_the_model_loads_not_in_its_first_request(monk
     monkeypatch.setattr(attention_rows._KERNEL, "why_not", None)
     quantize.quantize_model(build_tiny_model(64, seed=1))
     assert attention_rows._KERNEL.loaded is not None or attention_rows._KERNEL.why_not
+
+
+def test_a_calibration_knows_which_attention_it_measured(monkeypatch):
+    # Forward costs measured with SDPA rows are not this kernel's: the model's fingerprint, the
+    # calibration cache's key, says which one ran.
+    with_kernel = quantize.quantize_model(build_tiny_model(64, seed=1))
+    monkeypatch.setattr(attention_rows._KERNEL, "loaded", None)
+    monkeypatch.setattr(attention_rows._KERNEL, "why_not", "not on this CPU")
+    without = quantize.quantize_model(build_tiny_model(64, seed=1))
+    assert without._quickdraft_int8["attention_kernel"] is False
+    if KERNEL is not None:
+        assert with_kernel._quickdraft_int8["attention_kernel"] is True
+        assert model_fingerprint(with_kernel) != model_fingerprint(without)

@@ -722,5 +722,7 @@ def quantize_model(
         "fused_groups": fused,
         "lm_head": bool(lm_head and head is not None),
         "attention": ROWWISE_ATTENTION if rowwise else model.config._attn_implementation,
+        # Decode rows in one C call or by SDPA: part of what a calibration measured.
+        "attention_kernel": rowwise and attention_rows.load()[0] is not None,
     }
     return model
