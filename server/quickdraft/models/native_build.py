@@ -2,9 +2,9 @@
 `$QUICKDRAFT_HOME/kernels/`, keyed by the source, the flags and the compiler, and loaded with
 ctypes (whose calls release the GIL).
 
-Used by `int8_rows` (the int8 linear) and `attention_rows` (decode attention). Each says which
-CPU flags its code needs and checks them first; where a kernel cannot be had (no compiler, a
-failed build, an unwritable cache, a process capped below AVX-512), `build_and_load` raises
+Used by `int8_rows` (the int8 linear) and `attention_rows` (decode attention), each naming the
+CPU flags its code needs. Where a kernel cannot be had (the CPU lacks those flags, a process
+capped below AVX-512, no compiler, a failed build, an unwritable cache), `build_and_load` raises
 `Unavailable` with a line saying why, and quickdraft runs torch's own kernels as before.
 """
 
