@@ -73,6 +73,17 @@ TARGET static void quantize_row(const float *x, int K, int8_t *xq, float *scale_
   *sum128_out = 128 * (_mm512_reduce_add_epi32(sum) + tail_sum);
 }
 
+/* y_row[n..n+16) from a row's 16 exact sums: the correction taken back, then
+   ((float)sum * sw[n]) * sx (+ bias[n]), each operation rounded once (the formula above). Every
+   kernel here finishes through it, so all give the same bits. */
+TARGET static inline void store_scaled(__m512i acc, int32_t sum128, float sx, const float *sw,
+                                       const float *bias, int n, float *y_row) {
+  const __m512 sums = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc, _mm512_set1_epi32(sum128)));
+  __m512 v = _mm512_mul_ps(_mm512_mul_ps(sums, _mm512_loadu_ps(sw + n)), _mm512_set1_ps(sx));
+  if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + n));
+  _mm512_storeu_ps(y_row + n, v);
+}
+
 /* Rows 0..M) against channel blocks b0..b0+CB); M and CB are constants after inlining, so the
    M * CB accumulators stay in registers. */
 TARGET __attribute__((always_inline)) static inline void blocks(
@@ -92,17 +103,9 @@ TARGET __attribute__((always_inline)) static inline void blocks(
       for (int c = 0; c < CB; c++) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], w[c], x4);
     }
   }
-  for (int r = 0; r < M; r++) {
-    const __m512 row_scale = _mm512_set1_ps(sx[r]);
-    const __m512i correction = _mm512_set1_epi32(sum128[r]);
-    for (int c = 0; c < CB; c++) {
-      const int n = (b0 + c) * 16;
-      const __m512 sums = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][c], correction));
-      __m512 v = _mm512_mul_ps(_mm512_mul_ps(sums, _mm512_loadu_ps(sw + n)), row_scale);
-      if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + n));
-      _mm512_storeu_ps(y + (size_t)r * N + n, v);
-    }
-  }
+  for (int r = 0; r < M; r++)
+    for (int c = 0; c < CB; c++)
+      store_scaled(acc[r][c], sum128[r], sx[r], sw, bias, (b0 + c) * 16, y + (size_t)r * N);
 }
 
 #define GROUP_OF(m)                                                                          \
@@ -158,19 +161,14 @@ typedef struct {
    needs before its first tile instruction. 0: granted. */
 int qd_tiles_enable(void) { return (int)syscall(SYS_arch_prctl, 0x1023, 18); }
 
-/* Rows r0..r0+rows) of channel block b from their int32 sums c[rows][16], as `blocks` does. */
+/* Rows r0..r0+rows) of channel block b from their int32 sums c[rows][16] (`store_scaled`). */
 TARGET static void scale_sums(const int32_t *c, int rows, int r0, int b, const int32_t *sum128,
                               const float *sx, const float *sw, const float *bias, float *y,
                               int N) {
-  const int n = b * 16;
   for (int i = 0; i < rows; i++) {
     const int r = r0 + i;
-    const __m512i correction = _mm512_set1_epi32(sum128[r]);
     const __m512i acc = _mm512_loadu_si512((const void *)(c + i * 16));
-    const __m512 sums = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc, correction));
-    __m512 v = _mm512_mul_ps(_mm512_mul_ps(sums, _mm512_loadu_ps(sw + n)), _mm512_set1_ps(sx[r]));
-    if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + n));
-    _mm512_storeu_ps(y + (size_t)r * N + n, v);
+    store_scaled(acc, sum128[r], sx[r], sw, bias, b * 16, y + (size_t)r * N);
   }
 }
 
