@@ -305,8 +305,8 @@ def test_auto_trees_are_cut_where_wider_forwards_stop_paying(tokenizer, int8_tar
         trees.cost_model = costs
         sizes = []
         forward_tree = trees.target.forward_tree
-        trees.target.forward_tree = lambda t, p, s=sizes, f=forward_tree: (
-            s.append(len(t)) or f(t, p)
+        trees.target.forward_tree = lambda t, p, s=sizes, f=forward_tree, **kw: (
+            s.append(len(t)) or f(t, p, **kw)
         )
         expected = trees.generate(GenerationRequest(list(prompt), 40, strategy="ar")).tokens
         result = trees.generate(GenerationRequest(list(prompt), 40, strategy="ngram"))

@@ -51,6 +51,7 @@ from quickdraft.decoding.runner import (
     common_prefix_length,
     extend_in_chunks,
     logits_after,
+    refuse_prompt_rows,
 )
 from quickdraft.errors import ModelError
 
@@ -182,6 +183,9 @@ class LlamaCppRunner:
     supports_tree = False
     """llama.cpp's verify forwards are not batch-invariant, and wide ones cost several steps on
     the CPUs it wins on: proposals stay a chain."""
+    folds_prompt = False
+    """For the same reason a prompt token is always prefilled: a decode batch would compute
+    it otherwise."""
 
     def __init__(
         self,
@@ -439,10 +443,14 @@ class LlamaCppRunner:
 
     # --- forwards -------------------------------------------------------------------------
 
-    def forward(self, new_tokens: Sequence[int], *, last_only: bool = False) -> torch.Tensor:
+    def forward(
+        self, new_tokens: Sequence[int], *, last_only: bool = False, prompt: Sequence[int] = ()
+    ) -> torch.Tensor:
         """Append `new_tokens` to the cache and return their logits as float32 (n, V), or the
-        last position's (1, V) if `last_only`. Raises ModelError when llama.cpp fails; a
-        cancelled forward (see `extend`) raises `ForwardCancelled`."""
+        last position's (1, V) if `last_only` (no `prompt` rows: `folds_prompt`). Raises
+        ModelError when llama.cpp fails; a cancelled forward (see `extend`) raises
+        `ForwardCancelled`."""
+        refuse_prompt_rows(prompt)
         n = len(new_tokens)
         if n == 0:
             raise ValueError("forward needs at least one token")
@@ -517,10 +525,11 @@ class LlamaCppRunner:
         *,
         cancel: threading.Event | None = None,
         deadline: float | None = None,
+        leave: int = 0,
     ) -> tuple[int, int, torch.Tensor | None]:
         """Make the cache hold exactly `tokens`, computing only what is not cached yet.
 
-        As `ModelRunner.extend`; a cancel also stops the forward that is running (llama.cpp
+        As `ModelRunner.extend` (`leave` is ignored: this runner does not fold); a cancel also stops the forward that is running (llama.cpp
         checks it between graph nodes), leaving the cache holding a prefix of `tokens`.
         """
         with self.stopping_at(cancel):

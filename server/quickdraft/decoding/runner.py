@@ -70,7 +70,9 @@ class Runner(Protocol):
 
     def keep(self, n: int) -> None: ...
 
-    def forward(self, new_tokens: Sequence[int], *, last_only: bool = False) -> torch.Tensor: ...
+    def forward(
+        self, new_tokens: Sequence[int], *, last_only: bool = False, prompt: Sequence[int] = ()
+    ) -> torch.Tensor: ...
 
     def stopping_at(
         self, cancel: threading.Event | None
@@ -85,12 +87,18 @@ class Runner(Protocol):
     supports_tree: bool
     """Whether `forward_tree` and `keep_tree_path` (ModelRunner's) are there and exact."""
 
+    folds_prompt: bool
+    """Whether `extend` may leave a short uncached tail of the prompt (`leave`) for the first
+    decode forward to compute, as `forward` and `forward_tree` take it (`prompt`: ModelRunner's
+    with row-wise attention, exactly as a prefill would); elsewhere `leave` is ignored."""
+
     def extend(
         self,
         tokens: Sequence[int],
         *,
         cancel: threading.Event | None = None,
         deadline: float | None = None,
+        leave: int = 0,
     ) -> tuple[int, int, torch.Tensor | None]: ...
 
     def logits_after(
@@ -105,6 +113,12 @@ class Runner(Protocol):
 SHARED_PREFIX_MIN = 16
 """Another slot's cache is adopted when it shares at least this many more leading tokens with
 a request than the slot's own cache does: a shorter gain is not worth dropping the own cache."""
+
+
+def refuse_prompt_rows(prompt: Sequence[int]) -> None:
+    """A runner that does not fold (`Runner.folds_prompt` False) is never given prompt rows."""
+    if prompt:
+        raise RuntimeError("this runner prefills every prompt token: it takes no prompt rows")
 
 
 class ForwardCancelled(Exception):
@@ -262,8 +276,10 @@ chunking); the runners tell such a model of every forward whether it is a prefil
 
 PREFILL_KWARG = "quickdraft_prefill"
 """A model forward given `quickdraft_prefill=True` (transformers hands extra keyword arguments
-down to the attention function) is a prefill forward; False, a decode/verify step. The runners
-say it for every forward of a model with `ROWWISE_ATTENTION`."""
+down to the attention function) is a prefill forward; False, a decode/verify step; a number n,
+a decode/verify step whose first n rows are prompt tokens computed as a prefill computes them
+(`ModelRunner.forward`'s `prompt`). The runners say it for every forward of a model with
+`ROWWISE_ATTENTION`."""
 
 TREE_KWARG = "quickdraft_tree"
 """A decode forward over a tree of proposals (`ModelRunner.forward_tree`) hands the attention
@@ -395,18 +411,28 @@ class ModelRunner:
         """Whether `forward_tree` is exact here: with row-wise attention on a growing cache."""
         return bool(self._prefill_kwargs) and hasattr(self.cache, "layers")
 
+    @property
+    def folds_prompt(self) -> bool:
+        """Whether `forward` and `forward_tree` compute `prompt` rows as a prefill does (with
+        row-wise attention: a prefill row is the same whatever forward computes it)."""
+        return bool(self._prefill_kwargs)
+
     @torch.inference_mode()
-    def forward_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
+    def forward_tree(
+        self, tokens: Sequence[int], parents: Sequence[int], *, prompt: Sequence[int] = ()
+    ) -> torch.Tensor:
         """One forward over a tree of tokens on top of the cache: node 0 (`parents[0] == -1`) is
         the pending token, node i > 0 follows node `parents[i] < i`. Returns (n, V) float32
         logits; row i is what one-token steps along the path from node 0 to node i give for its
         last token, bitwise (row-wise attention gathers each row's keys in the order such a
-        step sees them). The cache then holds every node; `keep_tree_path` keeps one path."""
+        step sees them). The cache then holds every node; `keep_tree_path` keeps one path.
+        `prompt`: tokens before the tree, computed in the same forward as `forward` does."""
         if not self.supports_tree:
             raise RuntimeError("forward_tree needs a model with row-wise attention")
         if len(tokens) != len(parents) or not tokens:
             raise ValueError(f"a tree of {len(tokens)} tokens with {len(parents)} parents")
-        base = len(self.tokens)
+        start = len(self.tokens)
+        base = start + len(prompt)
         depths: list[int] = []
         tails: list[torch.Tensor | None] = []
         for i, parent in enumerate(parents):
@@ -424,18 +450,25 @@ class ModelRunner:
             else:
                 tails.append(torch.tensor([base + n for n in path[::-1]], device=self.device))
         tree = TreeKeys(base, depths, tails)
-        input_ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
-        positions = torch.tensor([[base + d for d in depths]], dtype=torch.long, device=self.device)
+        input_ids = torch.tensor([[*prompt, *tokens]], dtype=torch.long, device=self.device)
+        positions = torch.tensor(
+            [[*range(start, base), *(base + d for d in depths)]],
+            dtype=torch.long,
+            device=self.device,
+        )
         out = self._run_model(
-            base,
+            start,
             input_ids=input_ids,
             position_ids=positions,
             **{self._cache_arg: self.cache, "use_cache": True, TREE_KWARG: tree},
-            **self._step_kwargs(False),
+            **self._step_kwargs(False, len(prompt)),
+            **self._logits_of_last(len(tokens) if prompt else 0),
         )
+        self.tokens.extend(int(t) for t in prompt)
+        self._appended(start, bool(prompt))
         self.tokens.extend(int(t) for t in tokens)
         self._tree_base = base
-        return out.logits[0].float()
+        return out.logits[0, -len(tokens) :].float()
 
     @torch.inference_mode()
     def keep_tree_path(self, path: Sequence[int]) -> None:
@@ -504,37 +537,58 @@ class ModelRunner:
         if prefill and self.prefilled == start:
             self.prefilled = len(self.tokens)
 
-    def _step_kwargs(self, prefill: bool) -> dict[str, bool]:
-        """{} for a model that computes every forward alike; else says which kind this is."""
+    def _step_kwargs(self, prefill: bool, prompt_rows: int = 0) -> dict[str, bool | int]:
+        """{} for a model that computes every forward alike; else says which kind this is: a
+        prefill, or a step whose first `prompt_rows` rows are prompt tokens (PREFILL_KWARG)."""
         if not self._prefill_kwargs:
             return {}
-        return self._prefill_kwargs if prefill else dict.fromkeys(self._prefill_kwargs, False)
+        if prefill:
+            return self._prefill_kwargs
+        return dict.fromkeys(self._prefill_kwargs, prompt_rows or False)
+
+    def _logits_of_last(self, rows: int) -> dict[str, int]:
+        """Asks the model for the logits of its last `rows` rows only, where it can (0: all)."""
+        return {"logits_to_keep": rows} if rows and self._has_logits_to_keep else {}
 
     @torch.inference_mode()
     def forward(
-        self, new_tokens: Sequence[int], *, last_only: bool = False, prefill: bool = False
+        self,
+        new_tokens: Sequence[int],
+        *,
+        last_only: bool = False,
+        prefill: bool = False,
+        prompt: Sequence[int] = (),
     ) -> torch.Tensor:
         """Append `new_tokens` to the cache and return their logits as float32. `prefill`:
-        a prefill chunk (`extend`), not a decode/verify step.
+        a prefill chunk (`extend`), not a decode/verify step. `prompt` (`folds_prompt`):
+        prompt tokens a step computes first, in the same forward, exactly as a prefill chunk
+        would (the cache then holds them as prefilled, and no logits are returned for them):
+        a short uncached tail of the prompt (`extend`'s `leave`) then costs no forward of its
+        own.
 
         Shapes: input_ids (1, n) -> logits (1, n, V) -> returned (n, V), or (1, V) if `last_only`.
         """
-        input_ids = torch.tensor([list(new_tokens)], dtype=torch.long, device=self.device)
-        kwargs = {self._cache_arg: self.cache, "use_cache": True, **self._step_kwargs(prefill)}
-        if last_only and self._has_logits_to_keep:
-            kwargs["logits_to_keep"] = 1
+        if prefill or not self.folds_prompt:
+            refuse_prompt_rows(prompt)
+        input_ids = torch.tensor([[*prompt, *new_tokens]], dtype=torch.long, device=self.device)
+        kwargs = {
+            self._cache_arg: self.cache,
+            "use_cache": True,
+            **self._step_kwargs(prefill, len(prompt)),
+            **self._logits_of_last(1 if last_only else len(new_tokens) if prompt else 0),
+        }
         start = len(self.tokens)
         self._prefilling = prefill
         try:
             out = self._run_model(start, input_ids=input_ids, **kwargs)
         finally:
             self._prefilling = False
+        self.tokens.extend(int(t) for t in prompt)
+        self._appended(start, bool(prompt))
         self.tokens.extend(int(t) for t in new_tokens)
         self._appended(start, prefill)
         logits = out.logits[0]
-        if last_only:
-            logits = logits[-1:]
-        return logits.float()
+        return logits[-1:].float() if last_only else logits[-len(new_tokens) :].float()
 
     def extend(
         self,
@@ -542,16 +596,22 @@ class ModelRunner:
         *,
         cancel: threading.Event | None = None,
         deadline: float | None = None,
+        leave: int = 0,
     ) -> tuple[int, int, torch.Tensor | None]:
         """Make the cache hold exactly `tokens`, computing only what is not cached yet.
 
         Returns (reused, computed, logits after the last token or None if nothing was computed).
         Long tails are computed in chunks, checking `cancel` and `deadline` between chunks; a
-        stopped extend leaves the cache valid, holding a prefix of `tokens`. With row-wise attention only what a prefill computed is reused
-        (decode steps compute a row another way), so the cache then holds bitwise what a cold
-        prefill of `tokens` would.
+        stopped extend leaves the cache valid, holding a prefix of `tokens`. With row-wise
+        attention only what a prefill computed is reused (decode steps compute a row another
+        way), so the cache then holds bitwise what a cold prefill of `tokens` would.
+
+        `leave` (`folds_prompt` runners): where at most that many tokens are not cached, they
+        are left for the next forward's `prompt`, the cache holding the rest.
         """
-        return self._extend(tokens, cancel=cancel, deadline=deadline, reuse_steps=False)
+        return self._extend(
+            tokens, cancel=cancel, deadline=deadline, reuse_steps=False, leave=leave
+        )
 
     def _extend(
         self,
@@ -560,6 +620,7 @@ class ModelRunner:
         cancel: threading.Event | None = None,
         deadline: float | None = None,
         reuse_steps: bool,
+        leave: int = 0,
     ) -> tuple[int, int, torch.Tensor | None]:
         reused = min(
             common_prefix_length(self.tokens, tokens),
@@ -577,6 +638,8 @@ class ModelRunner:
         if found is not None and self._adopt(found[1], found[0]):
             self.last_adopted = found[0] - reused
             reused = found[0]
+        if self.folds_prompt and len(tokens) - reused <= leave:
+            tokens = tokens[:reused]
         return extend_in_chunks(
             self, tokens, self._prefill_forward, reused=reused, cancel=cancel, deadline=deadline
         )
@@ -640,6 +703,8 @@ class StaticModelRunner(ModelRunner):
     supports_tree = False
     """Tree forwards need the growing cache's reordering (`keep_tree_path`); this one stays a
     chain."""
+    folds_prompt = False
+    """Its compiled steps have fixed kinds of rows: the prompt is prefilled as it always was."""
 
     def __init__(
         self,
@@ -772,9 +837,16 @@ class StaticModelRunner(ModelRunner):
 
     @torch.inference_mode()
     def forward(
-        self, new_tokens: Sequence[int], *, last_only: bool = False, prefill: bool = False
+        self,
+        new_tokens: Sequence[int],
+        *,
+        last_only: bool = False,
+        prefill: bool = False,
+        prompt: Sequence[int] = (),
     ) -> torch.Tensor:
-        """As ModelRunner.forward; shapes: input_ids (1, bucket) -> logits (n, V) or (1, V)."""
+        """As ModelRunner.forward, without `prompt` rows; shapes: input_ids (1, bucket) ->
+        logits (n, V) or (1, V)."""
+        refuse_prompt_rows(prompt)
         n = len(new_tokens)
         start = len(self.tokens)
         self._rewind(start)  # drop the previous step's padding

@@ -487,6 +487,9 @@ def rowwise_attention(
       prefix plus one chunk equals a cold prefill in any chunking, at the cost of a batched
       call (a call per row would make prefill about 30 % slower on a 1.5B model).
 
+    A step may begin with prompt rows (`PREFILL_KWARG` a number: `_prompt_then_step_rows`):
+    those are computed the prefill's way, the rest the step's.
+
     Masked keys contribute exact zeros, so keys past p_i (stale entries of a static cache,
     the zero padding) never change a row. Under torch.compile (the static cache's fixed-shape
     steps) positions are data, not Python numbers: every row then attends over all L keys
@@ -501,6 +504,10 @@ def rowwise_attention(
         prefill = q_len > ROWWISE_MAX_ROWS
     cache_position = kwargs.get("cache_position")
     tree = kwargs.get(TREE_KWARG)
+    if prefill is not True and prefill:  # a step whose first rows are prompt tokens
+        return _prompt_then_step_rows(
+            module, query, key, value, int(prefill), scaling, window, tree, kwargs
+        )
     if tree is not None:
         # A row on the first branch reads the cache up to its node; any other, the prefix
         # and then its path's positions.
@@ -530,6 +537,38 @@ def rowwise_attention(
             rows = _block_rows if prefill else _step_rows
             out = rows(query, key, value, positions, scaling, window)
     return out, None  # [b, q, h, d]
+
+
+def _prompt_then_step_rows(module, query, key, value, prompt_rows, scaling, window, tree, kwargs):
+    """A decode step or tree forward whose first `prompt_rows` rows are prompt tokens
+    (`ModelRunner.forward`'s `prompt`): those rows as a prefill computes them (`_block_rows`,
+    the same whatever forward holds a row: the later rows' keys lie past theirs, masked out
+    as a prefill's padding is), the others as the step would alone. So the forward gives
+    bitwise what a prefill of those tokens and then the step give."""
+    if torch.compiler.is_compiling():
+        raise RuntimeError("prompt rows are not folded into compiled steps")
+    q_len, kv_len = query.shape[2], key.shape[2]
+    if tree is not None:
+        first = tree.base - prompt_rows
+    else:
+        cache_position = kwargs.get("cache_position")
+        first = int(cache_position[0]) if cache_position is not None else kv_len - q_len
+    positions = range(first, first + prompt_rows)
+    head = _block_rows(query[:, :, :prompt_rows], key, value, positions, scaling, window)
+    step_kwargs = {**kwargs, PREFILL_KWARG: False}
+    if kwargs.get("cache_position") is not None:
+        step_kwargs["cache_position"] = kwargs["cache_position"][prompt_rows:]
+    rest, _ = rowwise_attention(
+        module,
+        query[:, :, prompt_rows:],
+        key,
+        value,
+        None,
+        scaling=scaling,
+        sliding_window=window,
+        **step_kwargs,
+    )
+    return torch.cat([head, rest], dim=1), None
 
 
 def _kernel_rows(query, key, value, starts, extra, scaling, window, layout_key):
