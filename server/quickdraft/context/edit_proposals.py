@@ -1,7 +1,8 @@
 """Every rule's next-edit candidates for the latest edit, best first.
 
 The rules, tried in this order until one has candidates: `rename`/`import` and `signature`
-(context/edit_rules.py: what a name or a `def` binds), `repeat` (the hunk's token change
+(context/edit_rules.py: what a name or a `def` binds), `parametrize` (a test's parameters
+from its parametrize decorator, context/edit_pytest.py), `repeat` (the hunk's token change
 replayed), `word` and `text` (a word, or other text, of a comment or string:
 context/edit_words.py), `hoist` and `inline`
 (a statement moved, context/edit_statements.py), an import that moved a name (edit_rules), and
@@ -12,6 +13,7 @@ A hunk is one kind of change, so the first rule that recognises it speaks for it
 
 from __future__ import annotations
 
+from quickdraft.context.edit_pytest import parametrize_candidates
 from quickdraft.context.edit_rules import (
     MAX_CANDIDATES,
     Candidate,
@@ -41,6 +43,7 @@ def propose(edit: LatestEdit) -> list[Candidate]:
     if candidates is None:
         rules = (
             lambda: signature_candidates(edit),
+            lambda: parametrize_candidates(edit),
             lambda: repeat_candidates(edit, change),
             lambda: word_candidates(edit),
             lambda: text_candidates(edit),

@@ -53,6 +53,7 @@ CONFIDENCE = {
     "rename": 0.9,
     "import": 0.85,
     "signature": 0.8,
+    "parametrize": 0.8,
     "repeat": 0.6,
     "word": 0.6,
     "text": 0.6,
