@@ -529,8 +529,9 @@ class LlamaCppRunner:
     ) -> tuple[int, int, torch.Tensor | None]:
         """Make the cache hold exactly `tokens`, computing only what is not cached yet.
 
-        As `ModelRunner.extend` (`leave` is ignored: this runner does not fold); a cancel also stops the forward that is running (llama.cpp
-        checks it between graph nodes), leaving the cache holding a prefix of `tokens`.
+        As `ModelRunner.extend` (`leave` is ignored: this runner does not fold); a cancel also
+        stops the forward that is running (llama.cpp checks it between graph nodes), leaving the
+        cache holding a prefix of `tokens`.
         """
         with self.stopping_at(cancel):
             reused = self._adopt_shared_prefix(tokens)
