@@ -18,6 +18,7 @@ from quickdraft.context.edit_rules import (
     latest_edit,
 )
 from quickdraft.context.edit_vetoes import applied, vet
+from quickdraft.context.edit_words import names_something
 
 pytestmark = pytest.mark.skipif(
     syntax.tree_sitter_language("python") is None, reason="the Python grammar is not installed"
@@ -407,3 +408,33 @@ def test_a_hunk_renaming_several_names_renames_each():
         ("import", 241, "report_verifier"),
         ("import", 245, "VerificationReport"),
     ]
+
+
+def test_a_dotted_name_made_in_a_string_is_replayed_in_another_definition_at_the_floor():
+    # `data.` -> `tool.poetry.` names something (a dotted name), so the other string with
+    # `data.` gets it, though it stands in another top-level definition (REPEAT_FAR less: at
+    # the floor exactly, and shown).
+    text = MANAGER.replace('"Starting financial research..."', '"Starting data.research..."')
+    text = text.replace("that return an AnalysisSummary.", "that return data.research.")
+    changed = text.replace("Starting data.research", "Starting tool.poetry.research")
+    edit, _ = edited(text, changed)
+    candidates = propose(edit)
+    seen = [(c.rule, line_of(changed, c.edit.start), c.edit.text) for c in candidates]
+    assert seen == [("text", 57, " tool.poetry.")]
+    assert candidates[0].confidence == FLOOR and vet(edit, candidates).shown == candidates[0]
+
+
+def test_a_phrase_reworded_around_a_code_like_word_or_an_acronym_proposes_nothing():
+    # Only the words that changed are read: `v1` and `API` stand in both versions or are
+    # acronyms, and "Taken ... as is" -> "Adapted" is wording.
+    for old, new in [
+        ("Taken from Pydantic v1 as is", "Adapted from Pydantic v1"),
+        ("to interact with the Inference API", "that uses the Transformers library"),
+    ]:
+        text = MANAGER.replace('"Searching..."', f'"Searching: {old}"').replace(
+            '"Thinking about report..."', f'"Writing: {old}"'
+        )
+        edit, _ = edited(text, text.replace(f"Searching: {old}", f"Searching: {new}"))
+        assert propose(edit) == [], old
+        # Before, the digit and the capitals of the words kept made these names.
+        assert names_something(old, new) is False
