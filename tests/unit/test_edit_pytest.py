@@ -91,6 +91,15 @@ def test_a_file_whose_tests_take_them_first_gets_them_first():
     )
 
 
+def test_names_in_parentheses_are_names_too():
+    decorator = '@pytest.mark.parametrize(("label"), ["a", "b"])'
+    after = decorated(CHECKS, "test_import_of_an_empty_file", decorator)
+    assert shown_after(CHECKS, after) == after.replace(
+        f"{EMPTY_FILE}(tester: ImportCommand, tmp_path: Path)",
+        f"{EMPTY_FILE}(tester: ImportCommand, tmp_path: Path, label: str)",
+    )
+
+
 def test_a_method_with_a_default_takes_the_name_before_the_default():
     after = CHECKS.replace(
         "    def test_amounts_round_half_even(",

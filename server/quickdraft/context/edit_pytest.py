@@ -67,7 +67,7 @@ def parametrize_candidates(edit: LatestEdit) -> list[Candidate]:
             names, types = _names_and_types(decorator, tree)
             order.extend(names)
             start, end = tree.span(decorator)
-            if end < edit.start or start > edit.new_end:
+            if end <= edit.start or start >= edit.new_end:
                 continue  # not the decorator the hunk touched
             for name, kind in zip(names, types, strict=True):
                 if name not in taken:
@@ -126,6 +126,8 @@ def _names_and_types(call: Any, tree: Tree) -> tuple[list[str], list[str | None]
     """The names a parametrize call passes, and the type each one's values share (None where
     they do not agree on one this module can name)."""
     names_node, values_node = _arguments(call, tree)
+    while names_node is not None and names_node.type == "parenthesized_expression":
+        names_node = next(iter(names_node.named_children), None)  # `("tag")`
     names: list[str] = []
     if names_node is not None and names_node.type == "string":
         names = [n.strip() for n in _string_value(names_node, tree).split(",") if n.strip()]
