@@ -41,6 +41,14 @@ def decorated(text: str, function: str, decorator: str) -> str:
     return text[:at] + decorator + "\n" + text[at:]
 
 
+def empty_file_test_becomes(text: str, decorator: str, parameters: str) -> None:
+    """`text`'s test of an empty file given `decorator`: the edit shown gives it `parameters`."""
+    after = decorated(text, "test_import_of_an_empty_file", decorator)
+    assert shown_after(text, after) == after.replace(
+        f"{EMPTY_FILE}(tester: ImportCommand, tmp_path: Path)", f"{EMPTY_FILE}({parameters})"
+    )
+
+
 def test_a_decorator_added_between_two_puts_its_parameter_between_theirs_typed():
     after = CHECKS.replace(
         '@pytest.mark.parametrize("with_header", [False, True])\n',
@@ -62,11 +70,10 @@ def test_names_of_a_new_decorator_go_after_the_fixtures_on_an_inline_signature()
         "mocker: MockerFixture, rows: list[str], quiet: bool\n) -> None:",
     )
     # Values of no one type: the name goes in bare.
-    decorator = '@pytest.mark.parametrize("size", [0, "large"])'
-    after = decorated(CHECKS, "test_import_of_an_empty_file", decorator)
-    assert shown_after(CHECKS, after) == after.replace(
-        f"{EMPTY_FILE}(tester: ImportCommand, tmp_path: Path)",
-        f"{EMPTY_FILE}(tester: ImportCommand, tmp_path: Path, size)",
+    empty_file_test_becomes(
+        CHECKS,
+        '@pytest.mark.parametrize("size", [0, "large"])',
+        "tester: ImportCommand, tmp_path: Path, size",
     )
 
 
@@ -83,20 +90,18 @@ def test_a_file_whose_tests_take_them_first_gets_them_first():
         "    tester: ImportCommand,\n    tmp_path: Path,\n) -> None:\n"
         '    statement = tmp_path / "statement.csv"\n    header',
     )
-    decorator = '@pytest.mark.parametrize("limit", [1, 2])'
-    after = decorated(first, "test_import_of_an_empty_file", decorator)
-    assert shown_after(first, after) == after.replace(
-        f"{EMPTY_FILE}(tester: ImportCommand, tmp_path: Path)",
-        f"{EMPTY_FILE}(limit: int, tester: ImportCommand, tmp_path: Path)",
+    empty_file_test_becomes(
+        first,
+        '@pytest.mark.parametrize("limit", [1, 2])',
+        "limit: int, tester: ImportCommand, tmp_path: Path",
     )
 
 
 def test_names_in_parentheses_are_names_too():
-    decorator = '@pytest.mark.parametrize(("label"), ["a", "b"])'
-    after = decorated(CHECKS, "test_import_of_an_empty_file", decorator)
-    assert shown_after(CHECKS, after) == after.replace(
-        f"{EMPTY_FILE}(tester: ImportCommand, tmp_path: Path)",
-        f"{EMPTY_FILE}(tester: ImportCommand, tmp_path: Path, label: str)",
+    empty_file_test_becomes(
+        CHECKS,
+        '@pytest.mark.parametrize(("label"), ["a", "b"])',
+        "tester: ImportCommand, tmp_path: Path, label: str",
     )
 
 

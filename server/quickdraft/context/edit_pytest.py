@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 from quickdraft.context.edit_rules import (
@@ -30,6 +29,8 @@ from quickdraft.context.edit_rules import (
     TextEdit,
     Tree,
     indent_of,
+    parameter_has_default,
+    parameter_name,
     parameter_names,
     walk,
 )
@@ -57,15 +58,14 @@ def parametrize_candidates(edit: LatestEdit) -> list[Candidate]:
     tree = edit.after_tree
     if tree.root is None:
         return []
-    first = _file_puts_them_first(tree)
+    tests = _parametrized_tests(tree)
+    first = _file_puts_them_first(tests, tree)
     candidates = []
-    for decorated, function in _decorated_functions(tree):
+    for function, decorators in tests:
         missing: dict[str, str | None] = {}
-        order: list[str] = []
+        order = [name for _, names, _ in decorators for name in names]
         taken = set(parameter_names(function, tree))
-        for decorator in _parametrize_decorators(decorated, tree):
-            names, types = _names_and_types(decorator, tree)
-            order.extend(names)
+        for decorator, names, types in decorators:
             start, end = tree.span(decorator)
             if end <= edit.start or start >= edit.new_end:
                 continue  # not the decorator the hunk touched
@@ -82,13 +82,21 @@ def parametrize_candidates(edit: LatestEdit) -> list[Candidate]:
     return candidates
 
 
-def _decorated_functions(tree: Tree) -> Iterator[tuple[Any, Any]]:
-    """(the decorated definition, its function) of every decorated `def` of the file."""
+Parametrize = tuple[Any, list[str], list[str | None]]
+"""A parametrize call, the names it passes and the type each one's values share."""
+
+
+def _parametrized_tests(tree: Tree) -> list[tuple[Any, list[Parametrize]]]:
+    """Every decorated `def` of the file, with its parametrize decorators, top down."""
+    tests = []
     for decorated in walk(tree.root):
-        if decorated.type == "decorated_definition":
-            function = decorated.child_by_field_name("definition")
-            if function is not None and function.type == "function_definition":
-                yield decorated, function
+        if decorated.type != "decorated_definition":
+            continue
+        function = decorated.child_by_field_name("definition")
+        if function is not None and function.type == "function_definition":
+            decorators = _parametrize_decorators(decorated, tree)
+            tests.append((function, [(d, *_names_and_types(d, tree)) for d in decorators]))
+    return tests
 
 
 def _parametrize_decorators(decorated: Any, tree: Tree) -> list[Any]:
@@ -200,16 +208,12 @@ def _one_type(kinds: set[str | None]) -> str | None:
     return None
 
 
-def _file_puts_them_first(tree: Tree) -> bool:
-    """Whether most of the file's parametrized tests with other parameters too take the
-    parametrized ones first (the default, with none to go by: last)."""
+def _file_puts_them_first(tests: list[tuple[Any, list[Parametrize]]], tree: Tree) -> bool:
+    """Whether most of the file's parametrized tests (`_parametrized_tests`) with other
+    parameters too take the parametrized ones first (the default, with none to go by: last)."""
     where: Counter[str] = Counter()
-    for decorated, function in _decorated_functions(tree):
-        names = {
-            name
-            for call in _parametrize_decorators(decorated, tree)
-            for name in _names_and_types(call, tree)[0]
-        }
+    for function, decorators in tests:
+        names = {name for _, decorator_names, _ in decorators for name in decorator_names}
         params = [p for p in parameter_names(function, tree) if p not in ("self", "cls")]
         ours = [i for i, p in enumerate(params) if p in names]
         others = [i for i, p in enumerate(params) if p not in names]
@@ -274,7 +278,7 @@ def _anchor(
     takes none but `self`."""
     if not others:
         return None, False
-    by_name = {_name(n, tree): n for n in others}
+    by_name = {parameter_name(n, tree): n for n in others}
     position = order.index(missing[0]) if missing[0] in order else -1
     if position >= 0:
         for name in reversed(order[:position]):
@@ -292,14 +296,6 @@ def _before_defaults(node: Any, others: list[Any]) -> tuple[Any, bool]:
     """After `node`, unless a parameter with a default comes first: then before that one (a
     parameter without a default cannot follow one with it)."""
     for other in others[: others.index(node) + 1]:
-        if other.type in ("default_parameter", "typed_default_parameter"):
+        if parameter_has_default(other):
             return other, True
     return node, False
-
-
-def _name(node: Any, tree: Tree) -> str:
-    """The name a parameter node binds (`a`, `a: int`, `a=1`, `a: int = 1`)."""
-    named = node.child_by_field_name("name")
-    if named is None:
-        named = next((c for c in node.named_children if c.type == "identifier"), node)
-    return tree.node_text(named)

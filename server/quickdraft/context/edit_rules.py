@@ -272,11 +272,12 @@ def parameter_names(function: Any, tree: Tree) -> list[str]:
         return []
     names = []
     for child in parameters.named_children:
-        names.append(_parameter_name(child, tree))
+        names.append(parameter_name(child, tree))
     return [name for name in names if name]
 
 
-def _parameter_name(node: Any, tree: Tree) -> str | None:
+def parameter_name(node: Any, tree: Tree) -> str | None:
+    """The name a parameter node binds (`a`, `a: int`, `a=1`, `*args`), or None."""
     if node.type == "identifier":
         return tree.node_text(node)
     named = node.child_by_field_name("name")
@@ -288,7 +289,7 @@ def _parameter_name(node: Any, tree: Tree) -> str | None:
     return None
 
 
-def _parameter_has_default(node: Any) -> bool:
+def parameter_has_default(node: Any) -> bool:
     return node.type in ("default_parameter", "typed_default_parameter")
 
 
@@ -671,7 +672,7 @@ def add_argument(
     function has one (otherwise the text is not known: no candidate)."""
     parameters = new_def.child_by_field_name("parameters")
     for child in parameters.named_children if parameters is not None else ():
-        if _parameter_name(child, tree) == added and _parameter_has_default(child):
+        if parameter_name(child, tree) == added and parameter_has_default(child):
             return None
     if any(c.type == "keyword_argument" for c in _arguments(arguments)):
         return None
