@@ -464,9 +464,7 @@ class ModelRunner:
             **self._step_kwargs(False, len(prompt)),
             **self._logits_of_last(len(tokens) if prompt else 0),
         )
-        self.tokens.extend(int(t) for t in prompt)
-        self._appended(start, bool(prompt))
-        self.tokens.extend(int(t) for t in tokens)
+        self._append(start, prompt, tokens)
         self._tree_base = base
         return out.logits[0, -len(tokens) :].float()
 
@@ -537,6 +535,16 @@ class ModelRunner:
         if prefill and self.prefilled == start:
             self.prefilled = len(self.tokens)
 
+    def _append(
+        self, start: int, prompt: Sequence[int], tokens: Sequence[int], *, prefill: bool = False
+    ) -> None:
+        """Record a forward's rows, appended at `start`: its `prompt` rows (computed as a
+        prefill computes them), then `tokens` (a prefill chunk's when `prefill`)."""
+        self.tokens.extend(int(t) for t in prompt)
+        self._appended(start, bool(prompt))
+        self.tokens.extend(int(t) for t in tokens)
+        self._appended(start, prefill)
+
     def _step_kwargs(self, prefill: bool, prompt_rows: int = 0) -> dict[str, bool | int]:
         """{} for a model that computes every forward alike; else says which kind this is: a
         prefill, or a step whose first `prompt_rows` rows are prompt tokens (PREFILL_KWARG)."""
@@ -583,10 +591,7 @@ class ModelRunner:
             out = self._run_model(start, input_ids=input_ids, **kwargs)
         finally:
             self._prefilling = False
-        self.tokens.extend(int(t) for t in prompt)
-        self._appended(start, bool(prompt))
-        self.tokens.extend(int(t) for t in new_tokens)
-        self._appended(start, prefill)
+        self._append(start, prompt, new_tokens, prefill=prefill)
         logits = out.logits[0]
         return logits[-1:].float() if last_only else logits[-len(new_tokens) :].float()
 

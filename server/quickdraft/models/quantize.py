@@ -547,17 +547,18 @@ def _prompt_then_step_rows(module, query, key, value, prompt_rows, scaling, wind
     bitwise what a prefill of those tokens and then the step give."""
     if torch.compiler.is_compiling():
         raise RuntimeError("prompt rows are not folded into compiled steps")
-    q_len, kv_len = query.shape[2], key.shape[2]
+    cache_position = kwargs.get("cache_position")
     if tree is not None:
         first = tree.base - prompt_rows
+    elif cache_position is not None:
+        first = int(cache_position[0])
     else:
-        cache_position = kwargs.get("cache_position")
-        first = int(cache_position[0]) if cache_position is not None else kv_len - q_len
+        first = key.shape[2] - query.shape[2]
     positions = range(first, first + prompt_rows)
     head = _block_rows(query[:, :, :prompt_rows], key, value, positions, scaling, window)
     step_kwargs = {**kwargs, PREFILL_KWARG: False}
-    if kwargs.get("cache_position") is not None:
-        step_kwargs["cache_position"] = kwargs["cache_position"][prompt_rows:]
+    if cache_position is not None:
+        step_kwargs["cache_position"] = cache_position[prompt_rows:]
     rest, _ = rowwise_attention(
         module,
         query[:, :, prompt_rows:],
