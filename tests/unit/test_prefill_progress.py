@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+import torch
 
 from quickdraft import prefill_progress
 from quickdraft.decoding.runner import ModelRunner
@@ -29,9 +30,22 @@ def test_each_chunk_of_a_long_prefill_is_reported_counting_only_new_tokens(targe
         heard.clear()
         runner.extend([*PROMPT, *range(20, 60)])
         assert heard == []
-        # Chunks end on multiples of the chunk size: 180 -> 192 -> 256 -> 260.
+        # A chunk holds at most 64 and ends on a multiple of 32 (but the last): 180 -> 224
+        # -> 260.
         runner.extend([*PROMPT, *range(20, 140)])
-        assert heard == [(0, 80), (12, 80), (76, 80), (80, 80)]
+        assert heard == [(0, 80), (44, 80), (80, 80)]
+
+
+def test_a_warm_tail_that_fits_one_chunk_is_one_forward_across_a_chunk_boundary(target):
+    runner = ModelRunner(target, prefill_chunk=64)
+    runner.extend(PROMPT[:120])
+    sizes: list[int] = []
+    forward = runner.forward
+    runner.forward = lambda tokens, **kwargs: sizes.append(len(tokens)) or forward(tokens, **kwargs)
+    _, computed, warm = runner.extend(PROMPT)  # 120 -> 140 crosses 128
+    assert computed == 20 and sizes == [20]
+    _, _, cold = ModelRunner(target, prefill_chunk=64).extend(PROMPT)
+    assert torch.equal(warm, cold)
 
 
 def test_nobody_listening_and_other_threads_hear_nothing(target):

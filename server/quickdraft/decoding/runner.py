@@ -165,8 +165,11 @@ def extend_in_chunks(
     checking `cancel` and `deadline` before each chunk. A prefill of more than one chunk reports
     its progress (`quickdraft.prefill_progress`: the server shows a long one).
 
-    Chunks end on multiples of `runner.prefill_chunk`: a warm prefill is cut as a cold one is
-    (row-wise attention computes prefill rows in aligned blocks, cheapest whole). Returns
+    A chunk holds at most `runner.prefill_chunk` tokens and, but for the last, ends on a
+    multiple of PREFILL_BLOCK (row-wise attention computes prefill rows in aligned blocks,
+    cheapest whole). So a warm tail that fits in one chunk is one forward wherever it starts:
+    each forward reads all of the weights once (a 293-token tail after 1,400 cached tokens
+    was two forwards when chunks ended on multiples of the chunk size). Returns
     (reused, computed, logits after the last token or None if nothing was computed); the cache
     then holds a prefix of `tokens`, all of it unless stopped.
     """
@@ -180,7 +183,9 @@ def extend_in_chunks(
     if reporting:
         prefill_progress.report(0, to_compute)
     while position < len(tokens) and not stopped(cancel, deadline):
-        end = (position // runner.prefill_chunk + 1) * runner.prefill_chunk
+        end = min(position + runner.prefill_chunk, len(tokens))
+        if end < len(tokens) and end - end % PREFILL_BLOCK > position:
+            end -= end % PREFILL_BLOCK
         chunk = tokens[position:end]
         logits = forward_chunk(chunk)
         if logits is None:  # stopped inside the forward: the cache holds what it computed
@@ -280,6 +285,11 @@ down to the attention function) is a prefill forward; False, a decode/verify ste
 a decode/verify step whose first n rows are prompt tokens computed as a prefill computes them
 (`ModelRunner.forward`'s `prompt`). The runners say it for every forward of a model with
 `ROWWISE_ATTENTION`."""
+
+PREFILL_BLOCK = 32
+"""A `ROWWISE_ATTENTION` model's prefill rows attend in one call per aligned block of this many
+positions (models.quantize.rowwise_attention), so prefill chunks end on its multiples
+(`extend_in_chunks`): a block split between two chunks would be computed in both."""
 
 TREE_KWARG = "quickdraft_tree"
 """A decode forward over a tree of proposals (`ModelRunner.forward_tree`) hands the attention
