@@ -60,7 +60,8 @@ class Completion:
     stats: GenerationStats = field(default_factory=GenerationStats)
     confidence: float | None = None
     """The target's probability of the tokens shown (decoding.confidence); None where the
-    backend cannot say (a serving engine) or nothing is shown."""
+    backend cannot say (a serving engine) or nothing is shown; for an answer stopped "unsure"
+    (`CompletionRequest.min_confidence`), of the tokens it wrote before it stopped."""
     line_confidence: float | None = None
     """The same over the tokens of the shown text's first line, where it has more than one
     (and the first is not empty); None otherwise."""
@@ -444,6 +445,13 @@ class Completer:
             self.config.decoding,
             clock,
         )
+        if generated.stop_reason == "unsure":  # held back: nothing to show or fork
+            self._answered.pop(request.slot or request.uri, None)
+            clock.lap("postprocess_ms")
+            stages = stages_of(clock, generated.stats)
+            unsure = _completion(prepared, generated, Finished(""), (0, None), started, stages)
+            unsure.confidence = confidence(generated.choices)
+            return unsure
         shown = finish(generated.raw_text, prepared.context, prepared.mode)
         spans = scored_spans(prepared, generated.tokens, shown.text)
         self._answered[request.slot or request.uri] = _Answered(

@@ -61,6 +61,11 @@ class CompletionRequest:
     """The KV cache slot to compute in (default: the document's own). Work done for a text
     the user may never type (prefetch) uses another, so the document's caches keep what the
     user has really typed."""
+    min_confidence: float = 0.0
+    """The confidence under which the answer would not be shown (`decoding.min_confidence`
+    for a suggestion the editor asked for by itself; 0 when the person asked): a local
+    engine stops writing once its tokens are less likely than this, and the answer is empty
+    (its `stop_reason` "unsure")."""
 
 
 @dataclass
@@ -201,7 +206,7 @@ class Generated:
     """What the generation inserts at the cursor (healed characters already off its start)."""
     tokens: list[int]
     stop_reason: str
-    """"eos" | "max_tokens" | "stop" | "deadline" | "cancelled"."""
+    """"eos" | "max_tokens" | "stop" | "unsure" | "deadline" | "cancelled"."""
     stats: GenerationStats
     choices: list[TokenChoice] = field(default_factory=list)
     """Per token, the target's log-probability of it and its runner-up; empty where the

@@ -236,6 +236,7 @@ class LocalBackend:
             required_prefix=prepared.healed.encode("utf-8"),
             anchored_draft=prepared.anchored_draft,
             slot=prepared.request.slot or prepared.request.uri,
+            abstain_below=prepared.request.min_confidence,
         )
 
     def _generated(self, prepared: PreparedCompletion, result: GenerationResult) -> Generated:

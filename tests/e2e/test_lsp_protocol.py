@@ -217,8 +217,12 @@ class FakeCompleter:
             return FakeCompletion("hello_world()")
         if "CHOICES" in prefix:
             return FakeCompletion("choice_one()", confidence=0.6)
-        if "UNSURE" in prefix:
+        if "UNSURE" in prefix:  # as the engine does: it stops once under the request's floor
+            if request.min_confidence > 0.01:
+                return FakeCompletion("", stop_reason="unsure", confidence=0.01)
             return FakeCompletion("maybe_this()", confidence=0.01)
+        if "DOUBT" in prefix:  # a backend that writes the whole answer whatever the floor
+            return FakeCompletion("perhaps_that()", confidence=0.02)
         if "MULTI" in prefix:
             return FakeCompletion("first\nsecond")
         if "EMPTY" in prefix:
@@ -906,15 +910,25 @@ async def test_a_request_where_a_prefetch_runs_waits_for_it_instead_of_stopping_
 async def test_a_suggestion_below_the_floor_is_shown_only_when_asked_for(session):
     options = {**NO_WORK_AHEAD, "decoding": {"min_confidence": 0.1, "candidates": 1}}
     async with session(fake_command(), init_options=options) as client:
-        open_doc(client, URI, "UNSURE \nGREET \n")
+        open_doc(client, URI, "UNSURE \nGREET \nDOUBT \n")
+        # Unasked, the engine is given the floor and stops once under it.
         assert items_of(await inline(client, URI, 0, 7)) == []
-        await wait_for(lambda: any("below the floor" in m.message for m in client.log_messages))
+        await wait_for(
+            lambda: any("stopped, no completion" in m.message for m in client.log_messages)
+        )
         await wait_for(lambda: bool(client.stats))
         hidden = plain(client.stats[-1])
         assert hidden["belowFloor"] is True and hidden["chars"] == 0
         assert hidden["confidence"] == 0.01
+        # Asked for, it is written whole and shown.
         [item] = items_of(await invoked(client, URI, 0, 7))
         assert item.insert_text == "maybe_this()"
+        # A whole answer under the floor is held back all the same.
+        reported = len(client.stats)
+        assert items_of(await inline(client, URI, 2, 6)) == []
+        await wait_for(lambda: len(client.stats) > reported)
+        assert any("is below the floor" in m.message for m in client.log_messages)
+        assert plain(client.stats[-1])["belowFloor"] is True
         # A suggestion with no confidence (a serving engine's) is never held back.
         assert await inline_text(client, URI, 1, 6) == "hello_world()"
         assert plain(client.stats[-1])["confidence"] is None

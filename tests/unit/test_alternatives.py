@@ -106,6 +106,19 @@ def test_an_alternative_stops_by_the_same_rule_reading_its_whole_text(engine, to
         assert alternative.stop_reason == "stop"
 
 
+def test_forks_are_written_whole_under_a_confidence_floor(engine, tokenizer):
+    # A fork is less likely than the answer at its branch point already: the floor that
+    # stops an answer unsure (`abstain_below`) is the caller's to apply to forks, after.
+    engine.reset_cache()
+    answer = engine.generate(request(tokenizer))
+    asked = request(tokenizer, abstain_below=confidence(answer.choices) / 2)
+    engine.reset_cache()
+    assert engine.generate(asked).tokens == answer.tokens  # over the floor: written whole
+    forks = engine.alternatives(asked, answer, 2)
+    assert forks and all(len(fork.tokens) == 16 for fork in forks)
+    assert any(confidence(fork.choices) < asked.abstain_below for fork in forks)
+
+
 def test_no_alternatives_for_sampling_or_a_forbidden_runner_up(engine, tokenizer):
     engine.reset_cache()
     asked = request(tokenizer, temperature=0.8, seed=1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from quickdraft.completer import Completer, CompletionRequest
@@ -558,6 +560,23 @@ def test_alternatives_fork_the_last_answer_at_its_place_only(models):
     # Another place (or text) has no answer to fork.
     elsewhere = request(line=1, character=4)
     assert not completer.has_answered(elsewhere) and completer.alternatives(elsewhere, 3) == []
+
+
+def test_an_answer_unsure_under_the_floor_stops_early_and_shows_nothing(models):
+    completer = make(models, languages={"python": {"multiline": "always"}})
+    full = completer.complete(request())
+    assert full.text and len(full.tokens) > 2
+    # A floor the first token alone reaches, but not the whole answer: writing stops where
+    # its tokens fall under it, nothing is shown, and there is no answer to fork.
+    floor = full.confidence**0.5
+    asked = dataclasses.replace(request(), min_confidence=floor)
+    unsure = completer.complete(asked)
+    assert unsure.stop_reason == "unsure" and unsure.text == ""
+    assert unsure.confidence is not None and unsure.confidence < floor
+    assert 1 <= len(unsure.tokens) < len(full.tokens)
+    assert unsure.tokens == full.tokens[: len(unsure.tokens)]
+    assert unsure.stats.target_forwards < full.stats.target_forwards
+    assert not completer.has_answered(asked) and completer.alternatives(asked, 3) == []
 
 
 def test_a_text_with_lone_surrogates_is_the_same_place_for_its_alternatives(models):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 import random
 import threading
 import time
@@ -11,6 +13,7 @@ import torch
 
 from quickdraft.config import DecodingConfig
 from quickdraft.decoding import CostModel, Engine, GenerationRequest
+from quickdraft.decoding.confidence import confidence
 from quickdraft.decoding.costmodel import (
     MEASURED_SIZES,
     PREFILL_CHUNKS,
@@ -206,6 +209,36 @@ def test_stop_token_callback_and_max_tokens_end_generation_where_plain_decoding_
         assert result.tokens == full[:9] and result.stop_reason == "stop"
         result = greedy(engine, prompt, strategy, 8, max_new_tokens=5)
         assert result.tokens == full[:5] and result.stop_reason == "max_tokens"
+
+
+def test_an_answer_stops_once_its_tokens_fall_under_the_floor_and_forks_ignore_it(pair, tokenizer):
+    # The product of the tokens' probabilities only falls: once under `abstain_below`, the
+    # answer would be held back whatever followed, so the engine stops ("unsure") there.
+    target, draft = pair
+    engine = Engine(target, draft, stop_token_ids=[])
+    prompt = tokenizer.encode(CODE[0])
+    full = greedy(engine, prompt, "ar", max_new_tokens=20)
+    running = list(itertools.accumulate(choice.logprob for choice in full.choices))
+    cut = 6  # a floor between the likelihood of the first 5 tokens and that of the first 6
+    floor = math.exp((running[cut - 2] + running[cut - 1]) / 2)
+    for strategy in ("ar", *STRATEGIES):
+        result = greedy(engine, prompt, strategy, 8, max_new_tokens=20, abstain_below=floor)
+        assert result.tokens == full.tokens[:cut] and result.stop_reason == "unsure", strategy
+        assert confidence(result.choices) < floor <= confidence(result.choices[: cut - 1])
+    stopped = greedy(engine, prompt, "ar", max_new_tokens=20, abstain_below=floor)
+    assert stopped.stats.target_forwards < full.stats.target_forwards
+    # A natural end comes first: the stop rule's last token is not cut off as unsure.
+    ended = greedy(
+        engine,
+        prompt,
+        "ar",
+        max_new_tokens=20,
+        abstain_below=floor,
+        stop=lambda new: len(new) >= cut,
+    )
+    assert ended.tokens == full.tokens[:cut] and ended.stop_reason == "stop"
+    # 0 (the person asked) never stops early.
+    assert greedy(engine, prompt, "ar", max_new_tokens=20, abstain_below=0.0).tokens == full.tokens
 
 
 def test_cancellation_stops_within_one_step(tokenizer):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import random
 import threading
 import time
@@ -117,6 +118,11 @@ class GenerationRequest:
     """Called with all new tokens after each one is emitted; True ends generation there."""
     slot: str | None = None
     """Whose KV caches to use (a document): each slot keeps its own, see runner.py."""
+    abstain_below: float = 0.0
+    """A floor on the answer's confidence (`confidence.confidence`: the product of its tokens'
+    probabilities, which only falls as tokens are added): once the tokens written are less
+    likely than this, generation stops ("unsure"), since an answer through them would be held
+    back anyway. 0: never. Forks (`alternatives`) ignore it."""
 
 
 @dataclass
@@ -183,7 +189,7 @@ SHARED, WARM = "shared", "warm"
 class GenerationResult:
     tokens: list[int]
     stop_reason: str
-    """"eos", "max_tokens", "stop", "deadline" or "cancelled"."""
+    """"eos", "max_tokens", "stop", "unsure" (`abstain_below`), "deadline" or "cancelled"."""
     stats: GenerationStats
     choices: list[TokenChoice] = field(default_factory=list)
     """Per token of `tokens`, the target's log-probability of it and its runner-up
@@ -638,6 +644,13 @@ class Engine:
         aligner = CopyAligner(request.copy_source) if uses_ngram and request.copy_source else None
         owed = request.required_prefix  # token healing: bytes the new tokens must spell first
         sequence = prompt
+        # The answer's log-likelihood so far, and the one under which it would be held back.
+        likelihood = 0.0
+        floor = (
+            math.log(request.abstain_below)
+            if request.abstain_below > 0 and not forked
+            else -math.inf
+        )
         while reason is None:
             reason = self._stopped(request)
             if reason is not None:
@@ -743,11 +756,15 @@ class Engine:
                 choices.append(choice)
                 sequence.append(token)
                 appended += 1
+                likelihood += choice.logprob
                 if len(new) >= request.max_new_tokens:
                     reason = "max_tokens"
                     break
                 if request.stop is not None and request.stop(new):
                     reason = "stop"
+                    break
+                if likelihood < floor:
+                    reason = "unsure"
                     break
             if uses_ngram and appended:
                 lookup_context.extend(sequence[-appended:])

@@ -311,8 +311,10 @@ def completion_request(
     column: int,
     *,
     slot: str | None = None,
+    floor: float = 0.0,
 ) -> CompletionRequest:
-    """The Completer's request for a place in a document (`column` in code points)."""
+    """The Completer's request for a place in a document (`column` in code points); `floor`
+    its `min_confidence`."""
     return CompletionRequest(
         uri=uri,
         text=text,
@@ -321,6 +323,7 @@ def completion_request(
         language_id=language_id,
         offset=offset,
         slot=slot,
+        min_confidence=floor,
     )
 
 

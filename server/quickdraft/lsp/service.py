@@ -97,12 +97,17 @@ class _Job:
     waiters: int = 1
     prefetched: bool = False
     """Its answer is a prefetch's, computed in the background before the request came."""
+    floor: float = 0.0
+    """The confidence under which it stops writing (`CompletionRequest.min_confidence`)."""
 
-    def serves(self, text: str, offset: int) -> bool:
+    def serves(self, text: str, offset: int, floor: float) -> bool:
+        """Whether a request at `offset` in `text` that shows what reaches `floor` can take
+        this job's answer (not one that stops sooner than that request would)."""
         return (
             not self.cancel.is_set()
             and offset == self.offset
             and (text is self.text or text == self.text)
+            and self.floor <= floor
         )
 
 
@@ -167,10 +172,14 @@ class CompletionService:
         if alternatives is not None and not alternatives.serves(prefix, suffix):
             self._cancel_alternatives(uri)  # the person moved on: not worth computing
 
+        # Unasked, a suggestion less likely than the floor is held back, so the engine may
+        # stop writing it as soon as it is (`CompletionRequest.min_confidence`).
+        floor = 0.0 if invoked else config.decoding.min_confidence
+
         def place():
             """The Completer's request for this place (built when some work needs one)."""
             return completion_request(
-                uri, document.language_id, text, offset, position.line, column
+                uri, document.language_id, text, offset, position.line, column, floor=floor
             )
 
         hit = self.typed_ahead.lookup(uri, prefix, suffix)
@@ -196,7 +205,7 @@ class CompletionService:
         # The same request already running (editors ask for inline completion and the completion
         # menu at once) is shared; any other running request for the document is superseded.
         current = self._inflight.get(uri)
-        if current is not None and current.serves(text, offset):
+        if current is not None and current.serves(text, offset, floor):
             job, joined = current, True
             job.waiters += 1
         else:
@@ -223,6 +232,13 @@ class CompletionService:
         if completion.skipped:
             server.log(f"[{request_id}] {feature}: {completion.skipped}; no completion")
             return None
+        unsure = completion.stop_reason == "unsure"  # held back before it was done
+        if unsure:
+            server.log(
+                f"[{request_id}] {feature}: confidence fell to {completion.confidence:.3f}"
+                f" after {len(completion.tokens)} tokens, below the floor {floor:.3f}"
+                " (decoding.min_confidence); stopped, no completion"
+            )
         suggestion = completion.text or ""
         confidence = completion.confidence
         # A request that joined another did no model work of its own: reported as cached.
@@ -238,7 +254,7 @@ class CompletionService:
             source="shared" if joined else "prefetch" if job.prefetched else "model",
             text="" if hidden else suggestion,
             confidence=confidence,
-            below_floor=hidden,
+            below_floor=hidden or unsure,
         )
         if not suggestion:
             return None
@@ -358,9 +374,15 @@ class CompletionService:
         """Queue the generation of `request` (a CompletionRequest) on the worker."""
         cancel = threading.Event()
         future = self._generate(request, name, cancel, wait)
-        return self._track(
-            _Job(request.text, request.offset, future, cancel, wait.start()), request.uri
+        job = _Job(
+            request.text,
+            request.offset,
+            future,
+            cancel,
+            wait.start(),
+            floor=request.min_confidence,
         )
+        return self._track(job, request.uri)
 
     def _await_prefetch(self, request, name: str, wait: WaitProgress) -> _Job | None:
         """A job for `request` that waits for the prefetch already computing it (Tab, then the
