@@ -920,6 +920,11 @@ async def test_a_suggestion_below_the_floor_is_shown_only_when_asked_for(session
         hidden = plain(client.stats[-1])
         assert hidden["belowFloor"] is True and hidden["chars"] == 0
         assert hidden["confidence"] == 0.01
+        # Back at the same place unasked, that is known without the model.
+        reported = len(client.stats)
+        assert items_of(await inline(client, URI, 0, 7)) == []
+        await wait_for(lambda: len(client.stats) > reported)
+        assert plain(client.stats[-1])["source"] == "unsure"
         # Asked for, it is written whole and shown.
         [item] = items_of(await invoked(client, URI, 0, 7))
         assert item.insert_text == "maybe_this()"

@@ -66,3 +66,12 @@ def test_a_prefetch_that_found_nothing_to_add_answers_nothing_at_once():
     assert cache.lookup("file:///a.py", "x = f(1)", "\n") == TypedAhead("", "prefetch")
     assert cache.lookup("file:///a.py", "x = f(1) ", "\n") is None  # typed on: ask the model
     assert cache.lookup("file:///a.py", "y = ", "\n") is None
+
+
+def test_a_place_held_back_unsure_answers_nothing_there_and_only_there():
+    cache = TypedAheadCache()
+    cache.remember("file:///a.py", "x = ", "", "\n", source="unsure", confidence=0.05)
+    assert cache.lookup("file:///a.py", "x = ", "\n") == TypedAhead("", "unsure", 0.05)
+    assert cache.lookup("file:///a.py", "x = c", "\n") is None  # typed on: asked afresh
+    cache.remember("file:///a.py", "x = ", "", "\n")  # a plain empty answer is not kept
+    assert cache.lookup("file:///a.py", "x = ", "\n") is None

@@ -183,6 +183,8 @@ class CompletionService:
             )
 
         hit = self.typed_ahead.lookup(uri, prefix, suffix)
+        if hit is not None and hit.source == "unsure" and invoked:
+            hit = None  # held back here unasked: asked, the answer is written whole
         if hit is not None:
             self._cancel_inflight(uri)
             hidden = self._below_floor(hit.confidence, invoked, request_id, feature)
@@ -238,6 +240,10 @@ class CompletionService:
                 f"[{request_id}] {feature}: confidence fell to {completion.confidence:.3f}"
                 f" after {len(completion.tokens)} tokens, below the floor {floor:.3f}"
                 " (decoding.min_confidence); stopped, no completion"
+            )
+            # Back here unasked (a revisit), the answer is known to be held back.
+            self.typed_ahead.remember(
+                uri, prefix, "", suffix, source="unsure", confidence=completion.confidence
             )
         suggestion = completion.text or ""
         confidence = completion.confidence

@@ -30,14 +30,17 @@ class TypedAhead:
     text: str
     source: str
     confidence: float | None = None
-    """The model's confidence in the whole suggestion it is (part of)."""
+    """The model's confidence in the whole suggestion it is (part of); for "unsure" (an
+    answer stopped under the confidence floor, nothing to show unless asked), in the tokens
+    it wrote."""
 
 
 class TypedAheadCache:
     """Suggestions per document, served again while the user types what one says.
 
     `remember(uri, prefix, text, suffix)` after a completion (and, with source "prefetch", for
-    the text a suggestion's acceptance would give); `lookup(uri, new_prefix, suffix)` returns
+    the text a suggestion's acceptance would give; with "unsure" and no text, where an answer
+    was stopped under the confidence floor); `lookup(uri, new_prefix, suffix)` returns
     the rest of the suggestion whose prefix the new prefix extends with the start of its text
     (the longest such prefix wins: a prefetched answer beats the rest of an older suggestion),
     and forgets the entries the document has moved away from. The suffix must be unchanged.
@@ -60,7 +63,7 @@ class TypedAheadCache:
         confidence: float | None = None,
     ) -> None:
         entries = [e for e in self._entries.get(uri, []) if e.prefix != prefix]
-        if text or source == "prefetch":  # a prefetch may learn that nothing follows
+        if text or source in ("prefetch", "unsure"):  # nothing to show here, known ahead
             entries.append(_Suggestion(prefix, suffix, text, source, confidence))
         self._entries[uri] = entries[-self.per_document :]
         self._entries.move_to_end(uri)
@@ -81,10 +84,10 @@ class TypedAheadCache:
             typed = new_prefix[len(entry.prefix) :]
             if not (same_suffix and new_prefix.startswith(entry.prefix)):
                 continue
-            if not entry.text and not typed:  # prefetched: the model has nothing to add here
+            if not entry.text and not typed:  # the model has nothing to add (or show) here
                 kept.append(entry)
                 if best is None or len(entry.prefix) > best[0]:
-                    best = (len(entry.prefix), TypedAhead("", entry.source))
+                    best = (len(entry.prefix), TypedAhead("", entry.source, entry.confidence))
                 continue
             if not entry.text.startswith(typed) or len(typed) >= len(entry.text):
                 continue
