@@ -75,6 +75,7 @@ class FakeStats:
 class FakeCompletion:
     text: str
     tokens: list[int] = field(default_factory=list)
+    raw_text: str = ""
     stats: FakeStats | None = None
     mode: str = "line"
     skipped: str | None = None
@@ -219,7 +220,7 @@ class FakeCompleter:
             return FakeCompletion("choice_one()", confidence=0.6)
         if "UNSURE" in prefix:  # as the engine does: it stops once under the request's floor
             if request.min_confidence > 0.01:
-                return FakeCompletion("", stop_reason="unsure", confidence=0.01)
+                return FakeCompletion("", raw_text="may", stop_reason="unsure", confidence=0.01)
             return FakeCompletion("maybe_this()", confidence=0.01)
         if "DOUBT" in prefix:  # a backend that writes the whole answer whatever the floor
             return FakeCompletion("perhaps_that()", confidence=0.02)
@@ -920,11 +921,15 @@ async def test_a_suggestion_below_the_floor_is_shown_only_when_asked_for(session
         hidden = plain(client.stats[-1])
         assert hidden["belowFloor"] is True and hidden["chars"] == 0
         assert hidden["confidence"] == 0.01
-        # Back at the same place unasked, that is known without the model.
-        reported = len(client.stats)
+        # Back at the same place unasked, or typing what it wrote, that is known without
+        # the model.
+        calls = len(client.stats)
         assert items_of(await inline(client, URI, 0, 7)) == []
-        await wait_for(lambda: len(client.stats) > reported)
-        assert plain(client.stats[-1])["source"] == "unsure"
+        edit(client, URI, 2, (0, 7), (0, 7), "m")
+        assert items_of(await inline(client, URI, 0, 8)) == []
+        await wait_for(lambda: len(client.stats) >= calls + 2)
+        assert [plain(s)["source"] for s in client.stats[calls:]] == ["unsure", "unsure"]
+        edit(client, URI, 3, (0, 7), (0, 8), "")  # back to where it was asked
         # Asked for, it is written whole and shown.
         [item] = items_of(await invoked(client, URI, 0, 7))
         assert item.insert_text == "maybe_this()"

@@ -68,10 +68,15 @@ def test_a_prefetch_that_found_nothing_to_add_answers_nothing_at_once():
     assert cache.lookup("file:///a.py", "y = ", "\n") is None
 
 
-def test_a_place_held_back_unsure_answers_nothing_there_and_only_there():
+def test_an_answer_stopped_unsure_stays_unsure_while_its_text_is_typed():
     cache = TypedAheadCache()
-    cache.remember("file:///a.py", "x = ", "", "\n", source="unsure", confidence=0.05)
-    assert cache.lookup("file:///a.py", "x = ", "\n") == TypedAhead("", "unsure", 0.05)
-    assert cache.lookup("file:///a.py", "x = c", "\n") is None  # typed on: asked afresh
-    cache.remember("file:///a.py", "x = ", "", "\n")  # a plain empty answer is not kept
-    assert cache.lookup("file:///a.py", "x = ", "\n") is None
+    cache.remember("file:///a.py", "x = ", "comp", "\n", source="unsure", confidence=0.05)
+    assert cache.lookup("file:///a.py", "x = ", "\n") == TypedAhead("comp", "unsure", 0.05)
+    assert cache.lookup("file:///a.py", "x = co", "\n") == TypedAhead("mp", "unsure", 0.05)
+    assert cache.lookup("file:///a.py", "x = cx", "\n") is None  # off its text: asked afresh
+    # One that wrote nothing answers nothing, there only.
+    cache.remember("file:///a.py", "y = ", "", "\n", source="unsure", confidence=0.01)
+    assert cache.lookup("file:///a.py", "y = ", "\n") == TypedAhead("", "unsure", 0.01)
+    assert cache.lookup("file:///a.py", "y = 1", "\n") is None
+    cache.remember("file:///a.py", "y = ", "", "\n")  # a plain empty answer is not kept
+    assert cache.lookup("file:///a.py", "y = ", "\n") is None

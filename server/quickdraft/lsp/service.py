@@ -184,7 +184,7 @@ class CompletionService:
 
         hit = self.typed_ahead.lookup(uri, prefix, suffix)
         if hit is not None and hit.source == "unsure" and invoked:
-            hit = None  # held back here unasked: asked, the answer is written whole
+            hit = None  # stopped unsure here unasked: asked for, it is written whole
         if hit is not None:
             self._cancel_inflight(uri)
             hidden = self._below_floor(hit.confidence, invoked, request_id, feature)
@@ -241,9 +241,15 @@ class CompletionService:
                 f" after {len(completion.tokens)} tokens, below the floor {floor:.3f}"
                 " (decoding.min_confidence); stopped, no completion"
             )
-            # Back here unasked (a revisit), the answer is known to be held back.
+            # Back here unasked, or typing what it had written, the answer is known to be
+            # held back: no model time for it (asked for, it is written whole).
             self.typed_ahead.remember(
-                uri, prefix, "", suffix, source="unsure", confidence=completion.confidence
+                uri,
+                prefix,
+                completion.raw_text,
+                suffix,
+                source="unsure",
+                confidence=completion.confidence,
             )
         suggestion = completion.text or ""
         confidence = completion.confidence

@@ -31,7 +31,7 @@ class TypedAhead:
     source: str
     confidence: float | None = None
     """The model's confidence in the whole suggestion it is (part of); for "unsure" (an
-    answer stopped under the confidence floor, nothing to show unless asked), in the tokens
+    answer stopped under the confidence floor: nothing to show unless asked), in the tokens
     it wrote."""
 
 
@@ -39,8 +39,8 @@ class TypedAheadCache:
     """Suggestions per document, served again while the user types what one says.
 
     `remember(uri, prefix, text, suffix)` after a completion (and, with source "prefetch", for
-    the text a suggestion's acceptance would give; with "unsure" and no text, where an answer
-    was stopped under the confidence floor); `lookup(uri, new_prefix, suffix)` returns
+    the text a suggestion's acceptance would give; with "unsure", what an answer stopped
+    under the confidence floor had written, or nothing); `lookup(uri, new_prefix, suffix)` returns
     the rest of the suggestion whose prefix the new prefix extends with the start of its text
     (the longest such prefix wins: a prefetched answer beats the rest of an older suggestion),
     and forgets the entries the document has moved away from. The suffix must be unchanged.
@@ -96,7 +96,8 @@ class TypedAheadCache:
                 continue
             kept.append(entry)
             if best is None or len(entry.prefix) > best[0]:
-                source = entry.source if not typed else "typed-ahead"
+                # Typing a held-back answer's text keeps it what it is: unsure.
+                source = entry.source if not typed or entry.source == "unsure" else "typed-ahead"
                 best = (len(entry.prefix), TypedAhead(remaining, source, entry.confidence))
         self._entries[uri] = kept
         return best[1] if best is not None else None
