@@ -21,6 +21,7 @@ from quickdraft.decoding.costmodel import (
     interpolate,
     prefill_chunk_for,
 )
+from quickdraft.decoding.healing import TokenBytes
 from quickdraft.errors import ConfigError, InputError
 from quickdraft.testing import build_tiny_model, build_tiny_tokenizer
 
@@ -239,6 +240,15 @@ def test_an_answer_stops_once_its_tokens_fall_under_the_floor_and_forks_ignore_i
     assert ended.tokens == full.tokens[:cut] and ended.stop_reason == "stop"
     # 0 (the person asked) never stops early.
     assert greedy(engine, prompt, "ar", max_new_tokens=20, abstain_below=0.0).tokens == full.tokens
+    # Whitespace is scored with the text after it (a suggestion's trailing whitespace is not
+    # scored): a blank token that crosses the floor stops nothing until more text follows.
+    blank = full.tokens[cut - 1]
+    spellings = [b"x"] * len(tokenizer)
+    spellings[blank] = b"\n    "
+    engine.token_bytes = TokenBytes(spellings, len(tokenizer))
+    after = next(i for i in range(cut, len(full.tokens)) if full.tokens[i] != blank)
+    result = greedy(engine, prompt, "ar", max_new_tokens=20, abstain_below=floor)
+    assert result.tokens == full.tokens[: after + 1] and result.stop_reason == "unsure"
 
 
 def test_cancellation_stops_within_one_step(tokenizer):

@@ -120,9 +120,10 @@ class GenerationRequest:
     """Whose KV caches to use (a document): each slot keeps its own, see runner.py."""
     abstain_below: float = 0.0
     """A floor on the answer's confidence (`confidence.confidence`: the product of its tokens'
-    probabilities, which only falls as tokens are added): once the tokens written are less
-    likely than this, generation stops ("unsure"), since an answer through them would be held
-    back anyway. 0: never. Forks (`alternatives`) ignore it."""
+    probabilities, which only falls as tokens are added): once the tokens written, through the
+    last that spelled more than whitespace (`TokenBytes.blank`; a suggestion is scored without
+    its trailing whitespace), are less likely than this, generation stops ("unsure"), since an
+    answer through them would be held back anyway. 0: never. Forks (`alternatives`) ignore it."""
 
 
 @dataclass
@@ -644,8 +645,10 @@ class Engine:
         aligner = CopyAligner(request.copy_source) if uses_ngram and request.copy_source else None
         owed = request.required_prefix  # token healing: bytes the new tokens must spell first
         sequence = prompt
-        # The answer's log-likelihood so far, and the one under which it would be held back.
-        likelihood = 0.0
+        # The answer's log-likelihood through its last token that wrote more than whitespace
+        # (a suggestion is scored without its trailing whitespace, often cut anyway), that of
+        # the whitespace since, and the likelihood under which it would be held back.
+        likelihood = blank_since = 0.0
         floor = (
             math.log(request.abstain_below)
             if request.abstain_below > 0 and not forked
@@ -756,7 +759,10 @@ class Engine:
                 choices.append(choice)
                 sequence.append(token)
                 appended += 1
-                likelihood += choice.logprob
+                if self.token_bytes is not None and self.token_bytes.blank(token):
+                    blank_since += choice.logprob
+                else:
+                    likelihood, blank_since = likelihood + blank_since + choice.logprob, 0.0
                 if len(new) >= request.max_new_tokens:
                     reason = "max_tokens"
                     break

@@ -39,6 +39,11 @@ class TokenBytes:
             self._exact.setdefault(b, []).append(i)
         self._masks: OrderedDict[bytes, torch.Tensor] = OrderedDict()
 
+    def blank(self, token: int) -> bool:
+        """Whether `token` spells whitespace only (not a special token)."""
+        spelled = self.token_bytes[token] if 0 <= token < len(self.token_bytes) else None
+        return spelled is not None and not spelled.strip()
+
     def allowed_ids(self, remaining: bytes) -> list[int]:
         """Tokens whose bytes start with `remaining`, or are a non-empty start of it."""
         ids: list[int] = []
