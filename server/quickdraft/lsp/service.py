@@ -183,8 +183,8 @@ class CompletionService:
             )
 
         hit = self.typed_ahead.lookup(uri, prefix, suffix)
-        if hit is not None and hit.source == "unsure" and invoked:
-            hit = None  # stopped unsure here unasked: asked for, it is written whole
+        if hit is not None and hit.source == "unsure" and (hit.confidence or 0.0) >= floor:
+            hit = None  # stopped unsure under a higher floor: asked for, it is written whole
         if hit is not None:
             self._cancel_inflight(uri)
             hidden = self._below_floor(hit.confidence, invoked, request_id, feature)
@@ -237,7 +237,7 @@ class CompletionService:
         unsure = completion.stop_reason == "unsure"  # held back before it was done
         if unsure:
             server.log(
-                f"[{request_id}] {feature}: confidence fell to {completion.confidence:.3f}"
+                f"[{request_id}] {feature}: confidence fell to {completion.confidence or 0.0:.3f}"
                 f" after {len(completion.tokens)} tokens, below the floor {floor:.3f}"
                 " (decoding.min_confidence); stopped, no completion"
             )
