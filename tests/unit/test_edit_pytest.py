@@ -49,23 +49,27 @@ def empty_file_test_becomes(text: str, decorator: str, parameters: str) -> None:
     )
 
 
+def shows_as(after: str, old: str, new: str) -> None:
+    """CHECKS edited into `after`: the edit shown gives `after` with `old` made `new`."""
+    assert shown_after(CHECKS, after) == after.replace(old, new)
+
+
 def test_a_decorator_added_between_two_puts_its_parameter_between_theirs_typed():
     after = CHECKS.replace(
         '@pytest.mark.parametrize("with_header", [False, True])\n',
         '@pytest.mark.parametrize("with_header", [False, True])\n'
         '@pytest.mark.parametrize("encoding", ["utf-8", "latin-1", None])\n',
     )
-    result = shown_after(CHECKS, after)
-    assert result == after.replace(
-        "    with_header: bool,\n", "    with_header: bool,\n    encoding: str | None,\n"
+    shows_as(
+        after, "    with_header: bool,\n", "    with_header: bool,\n    encoding: str | None,\n"
     )
 
 
 def test_names_of_a_new_decorator_go_after_the_fixtures_on_an_inline_signature():
     decorator = '@pytest.mark.parametrize(("rows", "quiet"), [([], True), (["x"], False)])'
     after = decorated(CHECKS, "test_import_reports_bad_rows", decorator)
-    result = shown_after(CHECKS, after)
-    assert result == after.replace(
+    shows_as(
+        after,
         "mocker: MockerFixture\n) -> None:",
         "mocker: MockerFixture, rows: list[str], quiet: bool\n) -> None:",
     )
@@ -111,8 +115,8 @@ def test_a_method_with_a_default_takes_the_name_before_the_default():
         '    @pytest.mark.parametrize("amount", ["0.125", "0.135"])\n'
         "    def test_amounts_round_half_even(",
     )
-    result = shown_after(CHECKS, after)
-    assert result == after.replace(
+    shows_as(
+        after,
         "(self, tester: ImportCommand, places: int = 2)",
         "(self, tester: ImportCommand, amount: str, places: int = 2)",
     )

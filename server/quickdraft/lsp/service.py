@@ -174,7 +174,7 @@ class CompletionService:
 
         # Unasked, a suggestion less likely than the floor is held back, so the engine may
         # stop writing it as soon as it is (`CompletionRequest.min_confidence`).
-        floor = 0.0 if invoked else config.decoding.min_confidence
+        floor = self._floor(invoked)
 
         def place():
             """The Completer's request for this place (built when some work needs one)."""
@@ -295,11 +295,16 @@ class CompletionService:
 
     # --- several suggestions, and silence when unsure -------------------------------------
 
+    def _floor(self, invoked: bool) -> float:
+        """The confidence under which a suggestion is held back: decoding.min_confidence when
+        the editor asked by itself, 0 when the person asked (`invoked`)."""
+        return 0.0 if invoked else self.server.config.current.decoding.min_confidence
+
     def _below_floor(
         self, confidence: float | None, invoked: bool, request_id: MsgId, feature: str
     ) -> bool:
         """Whether a suggestion the editor asked for by itself is too unsure to show."""
-        floor = self.server.config.current.decoding.min_confidence
+        floor = self._floor(invoked)
         if invoked or confidence is None or confidence >= floor:
             return False
         self.server.log(
@@ -336,7 +341,7 @@ class CompletionService:
                 return []
         if entry.future.cancelled() or entry.future.exception() is not None:
             return []
-        floor = 0.0 if invoked else config.decoding.min_confidence
+        floor = self._floor(invoked)
         others = [
             Suggestion(item.text, item.confidence)
             for item in entry.future.result()
