@@ -98,13 +98,13 @@ def test_forward_takes_the_kernel_up_to_its_rows_and_the_backend_past_them(monke
     odd = _layer(256, 40, True, quantize.exact_int8_backends()[0], rows=2)
     assert odd.kernel_rows == 0 and odd.weight_blocked is None  # 40 channels: not its layout
     calls = []
-    original = int8_rows.RowKernel.linear
+    original = int8_rows.RowKernel.call
 
-    def counting(self, x, *args):
+    def counting(self, function, x, *args):
         calls.append(x.shape[0])
-        return original(self, x, *args)
+        return original(self, function, x, *args)
 
-    monkeypatch.setattr(int8_rows.RowKernel, "linear", counting)
+    monkeypatch.setattr(int8_rows.RowKernel, "call", counting)
     with torch.inference_mode():
         for rows in (1, 2, 3, 8):
             layer(torch.randn(rows, 256))

@@ -23,7 +23,8 @@ AVX-512 VNNI, or the build fails, `load()` says why and quickdraft runs oneDNN a
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -79,6 +80,8 @@ class RowKernel:
     tiles: ctypes._CFuncPtr | None = None
     tiles_note: str = ""
     """Whether the tiles run, and why not where they do not."""
+    _held: threading.local = field(default_factory=threading.local, repr=False, compare=False)
+    """This thread's scratch (`_scratch`)."""
 
     def max_rows(self, out_features: int, in_features: int) -> int:
         """The most rows a call takes for a layer of this shape (which `fits`)."""
@@ -95,15 +98,30 @@ class RowKernel:
     ) -> torch.Tensor:
         """x float32 [M, K] (contiguous, 1 <= M <= `max_rows`); `blocked` the weights as
         `block_weights` lays them out; weight_scale, bias float32 [N]."""
-        rows, k = x.shape
         n = blocked.shape[0] * 16
+        return self.call(self.function_for(n, x.shape[1]), x, blocked, n, weight_scale, bias)
+
+    def function_for(self, out_features: int, in_features: int) -> ctypes._CFuncPtr:
+        """The function `linear` calls for a layer of this shape: the tiles where they take
+        it, else the VNNI loop. A layer may keep it (`call`)."""
+        if self.tiles is not None and tiles_fit(out_features, in_features):
+            return self.tiles
+        return self.function
+
+    def call(
+        self,
+        function: ctypes._CFuncPtr,
+        x: torch.Tensor,
+        blocked: torch.Tensor,
+        n: int,
+        weight_scale: torch.Tensor,
+        bias: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """`linear` by `function` (`function_for` this layer's shape), for callers that keep
+        it: a decode step makes about a hundred of these calls, and their Python is a
+        measurable part of it."""
+        rows, k = x.shape
         out = torch.empty(rows, n, dtype=torch.float32)
-        function = self.function
-        scratch_rows = rows
-        if self.tiles is not None and tiles_fit(n, k):
-            function = self.tiles
-            scratch_rows = -(-rows // 32) * 32  # whole pairs of row tiles (int8_rows.c)
-        scratch = torch.empty(scratch_rows * k, dtype=torch.int8)
         status = function(
             x.data_ptr(),
             rows,
@@ -113,12 +131,24 @@ class RowKernel:
             weight_scale.data_ptr(),
             None if bias is None else bias.data_ptr(),
             out.data_ptr(),
-            scratch.data_ptr(),
+            self._scratch(function, rows, k).data_ptr(),
             torch.get_num_threads(),
         )
         if status != 0:
             raise ValueError(f"int8 rows kernel: no kernel for {rows} rows of {k} -> {n}")
         return out
+
+    def _scratch(self, function: ctypes._CFuncPtr, rows: int, k: int) -> torch.Tensor:
+        """The int8 rows a call quantizes into: the tiles pad them to whole pairs of row
+        tiles (int8_rows.c). One buffer per thread, grown as needed: a call only writes
+        and reads it while it runs."""
+        if function is self.tiles:
+            rows = -(-rows // 32) * 32
+        needed = rows * k
+        scratch = getattr(self._held, "scratch", None)
+        if scratch is None or scratch.numel() < needed:
+            scratch = self._held.scratch = torch.empty(needed, dtype=torch.int8)
+        return scratch
 
 
 _KERNEL = native_build.Once(

@@ -40,7 +40,7 @@ from torch import nn
 from transformers import AttentionInterface
 
 from quickdraft.decoding.runner import PREFILL_BLOCK, PREFILL_KWARG, ROWWISE_ATTENTION, TREE_KWARG
-from quickdraft.models import attention_rows, int8_rows
+from quickdraft.models import attention_rows, decoder_loop, int8_rows
 from quickdraft.models.fused_linears import fuse_projections
 from quickdraft.models.precision import cast_floating
 
@@ -330,6 +330,12 @@ class Int8Linear(nn.Module):
             if rows is None:
                 rows = fast_rows(self.backend, tiled=most == int8_rows.ANY_ROWS)
             self.kernel_rows = min(rows, most)
+        self._row_function = (
+            (kernel, kernel.function_for(self.out_features, self.in_features))
+            if kernel is not None and self.kernel_rows > 0
+            else None
+        )
+        """(the kernel, its function for this layer's shape) where calls run it."""
         self.register_buffer("weight_scale", weight_scale.reshape(1, -1).to(torch.float32))
         self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32))
         # The lean kernel reads its own layout of the weights, oneDNN its prepacked copy, the
@@ -420,7 +426,15 @@ class Int8Linear(nn.Module):
     def rows_kernel_forward(self, x: torch.Tensor, kernel: int8_rows.RowKernel) -> torch.Tensor:
         """`forward` of a float32 [rows, in_features] input by the lean kernel: bitwise the same
         (checked where it is enabled: `fast_rows`)."""
-        return kernel.linear(x.contiguous(), self.weight_blocked, self.weight_scale, self.bias)
+        function = kernel.function_for(self.out_features, self.in_features)
+        return kernel.call(
+            function,
+            x.contiguous(),
+            self.weight_blocked,
+            self.out_features,
+            self.weight_scale,
+            self.bias,
+        )
 
     def general_forward(self, rows: torch.Tensor) -> torch.Tensor:
         """`forward` of float32 [rows, in_features] by quantize_rows and the backend."""
@@ -431,14 +445,26 @@ class Int8Linear(nn.Module):
         return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # A decode step calls this about a hundred times: what the call itself costs counts
+        # (no dtype round trip for float32, the kernel's function kept since loading).
         shape = x.shape
-        rows = x.reshape(-1, shape[-1]).to(torch.float32)
+        rows = x.reshape(-1, shape[-1])
+        if rows.dtype != torch.float32:
+            rows = rows.to(torch.float32)
         if 0 < rows.shape[0] <= self.kernel_rows and not torch.compiler.is_compiling():
-            kernel, _ = int8_rows.load()
-            out = self.rows_kernel_forward(rows, kernel)
+            kernel, function = self._row_function
+            out = kernel.call(
+                function,
+                rows.contiguous(),
+                self.weight_blocked,
+                self.out_features,
+                self.weight_scale,
+                self.bias,
+            )
         else:
             out = self.general_forward(rows)
-        return out.reshape(*shape[:-1], self.out_features).to(x.dtype)
+        out = out.reshape(*shape[:-1], self.out_features)
+        return out if x.dtype == torch.float32 else out.to(x.dtype)
 
     def extra_repr(self) -> str:
         return (
@@ -759,6 +785,7 @@ def quantize_model(
     rowwise: bool = True,
     backend: str | None = None,
     fuse: bool = True,
+    loop: bool = True,
 ) -> nn.Module:
     """Replace every `nn.Linear` (and the lm_head unless told not to) by `Int8Linear`, in place,
     and switch attention to `rowwise_attention` (unless `rowwise=False`); the rest of the model
@@ -768,7 +795,9 @@ def quantize_model(
     upcast is exact, so the result is the same bit for bit, with half the peak memory). Tied
     input embeddings stay float (the lookup does not touch the head's int8 copy). Projections
     of one input (q, k, v; gate, up) become one integer matmul each unless `fuse=False`
-    (fused_linears: bitwise the same outputs, fewer calls a step).
+    (fused_linears: bitwise the same outputs, fewer calls a step). With row-wise attention the
+    decoder runs its layers in one loop unless `loop=False` (decoder_loop: bitwise the same,
+    fewer Python frames a forward).
     """
     lm_head = QUANTIZE_LM_HEAD if lm_head is None else lm_head
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -785,6 +814,7 @@ def quantize_model(
     fused = fuse_projections(model, Int8Linear) if fuse else 0
     if rowwise:
         use_rowwise_attention(model)
+    looped = rowwise and loop and decoder_loop.install(model, rowwise_attention)
     model._quickdraft_int8 = {
         "backend": backend or default_int8_backend(),
         "lean_rows": max(
@@ -792,6 +822,7 @@ def quantize_model(
         ),
         "linears": replaced,
         "fused_groups": fused,
+        "decoder_loop": looped,
         "lm_head": bool(lm_head and head is not None),
         "attention": ROWWISE_ATTENTION if rowwise else model.config._attn_implementation,
         # Decode rows in one C call or by SDPA: part of what a calibration measured.

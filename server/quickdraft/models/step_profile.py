@@ -17,7 +17,9 @@ CPU kernels are synchronous):
                      the model's glue, the runner)
 
 The hooks cost a little time of their own, which lands in python/dispatch, so the profiled
-step is reported beside the unhooked one. llama.cpp runs its graph in C: only its whole step
+step is reported beside the unhooked one. A model whose decoder runs in one loop
+(`decoder_loop`) runs its own forward while hooked, so the profiled step's python/dispatch
+also holds the frames the loop saves the unhooked step. llama.cpp runs its graph in C: only its whole step
 is timed, and its weight bytes come from the GGUF's tensors.
 """
 
