@@ -14,7 +14,7 @@ from quickdraft.config import DecodingConfig, ModelConfig
 from quickdraft.decoding.runner import ROWWISE_ATTENTION
 from quickdraft.errors import ModelError
 from quickdraft.machine import cpu_model, peak_rss_bytes
-from quickdraft.models import attention_rows, fetch, int8_rows, store
+from quickdraft.models import attention_rows, decoder_loop, fetch, int8_rows, layer_glue, store
 from quickdraft.models.fetch import fetch_preset
 from quickdraft.models.presets import PRESETS, get_preset
 
@@ -386,6 +386,14 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
             where = "models/attention_rows.c, " if kernel_loaded is not None else "SDPA per row: "
             said = f"{'one call a layer' if kernel_loaded is not None else 'off'} ({where}{how})"
             print(f"decode attn  {said}", file=out)
+        if decoder_loop.installed(target):
+            _, how = layer_glue.load()
+            glue = (
+                "C glue (models/layer_glue.c)" if decoder_loop.glued(target) else f"torch ({how})"
+            )
+            print(
+                f"decoder      one loop (models/decoder_loop.py), between matmuls {glue}", file=out
+            )
     if "rss" in memory:
         print(f"memory       {_human(memory['rss'])} resident with both models loaded", file=out)
     if peak_rss is not None:
