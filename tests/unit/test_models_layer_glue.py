@@ -88,3 +88,12 @@ def test_shapes_it_does_not_take_are_refused():
     with pytest.raises(ValueError, match="silu_mul"):
         glue.silu_mul(torch.zeros(2, 2 * 20))
     assert not layer_glue.fits(1536, 24, 8960) and layer_glue.fits(1536, 128, 8960)
+
+
+def test_tensors_not_laid_out_for_it_are_refused():
+    with pytest.raises(ValueError, match="contiguous float32"):
+        glue.add_rms_norm(torch.zeros(2, 32).t(), None, torch.ones(2), 1e-6)
+    with pytest.raises(ValueError, match="contiguous float32"):
+        glue.silu_mul(torch.zeros(2, 64, dtype=torch.float64))
+    with pytest.raises(ValueError, match="rotary"):
+        glue.rotary(torch.zeros(1, 64, 3).transpose(1, 2), 1, torch.ones(3, 64), torch.ones(3, 64))

@@ -140,9 +140,11 @@ def _forward(decoder: nn.Module, *args: Any, **kwargs: Any) -> BaseModelOutputWi
         args
         or not KNOWN_KWARGS.issuperset(kwargs)
         or kwargs.get("input_ids") is None
+        or kwargs["input_ids"].dim() != 2
         or kwargs.get("attention_mask") is not None
         or kwargs.get("inputs_embeds") is not None
         or (cache is None and glue is None)
+        or (glue is not None and kwargs["input_ids"].shape[0] != 1)  # the glue: one sequence
         or torch.compiler.is_compiling()
         or _hooked(decoder)
     ):
@@ -161,6 +163,7 @@ def _forward(decoder: nn.Module, *args: Any, **kwargs: Any) -> BaseModelOutputWi
         cos, sin = cos[0].contiguous(), sin[0].contiguous()
     pending = None  # with the glue: the last MLP's output, added to `hidden` by the next norm
     for layer in decoder.layers[: decoder.config.num_hidden_layers]:
+        layer_input = hidden  # (the same tensor, updated in place, with the glue)
         for hook in layer._forward_pre_hooks.values():
             changed = hook(layer, (hidden,))
             if changed is not None:
@@ -175,7 +178,7 @@ def _forward(decoder: nn.Module, *args: Any, **kwargs: Any) -> BaseModelOutputWi
             if pending is not None:
                 hidden, pending = hidden.add_(pending), None
             for hook in layer._forward_hooks.values():
-                hook(layer, (hidden,), hidden)
+                hook(layer, (layer_input,), hidden)
     if glue is None:
         hidden = decoder.norm.forward(hidden)
     else:

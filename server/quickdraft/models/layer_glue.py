@@ -49,6 +49,7 @@ class LayerGlue:
     ) -> torch.Tensor:
         """`hidden += delta` in place (where given), then its RMSNorm times `weight`: a new
         tensor. hidden, delta contiguous [..., dim]."""
+        _laid_out(hidden, delta)
         dim = hidden.shape[-1]
         out = torch.empty_like(hidden)
         status = self.add_rms_norm_fn(
@@ -69,6 +70,9 @@ class LayerGlue:
     ) -> None:
         """Rotate `heads` heads of each row of states [1, rows, >= heads * dim] (its last
         dimension contiguous, rows any stride apart) in place; cos, sin contiguous [rows, dim]."""
+        if states.dtype != torch.float32 or states.stride(-1) != 1:
+            raise ValueError("layer glue: rotary takes float32 rows whose last dimension is whole")
+        _laid_out(cos, sin)
         rows, dim = cos.shape[-2], cos.shape[-1]
         status = self.rotary_fn(
             states.data_ptr(),
@@ -84,6 +88,7 @@ class LayerGlue:
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """SiLU(gate) * up of gate_up [..., 2 * width] (gate, then up; contiguous)."""
+        _laid_out(gate_up)
         width = gate_up.shape[-1] // 2
         out = torch.empty(*gate_up.shape[:-1], width, dtype=torch.float32)
         status = self.silu_mul_fn(
@@ -95,6 +100,13 @@ class LayerGlue:
         )
         _check(status, "silu_mul", gate_up.shape)
         return out
+
+
+def _laid_out(*tensors: torch.Tensor | None) -> None:
+    """The C calls read float32 rows that lie one after another."""
+    for tensor in tensors:
+        if tensor is not None and (tensor.dtype != torch.float32 or not tensor.is_contiguous()):
+            raise ValueError("layer glue: it takes contiguous float32 tensors")
 
 
 def _check(status: int, what: str, shape: torch.Size) -> None:
