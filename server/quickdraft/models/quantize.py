@@ -796,8 +796,9 @@ def quantize_model(
     input embeddings stay float (the lookup does not touch the head's int8 copy). Projections
     of one input (q, k, v; gate, up) become one integer matmul each unless `fuse=False`
     (fused_linears: bitwise the same outputs, fewer calls a step). With row-wise attention the
-    decoder runs its layers in one loop unless `loop=False` (decoder_loop: bitwise the same,
-    fewer Python frames a forward).
+    decoder runs its layers in one loop unless `loop=False` (decoder_loop: fewer Python frames
+    a forward; between the matmuls the C glue where it loads, which rounds otherwise than
+    torch but alike in every forward, else torch, bitwise the model's own forward).
     """
     lm_head = QUANTIZE_LM_HEAD if lm_head is None else lm_head
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -823,6 +824,7 @@ def quantize_model(
         "linears": replaced,
         "fused_groups": fused,
         "decoder_loop": looped,
+        "layer_glue": looped and decoder_loop.glued(model),  # another step: calibrate again
         "lm_head": bool(lm_head and head is not None),
         "attention": ROWWISE_ATTENTION if rowwise else model.config._attn_implementation,
         # Decode rows in one C call or by SDPA: part of what a calibration measured.
