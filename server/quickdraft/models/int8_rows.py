@@ -71,7 +71,7 @@ def unblock_weights(blocked: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class RowKernel:
-    """The loaded kernel: `linear` computes `Int8Linear`'s float32 output, with AMX tiles for
+    """The loaded kernel: `call` computes `Int8Linear`'s float32 output, with AMX tiles for
     any rows where `tiles` is set and the layer's shape fits them, else with the VNNI loop
     for up to MAX_ROWS rows (`max_rows`)."""
 
@@ -89,21 +89,9 @@ class RowKernel:
             return ANY_ROWS
         return MAX_ROWS
 
-    def linear(
-        self,
-        x: torch.Tensor,
-        blocked: torch.Tensor,
-        weight_scale: torch.Tensor,
-        bias: torch.Tensor | None,
-    ) -> torch.Tensor:
-        """x float32 [M, K] (contiguous, 1 <= M <= `max_rows`); `blocked` the weights as
-        `block_weights` lays them out; weight_scale, bias float32 [N]."""
-        n = blocked.shape[0] * 16
-        return self.call(self.function_for(n, x.shape[1]), x, blocked, n, weight_scale, bias)
-
     def function_for(self, out_features: int, in_features: int) -> ctypes._CFuncPtr:
-        """The function `linear` calls for a layer of this shape: the tiles where they take
-        it, else the VNNI loop. A layer may keep it (`call`)."""
+        """The function that computes a layer of this shape: the tiles where they take it,
+        else the VNNI loop. A layer keeps it (`call`)."""
         if self.tiles is not None and tiles_fit(out_features, in_features):
             return self.tiles
         return self.function
@@ -117,9 +105,10 @@ class RowKernel:
         weight_scale: torch.Tensor,
         bias: torch.Tensor | None,
     ) -> torch.Tensor:
-        """`linear` by `function` (`function_for` this layer's shape), for callers that keep
-        it: a decode step makes about a hundred of these calls, and their Python is a
-        measurable part of it."""
+        """`Int8Linear`'s float32 output by `function` (`function_for` its shape): x float32
+        [M, K] (contiguous, 1 <= M <= `max_rows`); `blocked` the weights as `block_weights`
+        lays them out (N / 16 blocks); weight_scale, bias float32 [N]. A decode step makes
+        about a hundred of these calls, so the function is looked up once per layer."""
         rows, k = x.shape
         out = torch.empty(rows, n, dtype=torch.float32)
         status = function(

@@ -426,10 +426,16 @@ class Int8Linear(nn.Module):
     def rows_kernel_forward(self, x: torch.Tensor, kernel: int8_rows.RowKernel) -> torch.Tensor:
         """`forward` of a float32 [rows, in_features] input by the lean kernel: bitwise the same
         (checked where it is enabled: `fast_rows`)."""
-        function = kernel.function_for(self.out_features, self.in_features)
+        return self._kernel_forward(
+            kernel, kernel.function_for(self.out_features, self.in_features), x
+        )
+
+    def _kernel_forward(
+        self, kernel: int8_rows.RowKernel, function: Any, rows: torch.Tensor
+    ) -> torch.Tensor:
         return kernel.call(
             function,
-            x.contiguous(),
+            rows.contiguous(),
             self.weight_blocked,
             self.out_features,
             self.weight_scale,
@@ -452,15 +458,7 @@ class Int8Linear(nn.Module):
         if rows.dtype != torch.float32:
             rows = rows.to(torch.float32)
         if 0 < rows.shape[0] <= self.kernel_rows and not torch.compiler.is_compiling():
-            kernel, function = self._row_function
-            out = kernel.call(
-                function,
-                rows.contiguous(),
-                self.weight_blocked,
-                self.out_features,
-                self.weight_scale,
-                self.bias,
-            )
+            out = self._kernel_forward(*self._row_function, rows)
         else:
             out = self.general_forward(rows)
         out = out.reshape(*shape[:-1], self.out_features)
