@@ -15,6 +15,7 @@ from quickdraft.models.quantize import (
     quantize_model,
     quantize_rows,
     rowwise_attention,
+    use_prefill_attention,
 )
 from quickdraft.testing import build_tiny_model, forward_batch_and_steps
 
@@ -307,14 +308,16 @@ def test_rowwise_attention_matches_plain_attention_with_positions_from_the_cache
         assert torch.equal(static, growing), q_len  # masked keys contribute exact zeros
 
 
-def test_prefill_rows_are_the_same_bits_in_any_chunking(monkeypatch):
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_prefill_rows_are_the_same_bits_in_any_chunking(monkeypatch, dtype):
     """A prefill row is computed in the call for its aligned block, shaped by the block alone:
     the logits and the cache are bitwise the same however a prompt is cut into chunks (a warm
-    cache plus one chunk, or a cold prefill), on a real-shaped model (GQA, several layers)."""
+    cache plus one chunk, or a cold prefill), on a real-shaped model (GQA, several layers),
+    with the blocks' attention in float32 or in bfloat16 (`use_prefill_attention`)."""
     from quickdraft.models.quantize import PREFILL_KWARG
 
     model = build_tiny_model(300, dtype=torch.float32, hidden=256, layers=3, heads=8, kv_heads=2)
-    quantize_model(model)
+    quantize_model(model, prefill_attention=dtype)
     torch.manual_seed(5)
     ids = torch.randint(0, 300, (1, 300))
 
@@ -351,6 +354,39 @@ def test_prefill_rows_are_the_same_bits_in_any_chunking(monkeypatch):
     assert cache.layers[0].buffers[0].shape[2] > 300  # room past the end: the view is read
     assert torch.equal(torch.cat(logits), cold[100:])
     assert all(torch.equal(a.keys, b) for a, b in zip(cache.layers, cold_keys, strict=True))
+
+
+def test_prefill_attention_dtype_is_what_prefill_rows_compute_in_and_steps_are_untouched():
+    """Prefill rows attend in the dtype the model was given: bfloat16 rows differ from float32
+    ones (so the setting is used) and stay close to them; decode rows are the same either way."""
+    from quickdraft.models.quantize import PREFILL_KWARG, prefill_attention
+
+    model = build_tiny_model(300, dtype=torch.float32, hidden=256, layers=3, heads=8, kv_heads=2)
+    quantize_model(model, prefill_attention=None)
+    assert model._quickdraft_int8["prefill_attention"] == "float32"
+    ids = torch.randint(0, 300, (1, 200), generator=torch.Generator().manual_seed(3))
+
+    def run(dtype):
+        use_prefill_attention(model, dtype)
+        assert prefill_attention(model.model.layers[0].self_attn) == dtype
+        cache = DynamicCache(config=model.config)
+        with torch.inference_mode():
+            prefill = model(input_ids=ids[:, :150], cache=cache, **{PREFILL_KWARG: True})
+            step = model(input_ids=ids[:, 150:151], cache=cache, **{PREFILL_KWARG: False})
+        return prefill.logits[0], step.logits[0]
+
+    single, single_step = run(None)
+    half, half_step = run(torch.bfloat16)
+    assert not torch.equal(single, half)
+    assert (single - half).abs().max() < 0.05 * single.abs().max()
+    assert not torch.equal(single_step, half_step)  # it reads keys the prefill computed
+    cached = DynamicCache(config=model.config)
+    use_prefill_attention(model, None)
+    with torch.inference_mode():  # the step's own rows: float32 whatever the prefill's dtype
+        model(input_ids=ids[:, :150], cache=cached, **{PREFILL_KWARG: True})
+        use_prefill_attention(model, torch.bfloat16)
+        again = model(input_ids=ids[:, 150:151], cache=cached, **{PREFILL_KWARG: False})
+    assert torch.equal(again.logits[0], single_step)
 
 
 def test_quantize_weight_matches_quantize_rows_from_any_dtype():

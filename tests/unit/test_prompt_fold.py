@@ -12,7 +12,7 @@ from quickdraft.decoding import Engine, GenerationRequest
 from quickdraft.decoding.engine import PROMPT_FOLD
 from quickdraft.decoding.runner import PREFILL_KWARG, ModelRunner, StaticModelRunner
 from quickdraft.models import attention_rows
-from quickdraft.models.quantize import rowwise_attention
+from quickdraft.models.quantize import rowwise_attention, use_prefill_attention
 from quickdraft.testing import build_tiny_int8_model, build_tiny_model, build_tiny_tokenizer
 
 CODE = (
@@ -26,9 +26,13 @@ def tokenizer():
     return build_tiny_tokenizer()
 
 
-@pytest.fixture(scope="module")
-def int8_target(tokenizer):
-    return build_tiny_int8_model(len(tokenizer))
+@pytest.fixture(scope="module", params=[None, torch.bfloat16], ids=["float32", "bfloat16"])
+def int8_target(tokenizer, request):
+    """The tiny int8 model with its prefill rows attending in float32, and in bfloat16 (the
+    default where the CPU has it natively): folded rows must be a prefill's either way."""
+    model = build_tiny_int8_model(len(tokenizer))
+    use_prefill_attention(model, request.param)
+    return model
 
 
 @pytest.mark.parametrize("prompt_rows", [1, 5, 40])
