@@ -317,7 +317,7 @@ def test_prefill_rows_are_the_same_bits_in_any_chunking(monkeypatch, dtype):
     from quickdraft.models.quantize import PREFILL_KWARG
 
     model = build_tiny_model(300, dtype=torch.float32, hidden=256, layers=3, heads=8, kv_heads=2)
-    quantize_model(model, prefill_attention=dtype)
+    quantize_model(model, prefill_attention_dtype=dtype)
     torch.manual_seed(5)
     ids = torch.randint(0, 300, (1, 300))
 
@@ -362,7 +362,7 @@ def test_prefill_attention_dtype_is_what_prefill_rows_compute_in_and_steps_are_u
     from quickdraft.models.quantize import PREFILL_KWARG, prefill_attention
 
     model = build_tiny_model(300, dtype=torch.float32, hidden=256, layers=3, heads=8, kv_heads=2)
-    quantize_model(model, prefill_attention=None)
+    quantize_model(model, prefill_attention_dtype=None)
     assert model._quickdraft_int8["prefill_attention"] == "float32"
     ids = torch.randint(0, 300, (1, 200), generator=torch.Generator().manual_seed(3))
 

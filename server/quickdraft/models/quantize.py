@@ -832,7 +832,7 @@ def quantize_model(
     backend: str | None = None,
     fuse: bool = True,
     loop: bool = True,
-    prefill_attention: torch.dtype | None | str = "auto",
+    prefill_attention_dtype: torch.dtype | None | str = "auto",
 ) -> nn.Module:
     """Replace every `nn.Linear` (and the lm_head unless told not to) by `Int8Linear`, in place,
     and switch attention to `rowwise_attention` (unless `rowwise=False`); the rest of the model
@@ -846,7 +846,8 @@ def quantize_model(
     decoder runs its layers in one loop unless `loop=False` (decoder_loop: fewer Python frames
     a forward; between the matmuls the C glue where it loads, which rounds otherwise than
     torch but alike in every forward, else torch, bitwise the model's own forward). Prefill
-    rows attend in `prefill_attention` ("auto": `default_prefill_attention`; None: float32).
+    rows attend in `prefill_attention_dtype` ("auto": `default_prefill_attention`; None:
+    float32).
     """
     lm_head = QUANTIZE_LM_HEAD if lm_head is None else lm_head
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -861,11 +862,13 @@ def quantize_model(
             replaced += 1
     cast_floating(model, torch.float32)  # a StoredEmbedding keeps its half-precision table
     fused = fuse_projections(model, Int8Linear) if fuse else 0
-    if prefill_attention == "auto":
-        prefill_attention = default_prefill_attention()
+    if not rowwise:
+        prefill_attention_dtype = None  # the model's own attention, as it is
+    elif prefill_attention_dtype == "auto":
+        prefill_attention_dtype = default_prefill_attention()
     if rowwise:
         use_rowwise_attention(model)
-        use_prefill_attention(model, prefill_attention)
+        use_prefill_attention(model, prefill_attention_dtype)
     looped = rowwise and loop and decoder_loop.install(model, rowwise_attention)
     model._quickdraft_int8 = {
         "backend": backend or default_int8_backend(),
@@ -880,6 +883,6 @@ def quantize_model(
         "attention": ROWWISE_ATTENTION if rowwise else model.config._attn_implementation,
         # Decode rows in one C call or by SDPA: part of what a calibration measured.
         "attention_kernel": rowwise and attention_rows.load()[0] is not None,
-        "prefill_attention": str(prefill_attention or torch.float32).removeprefix("torch."),
+        "prefill_attention": str(prefill_attention_dtype or torch.float32).removeprefix("torch."),
     }
     return model
