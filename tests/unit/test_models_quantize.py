@@ -389,6 +389,22 @@ def test_prefill_attention_dtype_is_what_prefill_rows_compute_in_and_steps_are_u
     assert torch.equal(again.logits[0], single_step)
 
 
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [({"amx_bf16", "amx_tile"}, torch.bfloat16), ({"avx512_bf16", "avx512f"}, None), (set(), None)],
+)
+def test_prefill_attends_in_bfloat16_only_where_amx_has_it(monkeypatch, flags, expected):
+    """The default is what was measured: AMX's bfloat16 tiles; other CPUs keep float32."""
+    from quickdraft.models import quantize
+
+    monkeypatch.setattr(quantize, "cpu_flags", lambda: frozenset(flags))
+    assert quantize.default_prefill_attention() == expected
+    model = build_tiny_model(300, dtype=torch.float32, hidden=256, layers=2, heads=8, kv_heads=2)
+    quantize_model(model)
+    assert quantize.prefill_attention(model.model.layers[1].self_attn) == expected
+    assert model._quickdraft_int8["prefill_attention"] == str(expected or torch.float32)[6:]
+
+
 def test_quantize_weight_matches_quantize_rows_from_any_dtype():
     from quickdraft.models.quantize import quantize_weight
 

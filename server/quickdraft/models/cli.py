@@ -387,7 +387,7 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
             said = f"{'one call a layer' if kernel_loaded is not None else 'off'} ({where}{how})"
             print(f"decode attn  {said}", file=out)
             dtype = getattr(target, "_quickdraft_int8", {}).get("prefill_attention")
-            why = "native on this CPU" if dtype == "bfloat16" else "no native bfloat16 here"
+            why = "AMX bfloat16 tiles here" if dtype == "bfloat16" else "no AMX bfloat16 here"
             print(f"prefill attn {dtype}, one SDPA call per 32-row block ({why})", file=out)
         if decoder_loop.installed(target):
             _, how = layer_glue.load()

@@ -37,7 +37,6 @@ import torch
 
 from quickdraft.machine import OtherLoad, cpu_flags, cpu_model
 from quickdraft.models import store
-from quickdraft.models.precision import native_bfloat16
 from quickdraft.models.quantize import Int8Linear, best_ms, exact_int8_backends
 
 log = logging.getLogger(__name__)
@@ -103,6 +102,17 @@ class KernelChoice:
 
 
 # --- the machine ------------------------------------------------------------------------
+
+
+def native_bfloat16() -> bool:
+    """Whether this CPU computes bfloat16 natively (AVX-512 BF16, AMX; Arm BF16)."""
+    flags = cpu_flags()
+    if flags & {"avx512_bf16", "amx_bf16", "bf16"}:
+        return True
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()) and not flags
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def capability() -> str:

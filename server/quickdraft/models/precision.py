@@ -15,19 +15,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from quickdraft.machine import cpu_flags
-
-
-def native_bfloat16() -> bool:
-    """Whether this CPU computes bfloat16 natively (AVX-512 BF16, AMX; Arm BF16)."""
-    flags = cpu_flags()
-    if flags & {"avx512_bf16", "amx_bf16", "bf16"}:
-        return True
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()) and not flags
-    except (AttributeError, RuntimeError):
-        return False
-
 
 class StoredEmbedding(nn.Module):
     """An input embedding kept in its checkpoint's half precision, returning `compute_dtype`."""

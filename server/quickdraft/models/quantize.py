@@ -40,9 +40,10 @@ from torch import nn
 from transformers import AttentionInterface
 
 from quickdraft.decoding.runner import PREFILL_BLOCK, PREFILL_KWARG, ROWWISE_ATTENTION, TREE_KWARG
+from quickdraft.machine import cpu_flags
 from quickdraft.models import attention_rows, decoder_loop, int8_rows
 from quickdraft.models.fused_linears import fuse_projections
-from quickdraft.models.precision import cast_floating, native_bfloat16
+from quickdraft.models.precision import cast_floating
 
 log = logging.getLogger(__name__)
 
@@ -792,13 +793,14 @@ def prefill_attention(module: nn.Module | None) -> torch.dtype | None:
 
 
 def default_prefill_attention() -> torch.dtype | None:
-    """bfloat16 where this CPU computes it natively (AMX, AVX-512 BF16): there a prefill
-    block's attention runs 2.4-2.9x faster than in float32 (2 AMX cores, 512-1,600 keys), a
-    293-token prefill after 1,400 cached tokens of the 1.5B 28 % faster, and the int8 model's
-    next-token agreement with the float32 model stayed within a token in 1,856 (97.95 % ->
-    97.90 %, held-out code). Elsewhere None: float32, as before (bfloat16 without native
-    support is slower)."""
-    return torch.bfloat16 if native_bfloat16() else None
+    """bfloat16 where the CPU has AMX's bfloat16 tiles: there a prefill block's attention ran
+    2.4-2.9x faster than in float32 (2 cores, 512-1,600 keys), a 293-token prefill after 1,400
+    cached tokens of the 1.5B 28 % faster, and the int8 model's next-token agreement with the
+    float32 model stayed within a token in 1,856 (97.95 % -> 97.90 %, held-out code).
+    Elsewhere None: float32, as before. Other CPUs were not measured (emulating another ISA
+    with ONEDNN_MAX_CPU_ISA does not keep torch's attention off AMX), and bfloat16 without
+    native support is slower, so it stays off there."""
+    return torch.bfloat16 if "amx_bf16" in cpu_flags() else None
 
 
 def use_prefill_attention(model: nn.Module, dtype: torch.dtype | None) -> None:
