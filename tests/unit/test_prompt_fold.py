@@ -29,7 +29,8 @@ def tokenizer():
 @pytest.fixture(scope="module", params=[None, torch.bfloat16], ids=["float32", "bfloat16"])
 def int8_target(tokenizer, request):
     """The tiny int8 model with its prefill rows attending in float32, and in bfloat16 (the
-    default where the CPU has it natively): folded rows must be a prefill's either way."""
+    default where the CPU has AMX's bfloat16 tiles): folded rows must be a prefill's either
+    way."""
     model = build_tiny_int8_model(len(tokenizer))
     use_prefill_attention(model, request.param)
     return model
