@@ -197,3 +197,21 @@ def test_the_layout_round_trips():
     assert blocked.dtype == torch.uint8 and blocked.shape == (3, 5, 16, 4)
     assert int(blocked[1, 2, 3, 1]) == int(weight[16 + 3, 2 * 4 + 1]) + 128
     assert torch.equal(int8_rows.unblock_weights(blocked), weight)
+
+
+def test_a_build_is_keyed_by_the_headers_its_source_includes(tmp_path):
+    """A shared header (models/simd_exp.h) changed must build its includers again: the key's
+    bytes hold each header a source includes from beside it; a missing one means no kernel."""
+    source = tmp_path / "k.c"
+    source.write_text('#include <math.h>\n#include "shared.h"\nint f(void) { return G; }\n')
+    (tmp_path / "shared.h").write_text("#define G 1\n")
+    before = native_build.source_bytes(source)
+    assert before.endswith(b"#define G 1\n")
+    (tmp_path / "shared.h").write_text("#define G 2\n")
+    assert native_build.source_bytes(source) != before
+    assert b"simd_exp.h" in native_build.source_bytes(quantize.attention_rows.SOURCE)
+    (tmp_path / "shared.h").unlink()
+    needs_compiler()
+    flags = frozenset(("avx512f",))
+    with pytest.raises(native_build.Unavailable, match="could not read its source"):
+        native_build.build_and_load(source, ("f",), needed=(), flags=flags, home=tmp_path)

@@ -28,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "simd_exp.h"
+
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512dq")))
 #define INLINE __attribute__((always_inline)) static inline
 #define LANES 64     /* query vectors (row x head) a unit takes: 4 registers of 16 */
@@ -39,18 +41,8 @@
 TARGET INLINE __m512 exp512(__m512 x) {
   const __m512 lo = _mm512_set1_ps(-87.0f);
   const __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-  x = _mm512_max_ps(x, lo);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500E-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
-  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  __m512 n;
+  const __m512 p = qd_exp_parts512(_mm512_max_ps(x, lo), &n);
   return _mm512_maskz_scalef_ps(~tiny, p, n);
 }
 

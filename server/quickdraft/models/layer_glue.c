@@ -14,6 +14,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "simd_exp.h"
+
 #define TARGET __attribute__((target("avx512f")))
 #define PARALLEL_ROWS 16 /* rows (a prefill chunk's) from which a call uses the threads */
 
@@ -77,18 +79,9 @@ TARGET int qd_rotary(float *x, int rows, int heads, int dim, long row_stride, co
 
 /* exp(x) for x in [-87, 88] (clamped there): Cephes' expf polynomial, 2^n by scalef. */
 TARGET static inline __m512 exp512(__m512 x) {
+  __m512 n;
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500E-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
-  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512 p = qd_exp_parts512(x, &n);
   return _mm512_scalef_ps(p, n);
 }
 

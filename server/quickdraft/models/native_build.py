@@ -1,6 +1,6 @@
 """C kernels built on the user's machine: compiled once with the system's C compiler into
-`$QUICKDRAFT_HOME/kernels/`, keyed by the source, the flags and the compiler, and loaded with
-ctypes (whose calls release the GIL).
+`$QUICKDRAFT_HOME/kernels/`, keyed by the source (with the headers beside it that it includes),
+the flags and the compiler, and loaded with ctypes (whose calls release the GIL).
 
 Used by `int8_rows` (the int8 linear) and `attention_rows` (decode attention), each naming the
 CPU flags its code needs. Where a kernel cannot be had (the CPU lacks those flags, a process
@@ -14,6 +14,7 @@ import ctypes
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -99,7 +100,10 @@ def build_and_load(
         ).stdout.split("\n", 1)[0]
     except (OSError, subprocess.SubprocessError) as error:
         raise Unavailable(f"{compiler} --version failed: {error}") from None
-    text = source.read_bytes()
+    try:
+        text = source_bytes(source)
+    except OSError as error:  # the source or a header it includes is missing
+        raise Unavailable(f"could not read its source: {error}") from None
     key = hashlib.sha256(text + repr((FLAGS, compiler, version)).encode()).hexdigest()[:16]
     directory = (home or store.quickdraft_home()) / "kernels"
     path = directory / f"{source.stem}-{key}.so"
@@ -113,6 +117,17 @@ def build_and_load(
         return [getattr(library, symbol) for symbol in symbols], path
     except (OSError, AttributeError) as error:
         raise Unavailable(f"could not load {path}: {error}") from None
+
+
+LOCAL_INCLUDE = re.compile(rb'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def source_bytes(source: Path) -> bytes:
+    """What a build of `source` compiles: its bytes, then those of each header beside it that
+    it includes (`#include "name.h"`), so a change to a shared header builds it again."""
+    text = source.read_bytes()
+    headers = [source.parent / name.decode() for name in LOCAL_INCLUDE.findall(text)]
+    return text + b"".join(header.read_bytes() for header in headers)
 
 
 def _compiler() -> str:
