@@ -1,6 +1,7 @@
 """Decode attention rows in one C call (models/attention_rows.c): each row bitwise the same
-alone or in any forward, a tree row the step at the end of its path, close to SDPA, and SDPA
-where the kernel cannot be had."""
+alone or in any forward, a tree row the step at the end of its path, close to SDPA, in float32
+and (where the CPU has AMX bfloat16 tiles) on the tiles, and SDPA where the kernel cannot be
+had."""
 
 from __future__ import annotations
 
@@ -27,6 +28,22 @@ def _inputs(heads, kv_heads, dim, cached, rows, seed=0):
     return query, key, value
 
 
+ARITHMETICS = [attention_rows.FLOAT32]
+if KERNEL is not None and KERNEL.tiles is not None:
+    ARITHMETICS.append(attention_rows.TILES)
+CLOSE_TO_SDPA = {attention_rows.FLOAT32: 1e-5, attention_rows.TILES: 3e-2}
+"""How close a row comes to SDPA's (float32): float32 sums in another order; or bfloat16
+products on the tiles."""
+
+
+@pytest.fixture(params=ARITHMETICS)
+def arithmetic(request, monkeypatch):
+    """Each arithmetic this machine has, the float32 rows forced by hiding the tiles."""
+    if KERNEL is not None and request.param == attention_rows.FLOAT32:
+        monkeypatch.setattr(KERNEL, "tiles", None)
+    return request.param
+
+
 def _rows(query, key, value, starts, extra=None):
     extra = extra or [None] * len(starts)
     scale = query.shape[-1] ** -0.5
@@ -35,8 +52,10 @@ def _rows(query, key, value, starts, extra=None):
 
 @needs_kernel
 @pytest.mark.parametrize(("heads", "kv_heads", "dim"), SHAPES)
-def test_a_row_is_bitwise_the_same_alone_and_in_any_forward(heads, kv_heads, dim):
-    cached, n = 300, 9
+def test_a_row_is_bitwise_the_same_alone_and_in_any_forward(heads, kv_heads, dim, arithmetic):
+    # 318-326 keys: on the tiles the first 192 of some rows and 224 of others (their last 96+
+    # in float32), in one call.
+    cached, n = 317, 9
     query, key, value = _inputs(heads, kv_heads, dim, cached, n)
     ends = [cached + i + 1 for i in range(n)]
     together = _rows(query, key, value, ends)
@@ -47,12 +66,29 @@ def test_a_row_is_bitwise_the_same_alone_and_in_any_forward(heads, kv_heads, dim
     three = _rows(query[:, :, 2:5], key, value, ends[2:5])
     assert torch.equal(three, together[:, 2:5])
     sdpa = _step_rows(query, key, value, [e - 1 for e in ends], query.shape[-1] ** -0.5, None)
-    torch.testing.assert_close(together, sdpa, rtol=1e-5, atol=1e-5)
+    computed = KERNEL.arithmetic(dim)
+    assert computed == (arithmetic if dim % attention_rows.TILE_HEAD_DIMS == 0 else "float32")
+    tolerance = CLOSE_TO_SDPA[computed]
+    torch.testing.assert_close(together, sdpa, rtol=tolerance, atol=tolerance)
+    if computed == attention_rows.TILES:  # the tiles ran: not the float32 rows' result
+        tiles, KERNEL.tiles = KERNEL.tiles, None
+        try:
+            assert not torch.equal(_rows(query, key, value, ends), together)
+        finally:
+            KERNEL.tiles = tiles
+
+
+@needs_kernel
+def test_the_tiles_take_whole_multiples_of_32_dimensions_and_the_float32_rows_the_rest():
+    assert KERNEL.arithmetic(24) == KERNEL.arithmetic(16) == attention_rows.FLOAT32
+    assert KERNEL.arithmetic(128) == (
+        attention_rows.TILES if KERNEL.tiles is not None else attention_rows.FLOAT32
+    )
 
 
 @needs_kernel
 @pytest.mark.parametrize(("heads", "kv_heads", "dim"), SHAPES[:2])
-def test_a_tree_row_is_the_step_at_the_end_of_its_path(heads, kv_heads, dim):
+def test_a_tree_row_is_the_step_at_the_end_of_its_path(heads, kv_heads, dim, arithmetic):
     base = 200
     query, key, value = _inputs(heads, kv_heads, dim, base, 6, seed=1)
     path = torch.tensor([base + 1, base + 3, base + 4])  # nodes 1, 3, 4 of the tree
@@ -109,5 +145,6 @@ def test_a_calibration_knows_which_attention_it_measured(monkeypatch):
     without = quantize.quantize_model(build_tiny_model(64, seed=1))
     assert without._quickdraft_int8["attention_kernel"] is False
     if KERNEL is not None:
-        assert with_kernel._quickdraft_int8["attention_kernel"] is True
+        arithmetic = with_kernel._quickdraft_int8["attention_kernel"]
+        assert arithmetic in (attention_rows.TILES, attention_rows.FLOAT32)
         assert model_fingerprint(with_kernel) != model_fingerprint(without)

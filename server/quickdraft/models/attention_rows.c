@@ -84,6 +84,32 @@ TARGET static void all_scores(int G, const float *QT, int D, const float *K, lon
     }
 }
 
+/* The lanes of group g (16) that read key j >= shared: their bits in the key's `words` 64-bit
+   masks (lane l's bit l % 64 of word l / 64). */
+INLINE __mmask16 group_reads(const uint64_t *member, int words, int shared, int j, int g) {
+  return (__mmask16)(member[(long)words * (j - shared) + (g >> 2)] >> ((g & 3) * 16));
+}
+
+/* For group g's lanes (scores S[j][lane], rows `stride` floats apart, less their maximum mx):
+   e_j = exp(s_j - mx) in place, and 1 / (the sum of a lane's own e_j, in key order) into inv. */
+TARGET INLINE void exponentiate(float *S, long stride, int g, int shared, int span, __m512 mx,
+                                const uint64_t *member, int words, float *inv) {
+  __m512 sum = _mm512_setzero_ps();
+  for (int j = 0; j < shared; j++) {
+    float *s = S + (long)j * stride + g * 16;
+    const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s), mx));
+    _mm512_storeu_ps(s, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  for (int j = shared; j < span; j++) {
+    float *s = S + (long)j * stride + g * 16;
+    const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s), mx));
+    _mm512_storeu_ps(s, e);
+    sum = _mm512_mask_add_ps(sum, group_reads(member, words, shared, j, g), sum, e);
+  }
+  _mm512_storeu_ps(inv + g * 16, _mm512_div_ps(_mm512_set1_ps(1.0f), sum));
+}
+
 /* Adds keys j0..j1 (the lane's own: all below `shared`, then those `member` marks) into the
    running sums O[lane][:] of T lanes from l0: O += w[j][lane] * V[j], in key order. The sums
    go through memory between blocks of keys, exactly (a float stored is the float loaded), so
@@ -150,22 +176,9 @@ TARGET static void unit(const float *q, long q_sr, long q_sh, int R, int D, int 
     for (int j = 0; j < shared; j++)
       mx = _mm512_max_ps(mx, _mm512_loadu_ps(S + (long)j * LANES + g * 16));
     for (int j = shared; j < span; j++)
-      mx = _mm512_mask_max_ps(mx, (__mmask16)(member[j - shared] >> (g * 16)), mx,
+      mx = _mm512_mask_max_ps(mx, group_reads(member, 1, shared, j, g), mx,
                               _mm512_loadu_ps(S + (long)j * LANES + g * 16));
-    __m512 sum = _mm512_setzero_ps();
-    for (int j = 0; j < shared; j++) {
-      float *s = S + (long)j * LANES + g * 16;
-      const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s), mx));
-      _mm512_storeu_ps(s, e);
-      sum = _mm512_add_ps(sum, e);
-    }
-    for (int j = shared; j < span; j++) {
-      float *s = S + (long)j * LANES + g * 16;
-      const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s), mx));
-      _mm512_storeu_ps(s, e);
-      sum = _mm512_mask_add_ps(sum, (__mmask16)(member[j - shared] >> (g * 16)), sum, e);
-    }
-    _mm512_storeu_ps(inv + g * 16, _mm512_div_ps(_mm512_set1_ps(1.0f), sum));
+    exponentiate(S, LANES, g, shared, span, mx, member, 1, inv);
   }
   for (int j0 = 0; j0 < span; j0 += KEY_BLOCK) { /* a block's values stay in L1 for all lanes */
     const int j1 = span - j0 < KEY_BLOCK ? span : j0 + KEY_BLOCK, first = j0 == 0;
@@ -193,8 +206,8 @@ TARGET static void unit(const float *q, long q_sr, long q_sh, int R, int D, int 
   }
 }
 
-/* Floats of scratch a unit needs: its transposed queries, its scores (keys x LANES), and a
-   64-bit mask per key past the rows' shared prefix (which lanes it belongs to). */
+/* Floats of scratch a unit needs: its transposed queries, its sums, its scores (keys x LANES),
+   and a 64-bit mask per key past the rows' shared prefix (which lanes it belongs to). */
 static long unit_scratch_floats(int D, int span) {
   return 2L * D * LANES + (long)span * LANES + 2L * span + 16;
 }
@@ -202,9 +215,32 @@ static long unit_scratch_floats(int D, int span) {
 /* Units of work a call makes (each one key/value head's query vectors, LANES at a time). */
 int qd_attend_units(int Q, int H, int KVH) { return KVH * ((Q * (H / KVH) + LANES - 1) / LANES); }
 
-/* Floats of scratch a call needs. */
+/* The tiles' units (`qd_attend_rows_tiles`): TILE_LANES query vectors, so that a 16-row
+   forward of a model with 6 query heads per key/value head reads each key and value once. */
+#define TILE_LANES 128
+#define SCORE_KEYS 16 /* keys a score tile holds */
+#define VALUE_KEYS 32 /* keys a value tile adds: 16 pairs */
+
+static long padded_span(int span) { return ((long)span + VALUE_KEYS - 1) / VALUE_KEYS * VALUE_KEYS; }
+
+/* Floats of scratch a tiles unit needs: its transposed queries, its sums, its scores, two
+   64-bit masks per key, and in bfloat16 its queries, a block of keys, the values and the
+   weights as the tiles read them. */
+static long tile_unit_floats(int D, int span) {
+  const long keys = padded_span(span), groups = TILE_LANES / 16;
+  return 2L * D * TILE_LANES + keys * TILE_LANES + 4 * keys + 16 + groups * 8L * D + 8L * D +
+         keys * D / 2 + groups * keys * 8 + 64;
+}
+
+static int tile_units(int Q, int H, int KVH) {
+  return KVH * ((Q * (H / KVH) + TILE_LANES - 1) / TILE_LANES);
+}
+
+/* Floats of scratch a call needs (either arithmetic). */
 long qd_attend_scratch_floats(int Q, int H, int D, int KVH, int span) {
-  return qd_attend_units(Q, H, KVH) * unit_scratch_floats(D, span);
+  const long rows = qd_attend_units(Q, H, KVH) * unit_scratch_floats(D, span);
+  const long tiles = tile_units(Q, H, KVH) * tile_unit_floats(D, span);
+  return rows > tiles ? rows : tiles;
 }
 
 /* out[Q, H, D] (contiguous) for the Q query rows q (H heads of D floats; strides q_sr between
@@ -235,3 +271,274 @@ TARGET int qd_attend_rows(const float *q, int Q, int H, int D, long q_sr, long q
   }
   return 0;
 }
+
+/* ---- AMX bfloat16 tiles: the same rows, most of their products on the tiles ----
+
+   Where the CPU has AMX's bfloat16 tiles, `qd_attend_rows_tiles` computes what qd_attend_rows
+   does with another fixed arithmetic, still the same for a row whatever else the call holds:
+     s_j  = (q . k_j in bfloat16 pairs, float32 sums: one tile product per 32 dimensions, in
+             order) * scale, for every key of the row (a product depends on q and k_j alone);
+     m, e_j and sum as above, in float32, in key order;
+     out  = (the float32 sums of bf16(e_j) * bf16(v_j) over the row's first A keys, on tiles,
+             blocks of 32 keys in order, each block's 16 pairs as the tile adds them; then
+             e_j * v_j over its remaining keys in key order, fused, in float32) * (1 / sum),
+   where a row of L keys (its prefix and path) takes A = 32 * floor((L - FP32_TAIL) / 32)
+   keys on the tiles (none when L < FP32_TAIL + 32). A depends on L alone, and A <= the
+   row's prefix (no row of a decode, verify or tree forward has FP32_TAIL keys past its prefix),
+   so the tiles only ever see a row's own contiguous prefix, from key 0, and a lane whose A is
+   smaller than its neighbours' gets weights of exactly 0 in whole blocks (adding 0 x v to a
+   float32 sum leaves it as it was). */
+
+#if defined(__clang__) ? (__clang_major__ >= 12) : (defined(__GNUC__) && __GNUC__ >= 11)
+#include <sys/syscall.h>
+#include <unistd.h>
+#define TILES_TARGET \
+  __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512dq,avx512bf16")))
+#define FP32_TAIL 96 /* keys (at least) of a row added in float32, after its tiles */
+
+typedef struct {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} attend_tile_config;
+
+/* Asks Linux for the AMX tile state (ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA). 0: granted. */
+int qd_attend_tiles_enable(void) { return (int)syscall(SYS_arch_prctl, 0x1023, 18); }
+
+static const uint16_t PAIR_ORDER[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+
+static const int32_t TURN[16] = {0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240};
+
+/* 32 bfloat16 (nearest even): a[0], b[0], a[1], b[1], ... (a tile's pairs). */
+TILES_TARGET INLINE __m512i bf16_pairs(__m512 a, __m512 b) {
+  const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(b, a); /* words 0-15 a, 16-31 b */
+  return _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)PAIR_ORDER), both);
+}
+
+/* 32 bfloat16 of lo[0..16), hi[0..16) in order. */
+TILES_TARGET INLINE __m512i bf16_run(__m512 lo, __m512 hi) {
+  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+#define SCORE_GROUP(g)                                   \
+  do {                                                   \
+    _tile_loadd(5, Q4 + ((g) * CH + c) * 512, 64);       \
+    _tile_dpbf16ps(g, 4, 5);                             \
+  } while (0)
+
+/* Scores S[j][lane] (unscaled, rows TL floats apart) for every key j < span, G groups of 16
+   lanes, four at a time on tiles 0-3. QB: the queries as the tiles read them; KB: a block of
+   SCORE_KEYS keys in bfloat16, converted once for all groups. */
+TILES_TARGET static void tile_scores(int G, int D, const uint16_t *QB, const float *K, long kv_sr,
+                                     int span, uint16_t *KB, float *S, int TL) {
+  const int CH = D / 32;
+  for (int j0 = 0; j0 < span; j0 += SCORE_KEYS) {
+    for (int r = 0; r < SCORE_KEYS; r++) {
+      uint16_t *row = KB + r * D;
+      if (j0 + r < span) {
+        const float *k = K + (long)(j0 + r) * kv_sr;
+        for (int c = 0; c < CH; c++)
+          _mm512_storeu_si512((void *)(row + c * 32),
+                              bf16_run(_mm512_loadu_ps(k + c * 32), _mm512_loadu_ps(k + c * 32 + 16)));
+      } else {
+        memset(row, 0, sizeof(uint16_t) * D);
+      }
+    }
+    for (int g0 = 0; g0 < G; g0 += 4) {
+      const int n = G - g0 < 4 ? G - g0 : 4;
+      const uint16_t *Q4 = QB + (long)g0 * CH * 512;
+      _tile_zero(0);
+      if (n > 1) _tile_zero(1);
+      if (n > 2) _tile_zero(2);
+      if (n > 3) _tile_zero(3);
+      for (int c = 0; c < CH; c++) {
+        _tile_loadd(4, KB + c * 32, D * 2);
+        SCORE_GROUP(0);
+        if (n > 1) SCORE_GROUP(1);
+        if (n > 2) SCORE_GROUP(2);
+        if (n > 3) SCORE_GROUP(3);
+      }
+      float *out = S + (long)j0 * TL + g0 * 16;
+      _tile_stored(0, out, TL * 4);
+      if (n > 1) _tile_stored(1, out + 16, TL * 4);
+      if (n > 2) _tile_stored(2, out + 32, TL * 4);
+      if (n > 3) _tile_stored(3, out + 48, TL * 4);
+    }
+  }
+}
+
+/* Whether lane l reads key j (j >= shared: its bit in the key's two masks). */
+INLINE int reads(const uint64_t *member, int shared, int j, int l) {
+  return j < shared || ((member[2 * (j - shared) + (l >> 6)] >> (l & 63)) & 1);
+}
+
+
+TILES_TARGET static void tile_unit(const float *q, long q_sr, long q_sh, int R, int D, int gh,
+                                   int lane0, int nl, const float *K, const float *V, long kv_sr,
+                                   const int32_t *prefix, const int32_t *offset,
+                                   const int32_t *count, const int32_t *extra, float scale,
+                                   float *out, int H, float *scratch, int span) {
+  /* Rows of the unit's queries and scores are TL floats: its lanes, in whole groups. */
+  const int G = (nl + 15) / 16, C = D / 16, CH = D / 32, TL = G * 16;
+  const long keys = padded_span(span);
+  float *QT = scratch, *O = QT + D * TL, *S = O + D * TL;
+  uint64_t *member = (uint64_t *)(((uintptr_t)(S + keys * TL) + 63) & ~(uintptr_t)63);
+  uint16_t *QB = (uint16_t *)(((uintptr_t)(member + 2 * keys) + 63) & ~(uintptr_t)63);
+  uint16_t *KB = QB + (TL / 16) * 16 * D; /* groups x CH chunks x 16 x 32 */
+  uint16_t *VB = KB + SCORE_KEYS * D;     /* blocks x C chunks x 16 x 32 */
+  uint16_t *PT = VB + keys * D;           /* groups x blocks x 16 lanes x 32 keys */
+  int shared = 1 << 30, tiled[TILE_LANES], tiled_max = 0;
+  for (int l = 0; l < TILE_LANES; l++) tiled[l] = 0;
+  for (int l = 0; l < nl; l++) {
+    const int row = (lane0 + l) / R;
+    const int length = prefix[row] + count[row];
+    const int a = length >= FP32_TAIL + VALUE_KEYS ? (length - FP32_TAIL) / VALUE_KEYS * VALUE_KEYS : 0;
+    tiled[l] = a;
+    tiled_max = a > tiled_max ? a : tiled_max;
+    shared = prefix[row] < shared ? prefix[row] : shared;
+  }
+  memset(QT, 0, sizeof(float) * D * TL);
+  for (int l = 0; l < nl; l++) {
+    const int row = (lane0 + l) / R, h = gh * R + (lane0 + l) % R;
+    const float *qv = q + row * q_sr + h * q_sh;
+    for (int d = 0; d < D; d++) QT[d * TL + l] = qv[d];
+  }
+  for (int j = shared; j < span; j++) {
+    uint64_t m[2] = {0, 0};
+    for (int l = 0; l < nl; l++) {
+      const int row = (lane0 + l) / R;
+      int in = j < prefix[row];
+      for (int e = 0; e < count[row] && !in; e++) in = extra[offset[row] + e] == j;
+      m[l >> 6] |= (uint64_t)in << (l & 63);
+    }
+    member[2 * (j - shared)] = m[0];
+    member[2 * (j - shared) + 1] = m[1];
+  }
+  for (int g = 0; g < G; g++)
+    for (int c = 0; c < CH; c++)
+      for (int kk = 0; kk < 16; kk++) {
+        const float *even = QT + (c * 32 + 2 * kk) * TL + g * 16;
+        _mm512_storeu_si512((void *)(QB + (g * CH + c) * 512 + kk * 32),
+                            bf16_pairs(_mm512_loadu_ps(even), _mm512_loadu_ps(even + TL)));
+      }
+  tile_scores(G, D, QB, K, kv_sr, span, KB, S, TL);
+  const __m512 sv = _mm512_set1_ps(scale);
+  float inv[TILE_LANES];
+  for (int g = 0; g < G; g++) {
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < span; j++) {
+      float *s = S + (long)j * TL + g * 16;
+      const __m512 scaled = _mm512_mul_ps(_mm512_loadu_ps(s), sv);
+      _mm512_storeu_ps(s, scaled);
+      mx = j < shared ? _mm512_max_ps(mx, scaled)
+                      : _mm512_mask_max_ps(mx, group_reads(member, 2, shared, j, g), mx, scaled);
+    }
+    exponentiate(S, TL, g, shared, span, mx, member, 2, inv);
+  }
+  /* The tiles: the weighted values of each lane's first `tiled` keys. */
+  const int blocks = tiled_max / VALUE_KEYS;
+  if (blocks) {
+    for (int b = 0; b < blocks; b++)
+      for (int c = 0; c < C; c++)
+        for (int kk = 0; kk < 16; kk++) {
+          const float *even = V + (long)(b * VALUE_KEYS + 2 * kk) * kv_sr + c * 16;
+          _mm512_storeu_si512((void *)(VB + ((long)b * C + c) * 512 + kk * 32),
+                              bf16_pairs(_mm512_loadu_ps(even), _mm512_loadu_ps(even + kv_sr)));
+        }
+    /* A lane's weights as a tile reads them: a row of 32 keys (16 pairs) per lane; keys past
+       its `tiled` count 0. Made as pairs per key pair (16 lanes each), then turned. */
+    const __m512i turn = _mm512_loadu_si512((const void *)TURN);
+    for (int g = 0; g < G; g++)
+      for (int b = 0; b < blocks; b++) {
+        int32_t pairs[256] __attribute__((aligned(64)));
+        __mmask16 in = 0;
+        for (int n = 0; n < 16; n++) in |= (__mmask16)(b * VALUE_KEYS < tiled[g * 16 + n]) << n;
+        for (int kk = 0; kk < 16; kk++) {
+          const float *even = S + (long)(b * VALUE_KEYS + 2 * kk) * TL + g * 16;
+          _mm512_store_si512((void *)(pairs + kk * 16),
+                             bf16_pairs(_mm512_maskz_mov_ps(in, _mm512_loadu_ps(even)),
+                                        _mm512_maskz_mov_ps(in, _mm512_loadu_ps(even + TL))));
+        }
+        uint16_t *tile = PT + ((long)g * blocks + b) * 512;
+        for (int n = 0; n < 16; n++)
+          _mm512_storeu_si512((void *)(tile + n * 32),
+                              _mm512_i32gather_epi32(_mm512_add_epi32(turn, _mm512_set1_epi32(n)),
+                                                     pairs, 4));
+      }
+    for (int g = 0; g < G; g++)
+      for (int c = 0; c < C; c++) {
+        _tile_zero(0);
+        for (int b = 0; b < blocks; b++) {
+          _tile_loadd(1, PT + ((long)g * blocks + b) * 512, 64);
+          _tile_loadd(2, VB + ((long)b * C + c) * 512, 64);
+          _tile_dpbf16ps(0, 1, 2);
+        }
+        _tile_stored(0, O + (long)g * 16 * D + c * 16, D * 4);
+      }
+  }
+  /* Then each lane's remaining keys in float32, in key order. */
+  for (int l = 0; l < nl; l++) {
+    __m512 acc[MAX_C];
+    for (int c = 0; c < C; c++)
+      acc[c] = blocks ? _mm512_loadu_ps(O + (long)l * D + c * 16) : _mm512_setzero_ps();
+    for (int j = tiled[l]; j < span; j++) {
+      if (!reads(member, shared, j, l)) continue;
+      const float *v = V + (long)j * kv_sr;
+      const __m512 w = _mm512_set1_ps(S[(long)j * TL + l]);
+      for (int c = 0; c < C; c++) acc[c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + c * 16), acc[c]);
+    }
+    const int row = (lane0 + l) / R, h = gh * R + (lane0 + l) % R;
+    const __m512 iv = _mm512_set1_ps(inv[l]);
+    for (int c = 0; c < C; c++)
+      _mm512_storeu_ps(out + ((long)row * H + h) * D + c * 16, _mm512_mul_ps(acc[c], iv));
+  }
+}
+
+/* As qd_attend_rows, on AMX bfloat16 tiles (the arithmetic above; the caller has had
+   qd_attend_tiles_enable() grant them). Returns -1, nothing written, for shapes it does not take
+   (those of qd_attend_rows, D not whole chunks of 32, or a row with more than FP32_TAIL keys past
+   its prefix). */
+TILES_TARGET int qd_attend_rows_tiles(const float *q, int Q, int H, int D, long q_sr, long q_sh,
+                                      const float *key, const float *value, int KVH, long kv_sh,
+                                      long kv_sr, const int32_t *prefix, const int32_t *offset,
+                                      const int32_t *count, const int32_t *extra, int span,
+                                      float scale, float *out, float *scratch, int threads) {
+  if (D % 32 || D > 16 * MAX_C || KVH < 1 || H % KVH) return -1;
+  for (int r = 0; r < Q; r++)
+    if (count[r] > FP32_TAIL) return -1;
+  const int R = H / KVH, per_head = (Q * R + TILE_LANES - 1) / TILE_LANES;
+  const int units = tile_units(Q, H, KVH);
+  const long each = tile_unit_floats(D, span);
+#pragma omp parallel num_threads(threads)
+  {
+    attend_tile_config config;
+    memset(&config, 0, sizeof config);
+    config.palette = 1;
+    for (int t = 0; t < 8; t++) {
+      config.rows[t] = 16;
+      config.colsb[t] = 64;
+    }
+    _tile_loadconfig(&config);
+#pragma omp for schedule(dynamic, 1)
+    for (int u = 0; u < units; u++) {
+      const int g = u / per_head, lane0 = (u % per_head) * TILE_LANES;
+      const int nl = Q * R - lane0 < TILE_LANES ? Q * R - lane0 : TILE_LANES;
+      tile_unit(q, q_sr, q_sh, R, D, g, lane0, nl, key + g * kv_sh, value + g * kv_sh, kv_sr,
+                prefix, offset, count, extra, scale, out, H, scratch + u * each, span);
+    }
+    _tile_release();
+  }
+  return 0;
+}
+
+#else /* a compiler without AMX intrinsics: the tiles are never used */
+int qd_attend_tiles_enable(void) { return -1; }
+int qd_attend_rows_tiles(const float *q, int Q, int H, int D, long q_sr, long q_sh,
+                         const float *key, const float *value, int KVH, long kv_sh, long kv_sr,
+                         const int32_t *prefix, const int32_t *offset, const int32_t *count,
+                         const int32_t *extra, int span, float scale, float *out, float *scratch,
+                         int threads) {
+  return -1;
+}
+#endif

@@ -10,6 +10,16 @@ construction. It serves decode steps, verify forwards and tree forwards (a tree 
 the cached prefix and its path's nodes, read where they lie); prefill chunks keep their
 batched SDPA calls.
 
+Where the CPU has AMX's bfloat16 tiles, the rows run on them (`qd_attend_rows_tiles`): each
+row's scores and the bulk of its weighted values become tile products of bfloat16 pairs with
+float32 sums, its last keys (at least 96) are added in float32 as before, and what a row
+computes still depends on that row alone (the C source says how). A 16-row tree forward's
+attention at 1,400 cached tokens took 0.46 ms a layer that way against 1.07 in float32 (1 row:
+0.15 and 0.21). Over 1,280 teacher-forced positions of held-out code the next token agreed
+with the text as often (77.0 % against 76.6 %); the two picked another token at 3 % of them,
+as the float32 kernel and SDPA's rows do between themselves (2.6 %): near-ties. Elsewhere,
+and for head dimensions that are not whole multiples of 32, the float32 rows.
+
 Built once per machine (`native_build`) where the CPU has AVX-512; elsewhere, or where it
 cannot be built, `load()` says why and the SDPA rows run as before.
 """
@@ -30,6 +40,12 @@ from quickdraft.models import native_build
 SOURCE = Path(__file__).with_name("attention_rows.c")
 NEEDED_FLAGS = ("avx512f", "avx512bw", "avx512dq")
 """What the kernel's code needs (its TARGET attribute in the C source)."""
+TILE_FLAGS = ("amx_tile", "amx_bf16", "avx512_bf16")
+"""What its AMX bfloat16 variant needs besides (`qd_attend_rows_tiles`, TILES_TARGET)."""
+TILE_HEAD_DIMS = 32
+"""Head dimensions the tiles take: whole multiples of this (a tile row holds 32 bfloat16)."""
+FLOAT32 = "float32"
+TILES = "bfloat16 tiles"
 
 
 @dataclass
@@ -37,12 +53,23 @@ class AttentionKernel:
     """The loaded kernel: `rows` computes a forward's decode rows of one layer."""
 
     function: ctypes._CFuncPtr
+    """The float32 rows (`qd_attend_rows`)."""
     scratch_floats: ctypes._CFuncPtr
     """(rows, heads, head dim, key/value heads, span) -> floats of scratch a call needs."""
     path: Path
+    tiles: ctypes._CFuncPtr | None = None
+    """The same rows on AMX bfloat16 tiles (`qd_attend_rows_tiles`), where the CPU has them and
+    Linux granted them; None elsewhere."""
     _last: threading.local = field(default_factory=threading.local)
     """This thread's last layout (its key, the int32 arrays the C call reads, the span) and its
     scratch, kept between calls."""
+
+    def arithmetic(self, head_dim: int) -> str:
+        """How rows of this head dimension are computed: TILES or FLOAT32. The same for every
+        decode row of a model, so a row stays bitwise the same in any forward."""
+        if self.tiles is not None and head_dim % TILE_HEAD_DIMS == 0:
+            return TILES
+        return FLOAT32
 
     def rows(
         self,
@@ -96,7 +123,8 @@ class AttentionKernel:
         if scratch is None or scratch.numel() < floats:
             scratch = self._last.scratch = torch.empty(floats, dtype=torch.float32)
         out = torch.empty(batch, q_len, heads, dim, dtype=torch.float32)
-        status = self.function(
+        function = self.tiles if self.arithmetic(dim) == TILES else self.function
+        status = function(
             query.data_ptr(),
             q_len,
             heads,
@@ -137,15 +165,24 @@ def load(home: Path | None = None) -> tuple[AttentionKernel | None, str]:
 
 
 def _build_and_load(home: Path | None) -> AttentionKernel:
-    symbols = ("qd_attend_rows", "qd_attend_scratch_floats")
-    (function, scratch_floats), path = native_build.build_and_load(
-        SOURCE, symbols, needed=NEEDED_FLAGS, flags=cpu_flags(), home=home
+    symbols = (
+        "qd_attend_rows",
+        "qd_attend_scratch_floats",
+        "qd_attend_rows_tiles",
+        "qd_attend_tiles_enable",
+    )
+    flags = cpu_flags()
+    (function, scratch_floats, tiles, enable), path = native_build.build_and_load(
+        SOURCE, symbols, needed=NEEDED_FLAGS, flags=flags, home=home
     )
     pointer, integer, long = ctypes.c_void_p, ctypes.c_int, ctypes.c_long
-    function.argtypes = [pointer, integer, integer, integer, long, long, pointer, pointer]
-    function.argtypes += [integer, long, long, pointer, pointer, pointer, pointer, integer]
-    function.argtypes += [ctypes.c_float, pointer, pointer, integer]
-    function.restype = ctypes.c_int
+    for rows in (function, tiles):
+        rows.argtypes = [pointer, integer, integer, integer, long, long, pointer, pointer]
+        rows.argtypes += [integer, long, long, pointer, pointer, pointer, pointer, integer]
+        rows.argtypes += [ctypes.c_float, pointer, pointer, integer]
+        rows.restype = ctypes.c_int
     scratch_floats.argtypes = [integer] * 5
     scratch_floats.restype = long
-    return AttentionKernel(function, scratch_floats, path)
+    enable.restype = ctypes.c_int
+    usable = all(flag in flags for flag in TILE_FLAGS) and enable() == 0
+    return AttentionKernel(function, scratch_floats, path, tiles if usable else None)

@@ -384,7 +384,9 @@ def cmd_stepcost(args: argparse.Namespace) -> int:
         if attention == ROWWISE_ATTENTION:
             kernel_loaded, how = attention_rows.load()
             where = "models/attention_rows.c, " if kernel_loaded is not None else "SDPA per row: "
-            said = f"{'one call a layer' if kernel_loaded is not None else 'off'} ({where}{how})"
+            arithmetic = getattr(target, "_quickdraft_int8", {}).get("attention_kernel")
+            said = f"one call a layer in {arithmetic}" if kernel_loaded is not None else "off"
+            said = f"{said} ({where}{how})"
             print(f"decode attn  {said}", file=out)
             dtype = getattr(target, "_quickdraft_int8", {}).get("prefill_attention")
             why = "AMX bfloat16 tiles here" if dtype == "bfloat16" else "no AMX bfloat16 here"

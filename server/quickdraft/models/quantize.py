@@ -599,6 +599,19 @@ def _prompt_then_step_rows(module, query, key, value, prompt_rows, scaling, wind
     return torch.cat([head, rest], dim=1), None
 
 
+def decode_attention_arithmetic(model: nn.Module) -> str | bool:
+    """How the C kernel computes `model`'s decode rows (`attention_rows.TILES` or `FLOAT32`),
+    False where it does not run here (SDPA rows)."""
+    kernel, _ = attention_rows.load()
+    if kernel is None:
+        return False
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or (
+        config.hidden_size // config.num_attention_heads
+    )
+    return kernel.arithmetic(head_dim)
+
+
 def _kernel_rows(query, key, value, starts, extra, scaling, window, layout_key):
     """Decode rows by `attention_rows` (one C call; see there), or None where it does not run
     (not built here, a sliding window, tensors it does not take: then every decode row of
@@ -883,8 +896,9 @@ def quantize_model(
         "layer_glue": looped and decoder_loop.glued(model),  # another step: calibrate again
         "lm_head": bool(lm_head and head is not None),
         "attention": ROWWISE_ATTENTION if rowwise else model.config._attn_implementation,
-        # Decode rows in one C call or by SDPA: part of what a calibration measured.
-        "attention_kernel": rowwise and attention_rows.load()[0] is not None,
+        # Decode rows in one C call (which arithmetic) or by SDPA: part of what a
+        # calibration measured, and of what the model writes.
+        "attention_kernel": rowwise and decode_attention_arithmetic(model),
         "prefill_attention": str(prefill_attention_dtype or torch.float32).removeprefix("torch."),
     }
     return model
