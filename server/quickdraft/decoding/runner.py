@@ -266,12 +266,18 @@ def share_dynamic_cache(cache: Any, n: int) -> Any | None:
     return shared
 
 
+def head_dim(config: Any) -> int:
+    """An attention head's dimension: the config's own, else hidden size over heads."""
+    return int(
+        getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    )
+
+
 def kv_bytes_per_token(config: Any, element_bytes: int) -> int:
     """Keys and values one token takes in every layer's cache."""
     heads = int(config.num_attention_heads)
     kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
-    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
-    return 2 * int(config.num_hidden_layers) * kv_heads * head_dim * element_bytes
+    return 2 * int(config.num_hidden_layers) * kv_heads * head_dim(config) * element_bytes
 
 
 ROWWISE_ATTENTION = "quickdraft_rowwise"

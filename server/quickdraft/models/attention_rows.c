@@ -84,6 +84,36 @@ TARGET static void all_scores(int G, const float *QT, int D, const float *K, lon
     }
 }
 
+/* QT[d][lane]: the query vectors of lanes lane0 .. lane0+nl of key/value head gh (lane l is
+   row (lane0 + l) / R, head gh * R + (lane0 + l) % R), rows `stride` floats apart, zeros in
+   the lanes past nl. */
+INLINE void transpose_queries(const float *q, long q_sr, long q_sh, int R, int D, int gh,
+                              int lane0, int nl, float *QT, int stride) {
+  memset(QT, 0, sizeof(float) * D * stride);
+  for (int l = 0; l < nl; l++) {
+    const int row = (lane0 + l) / R, h = gh * R + (lane0 + l) % R;
+    const float *qv = q + row * q_sr + h * q_sh;
+    for (int d = 0; d < D; d++) QT[d * stride + l] = qv[d];
+  }
+}
+
+/* For each key j in [shared, span): `words` 64-bit masks of the lanes whose row reads it (its
+   prefix, then its listed positions), lane l's bit l % 64 of word l / 64. */
+INLINE void mark_members(int R, int lane0, int nl, const int32_t *prefix, const int32_t *offset,
+                         const int32_t *count, const int32_t *extra, int shared, int span,
+                         uint64_t *member, int words) {
+  for (int j = shared; j < span; j++) {
+    uint64_t *m = member + (long)words * (j - shared);
+    for (int w = 0; w < words; w++) m[w] = 0;
+    for (int l = 0; l < nl; l++) {
+      const int row = (lane0 + l) / R;
+      int in = j < prefix[row];
+      for (int e = 0; e < count[row] && !in; e++) in = extra[offset[row] + e] == j;
+      m[l >> 6] |= (uint64_t)in << (l & 63);
+    }
+  }
+}
+
 /* The lanes of group g (16) that read key j >= shared: their bits in the key's `words` 64-bit
    masks (lane l's bit l % 64 of word l / 64). */
 INLINE __mmask16 group_reads(const uint64_t *member, int words, int shared, int j, int g) {
@@ -153,22 +183,8 @@ TARGET static void unit(const float *q, long q_sr, long q_sh, int R, int D, int 
     shared = prefix[row] < shared ? prefix[row] : shared;
     span = end > span ? end : span;
   }
-  memset(QT, 0, sizeof(float) * D * LANES);
-  for (int l = 0; l < nl; l++) {
-    const int row = (lane0 + l) / R, h = gh * R + (lane0 + l) % R;
-    const float *qv = q + row * q_sr + h * q_sh;
-    for (int d = 0; d < D; d++) QT[d * LANES + l] = qv[d];
-  }
-  for (int j = shared; j < span; j++) {
-    uint64_t m = 0;
-    for (int l = 0; l < nl; l++) {
-      const int row = (lane0 + l) / R;
-      int in = j < prefix[row];
-      for (int e = 0; e < count[row] && !in; e++) in = extra[offset[row] + e] == j;
-      m |= (uint64_t)in << l;
-    }
-    member[j - shared] = m;
-  }
+  transpose_queries(q, q_sr, q_sh, R, D, gh, lane0, nl, QT, LANES);
+  mark_members(R, lane0, nl, prefix, offset, count, extra, shared, span, member, 1);
   all_scores(G, QT, D, K, kv_sr, span, scale, S);
   float inv[LANES];
   for (int g = 0; g < G; g++) {
@@ -368,11 +384,10 @@ TILES_TARGET static void tile_scores(int G, int D, const uint16_t *QB, const flo
   }
 }
 
-/* Whether lane l reads key j (j >= shared: its bit in the key's two masks). */
+/* Whether lane l reads key j (j >= shared: its bit in the key's two masks, `mark_members`). */
 INLINE int reads(const uint64_t *member, int shared, int j, int l) {
   return j < shared || ((member[2 * (j - shared) + (l >> 6)] >> (l & 63)) & 1);
 }
-
 
 TILES_TARGET static void tile_unit(const float *q, long q_sr, long q_sh, int R, int D, int gh,
                                    int lane0, int nl, const float *K, const float *V, long kv_sr,
@@ -398,23 +413,8 @@ TILES_TARGET static void tile_unit(const float *q, long q_sr, long q_sh, int R, 
     tiled_max = a > tiled_max ? a : tiled_max;
     shared = prefix[row] < shared ? prefix[row] : shared;
   }
-  memset(QT, 0, sizeof(float) * D * TL);
-  for (int l = 0; l < nl; l++) {
-    const int row = (lane0 + l) / R, h = gh * R + (lane0 + l) % R;
-    const float *qv = q + row * q_sr + h * q_sh;
-    for (int d = 0; d < D; d++) QT[d * TL + l] = qv[d];
-  }
-  for (int j = shared; j < span; j++) {
-    uint64_t m[2] = {0, 0};
-    for (int l = 0; l < nl; l++) {
-      const int row = (lane0 + l) / R;
-      int in = j < prefix[row];
-      for (int e = 0; e < count[row] && !in; e++) in = extra[offset[row] + e] == j;
-      m[l >> 6] |= (uint64_t)in << (l & 63);
-    }
-    member[2 * (j - shared)] = m[0];
-    member[2 * (j - shared) + 1] = m[1];
-  }
+  transpose_queries(q, q_sr, q_sh, R, D, gh, lane0, nl, QT, TL);
+  mark_members(R, lane0, nl, prefix, offset, count, extra, shared, span, member, 2);
   for (int g = 0; g < G; g++)
     for (int c = 0; c < CH; c++)
       for (int kk = 0; kk < 16; kk++) {

@@ -39,7 +39,13 @@ import torch
 from torch import nn
 from transformers import AttentionInterface
 
-from quickdraft.decoding.runner import PREFILL_BLOCK, PREFILL_KWARG, ROWWISE_ATTENTION, TREE_KWARG
+from quickdraft.decoding.runner import (
+    PREFILL_BLOCK,
+    PREFILL_KWARG,
+    ROWWISE_ATTENTION,
+    TREE_KWARG,
+    head_dim,
+)
 from quickdraft.machine import cpu_flags
 from quickdraft.models import attention_rows, decoder_loop, int8_rows
 from quickdraft.models.fused_linears import fuse_projections
@@ -605,11 +611,7 @@ def decode_attention_arithmetic(model: nn.Module) -> str | bool:
     kernel, _ = attention_rows.load()
     if kernel is None:
         return False
-    config = model.config
-    head_dim = getattr(config, "head_dim", None) or (
-        config.hidden_size // config.num_attention_heads
-    )
-    return kernel.arithmetic(head_dim)
+    return kernel.arithmetic(head_dim(model.config))
 
 
 def _kernel_rows(query, key, value, starts, extra, scaling, window, layout_key):
