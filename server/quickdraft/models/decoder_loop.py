@@ -67,11 +67,26 @@ def install(
     decoder = getattr(model, "model", None)
     if not _fits(decoder):
         return False
+    settle_rotary_math()
     decoder._quickdraft_attention = attention
     decoder._quickdraft_glue = layer_glue.load()[0] if glue and _glue_fits(decoder) else None
     decoder.forward = types.MethodType(_forward, decoder)
     decoder.before_compile = types.MethodType(_before_compile, decoder)
     return True
+
+
+def settle_rotary_math() -> None:
+    """Compute one cosine and one sine on this thread, before any forward of the process.
+
+    Seen on 2 AMX cores with torch 2.13: the process's first `cos` that ran on both threads
+    (the rotary table of a 128-row prefill chunk, after other OpenMP work) came out off by up to
+    1.5e-4 in one thread's half (cos(0.1) = 0.994866) in 5 of 20 processes; every later call
+    was exact. So the first prefill's keys differed from any later prefill's, a warm cache from
+    a cold one (`tests/unit/test_tree.py` failed by chance). With one small call on one thread
+    first: 0 of 48. Where inside torch the first call goes wrong was not found.
+    """
+    one = torch.ones(1)
+    one.cos(), one.sin()
 
 
 def _before_compile(decoder: nn.Module) -> None:

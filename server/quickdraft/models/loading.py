@@ -31,7 +31,7 @@ from transformers import AutoConfig
 from quickdraft.config import ModelConfig
 from quickdraft.decoding import llamacpp
 from quickdraft.errors import ConfigError, ModelError
-from quickdraft.models import cpu_kernels
+from quickdraft.models import cpu_kernels, decoder_loop
 from quickdraft.models.cpu_kernels import KernelChoice
 from quickdraft.models.draft_format import DraftFormat, as_given, choose_draft_format
 from quickdraft.models.draft_runtime import DraftRuntime, choose_draft_runtime, torch_step_ms
@@ -312,6 +312,7 @@ def load_models(
     if device.type == "cpu":
         threads = config.threads or physical_cores()
         torch.set_num_threads(threads)
+        decoder_loop.settle_rotary_math()
     shape = functools.cache(functools.partial(_target_shape, preset, target_info))
     kernel = KernelOnDemand(
         lambda: cpu_kernels.choose(shape(), threads or 1, home=home, progress=progress)
