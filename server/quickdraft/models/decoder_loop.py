@@ -83,7 +83,8 @@ def settle_rotary_math() -> None:
     1.5e-4 in one thread's half (cos(0.1) = 0.994866) in 5 of 20 processes; every later call
     was exact. So the first prefill's keys differed from any later prefill's, a warm cache from
     a cold one (`tests/unit/test_tree.py` failed by chance). With one small call on one thread
-    first: 0 of 48. Where inside torch the first call goes wrong was not found.
+    first: 0 of 48. torch's float `cos` is MKL's `vmsCos`: apparently its one-time setup,
+    entered by two threads at once, leaves one of them on a less accurate path.
     """
     one = torch.ones(1)
     one.cos(), one.sin()
