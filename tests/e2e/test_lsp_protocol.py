@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import inspect
 import subprocess
 import sys
 import threading
@@ -558,6 +559,31 @@ async def test_malformed_params_get_invalid_params_and_the_server_keeps_serving(
         )
         await wait_for(lambda: shown(client))
         assert "textDocument/didChange" in shown(client)[0]
+        assert await inline_text(client, URI, 0, 6) == "<ab>"
+
+
+async def test_unreadable_messages_are_reported_by_what_is_wrong_and_serving_goes_on(session):
+    async with session(fake_command()) as client:
+        open_doc(client, URI, "x = ab")
+        for body, says in (
+            (b"{", "ignored a message that is not JSON"),
+            (b"[]", "ignored a message that is a JSON array"),
+            (b"null", "ignored a message that is the JSON value null"),
+            (
+                b'{"jsonrpc": "2.0", "id": 7}',
+                "ignored a message with neither a method nor a result",
+            ),
+            (
+                b'{"jsonrpc": "2.0", "id": [1], "method": "x"}',
+                "ignored a 'x' request whose id is neither a string nor a number",
+            ),
+        ):
+            before = len(shown(client))
+            written = client.protocol.writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            if inspect.isawaitable(written):
+                await written
+            await wait_for(lambda before=before: len(shown(client)) > before)
+            assert shown(client)[-1].startswith("quickdraft: " + says), shown(client)[-1]
         assert await inline_text(client, URI, 0, 6) == "<ab>"
 
 

@@ -6,12 +6,15 @@ the server (as `server_api.ServerApi`): the completion and next-edit services (s
 work ahead of the user, warm-up and prefetch (work_ahead.py), the model loading and its revert
 (model_loading.py), the status (status.py).
 
-Two things pygls 2.1 does not do, done here in `QuickdraftProtocol`:
+Three things pygls 2.1 does not do, done here in `QuickdraftProtocol`:
 
 * A request whose params fail to deserialize is dropped without a reply (pygls raises from
   `structure_message`, the JSON object hook, and the read loop only logs it), so the client
   would wait forever. We turn it into an `InvalidParams` error response naming what is wrong.
 * Requests after `shutdown` are dropped without a reply; they get `InvalidRequest`.
+* A message that cannot be read (not JSON, JSON but not a JSON-RPC object, an id that is
+  neither a string nor a number) is shown to the user by what is wrong with it (pygls says
+  "Internal Error" or an AttributeError); none has an id to answer.
 
 Document sync bypasses pygls' own workspace: `documents.DocumentStore` is the one copy; the
 worker is told each document's text as it was when the update ran (`sync_document`).
@@ -19,6 +22,7 @@ worker is told each document's text as it was when the update ran (`sync_documen
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from typing import Any
@@ -27,7 +31,12 @@ import attrs
 import cattrs
 from lsprotocol import types
 from pygls.capabilities import ServerCapabilitiesBuilder
-from pygls.exceptions import FeatureRequestError, JsonRpcException, JsonRpcInvalidParams
+from pygls.exceptions import (
+    FeatureRequestError,
+    JsonRpcException,
+    JsonRpcInvalidParams,
+    JsonRpcInvalidRequest,
+)
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.json_rpc import MsgId
@@ -84,6 +93,25 @@ def _describe_structure_error(exc: BaseException) -> str:
     return str(cause) or type(cause).__name__
 
 
+def _unreadable(data: dict[str, Any], exc: BaseException) -> str:
+    """What is wrong with a JSON-RPC object that is neither a request, a notification nor a
+    response the server can read (the client cannot be answered: its id is unusable)."""
+    msg_id = data.get("id")
+    if "method" in data and not isinstance(msg_id, (str, int)):
+        return f"a {data['method']!r} request whose id is neither a string nor a number"
+    if "method" not in data and not ({"result", "error"} & data.keys()):
+        return "a message with neither a method nor a result"
+    return f"a message it could not read: {_describe_structure_error(exc)}"
+
+
+def _json_shape(message: object) -> str:
+    if isinstance(message, dict):
+        return 'an object without "jsonrpc": "2.0"'
+    if isinstance(message, list):
+        return "a JSON array (batches are not part of LSP)"
+    return f"the JSON value {json.dumps(message)}"[:120]
+
+
 class QuickdraftProtocol(LanguageServerProtocol):
     @lsp_method(types.INITIALIZE)
     def lsp_initialize(self, params: types.InitializeParams):
@@ -115,9 +143,11 @@ class QuickdraftProtocol(LanguageServerProtocol):
                     f"ignored a {method} notification with invalid params: "
                     f"{_describe_structure_error(exc)}"
                 ) from exc
-            raise
+            raise JsonRpcInvalidRequest(f"ignored {_unreadable(data, exc)}") from exc
 
     def handle_message(self, message):
+        if not hasattr(message, "jsonrpc"):  # the body was JSON, but not a JSON-RPC object
+            raise JsonRpcInvalidRequest(f"ignored a message that is {_json_shape(message)}")
         if (
             self._shutdown
             and getattr(message, "method", "") != types.EXIT
@@ -229,6 +259,8 @@ class QuickdraftServer(LanguageServer):
             return
         if isinstance(error, JsonRpcException):
             self.show(f"quickdraft: {error.message}")
+        elif isinstance(error, json.JSONDecodeError):
+            self.show(f"quickdraft: ignored a message that is not JSON: {error}")
         else:
             self.show(f"quickdraft: internal error: {type(error).__name__}: {error}")
 
