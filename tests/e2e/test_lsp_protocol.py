@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
+import json
 import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import pytest
@@ -579,12 +581,26 @@ async def test_unreadable_messages_are_reported_by_what_is_wrong_and_serving_goe
             ),
         ):
             before = len(shown(client))
-            written = client.protocol.writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
-            if inspect.isawaitable(written):
-                await written
+            await write_raw(client, body)
             await wait_for(lambda before=before: len(shown(client)) > before)
             assert shown(client)[-1].startswith("quickdraft: " + says), shown(client)[-1]
+        # A request of another JSON-RPC version is answered (pygls would drop it unanswered).
+        answer: Future = Future()
+        client.protocol._request_futures["v1"] = answer
+        position = {"textDocument": {"uri": URI}, "position": {"line": 0, "character": 6}}
+        request = {"jsonrpc": "1.0", "id": "v1", "method": "textDocument/completion"}
+        request["params"] = position
+        await write_raw(client, json.dumps(request).encode())
+        with pytest.raises(JsonRpcInvalidRequest, match="not"):
+            await asyncio.wait_for(asyncio.wrap_future(answer), 10)
         assert await inline_text(client, URI, 0, 6) == "<ab>"
+
+
+async def write_raw(client, body: bytes) -> None:
+    """`body` to the server as one message, exactly as given."""
+    written = client.protocol.writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    if inspect.isawaitable(written):
+        await written
 
 
 async def test_unknown_methods_get_method_not_found(session):

@@ -14,7 +14,8 @@ Three things pygls 2.1 does not do, done here in `QuickdraftProtocol`:
 * Requests after `shutdown` are dropped without a reply; they get `InvalidRequest`.
 * A message that cannot be read (not JSON, JSON but not a JSON-RPC object, an id that is
   neither a string nor a number) is shown to the user by what is wrong with it (pygls says
-  "Internal Error" or an AttributeError); none has an id to answer.
+  "Internal Error" or an AttributeError); none has an id to answer. A request whose "jsonrpc"
+  is not "2.0" gets `InvalidRequest` (pygls drops it, and the client would wait forever).
 
 Document sync bypasses pygls' own workspace: `documents.DocumentStore` is the one copy; the
 worker is told each document's text as it was when the update ran (`sync_document`).
@@ -148,6 +149,17 @@ class QuickdraftProtocol(LanguageServerProtocol):
     def handle_message(self, message):
         if not hasattr(message, "jsonrpc"):  # the body was JSON, but not a JSON-RPC object
             raise JsonRpcInvalidRequest(f"ignored a message that is {_json_shape(message)}")
+        if message.jsonrpc != self.VERSION:  # pygls drops it silently: a request would hang
+            what = f'a message with "jsonrpc": {json.dumps(message.jsonrpc)}, not "2.0"'
+            if hasattr(message, "id") and hasattr(message, "method"):
+                self._send_response(
+                    message.id,
+                    error=types.ResponseError(
+                        code=types.ErrorCodes.InvalidRequest, message=f"{message.method}: {what}"
+                    ),
+                )
+                return
+            raise JsonRpcInvalidRequest(f"ignored {what}")
         if (
             self._shutdown
             and getattr(message, "method", "") != types.EXIT
