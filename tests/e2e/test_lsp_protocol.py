@@ -591,7 +591,7 @@ async def test_unreadable_messages_are_reported_by_what_is_wrong_and_serving_goe
         request = {"jsonrpc": "1.0", "id": "v1", "method": "textDocument/completion"}
         request["params"] = position
         await write_raw(client, json.dumps(request).encode())
-        with pytest.raises(JsonRpcInvalidRequest, match="not"):
+        with pytest.raises(JsonRpcInvalidRequest, match=r'"jsonrpc": "1\.0", not "2\.0"'):
             await asyncio.wait_for(asyncio.wrap_future(answer), 10)
         assert await inline_text(client, URI, 0, 6) == "<ab>"
 
