@@ -149,30 +149,18 @@ class QuickdraftProtocol(LanguageServerProtocol):
     def handle_message(self, message):
         if not hasattr(message, "jsonrpc"):  # the body was JSON, but not a JSON-RPC object
             raise JsonRpcInvalidRequest(f"ignored a message that is {_json_shape(message)}")
+        request = hasattr(message, "id") and hasattr(message, "method")
         if message.jsonrpc != self.VERSION:  # pygls drops it silently: a request would hang
             what = f'a message with "jsonrpc": {json.dumps(message.jsonrpc)}, not "2.0"'
-            if hasattr(message, "id") and hasattr(message, "method"):
-                self._send_response(
-                    message.id,
-                    error=types.ResponseError(
-                        code=types.ErrorCodes.InvalidRequest, message=f"{message.method}: {what}"
-                    ),
-                )
-                return
-            raise JsonRpcInvalidRequest(f"ignored {what}")
-        if (
-            self._shutdown
-            and getattr(message, "method", "") != types.EXIT
-            and hasattr(message, "id")
-            and hasattr(message, "method")
-        ):
-            self._send_response(
-                message.id,
-                error=types.ResponseError(
-                    code=types.ErrorCodes.InvalidRequest,
-                    message=f"{message.method}: the server is shutting down",
-                ),
+            if not request:
+                raise JsonRpcInvalidRequest(f"ignored {what}")
+            self._answer_error(
+                message, types.ErrorCodes.InvalidRequest, f"{message.method}: {what}"
             )
+            return
+        if self._shutdown and request and message.method != types.EXIT:
+            text = f"{message.method}: the server is shutting down"
+            self._answer_error(message, types.ErrorCodes.InvalidRequest, text)
             return
         if isinstance(message, MalformedRequest):
             self._answer_malformed(message)
@@ -188,7 +176,11 @@ class QuickdraftProtocol(LanguageServerProtocol):
             code = types.ErrorCodes.MethodNotFound
             text = f"Method Not Found: {message.method}"
         logger.warning("request %s: %s", message.id, text)
-        self._send_response(message.id, error=types.ResponseError(code=code, message=text))
+        self._answer_error(message, code, text)
+
+    def _answer_error(self, request: Any, code: types.ErrorCodes, text: str) -> None:
+        """The error response to `request` (any message with an id)."""
+        self._send_response(request.id, error=types.ResponseError(code=code, message=text))
 
     # Document sync goes to our own store only (see documents.py); pygls' workspace copy
     # would double the memory and raise on changes to documents it does not know.
