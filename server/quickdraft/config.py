@@ -228,6 +228,11 @@ class EditsConfig:
     edit leaves them; one that makes them much less likely is not shown
     (context/edit_vetoes.py): `draft`, the draft model (the target where none is loaded),
     `target`, `off`. A serving engine (`backend: openai`) cannot score: not asked."""
+    fill_arguments: bool = True
+    """A parameter added without a default, where a call has no same-named variable to pass:
+    the target writes the argument (a short fill-in-the-middle at the call, at most 16
+    tokens), and the vetoes judge the call with it like any rule's edit. Off: such calls get
+    no edit. A serving engine (`backend: openai`) is not asked."""
 
 
 @dataclass

@@ -322,6 +322,23 @@ class Backend(Protocol):
         score (a serving engine), or when `cancel` or `deadline` stopped it."""
         ...
 
+    def fill(
+        self,
+        prompt_ids: Sequence[int],
+        *,
+        max_new_tokens: int,
+        ended: Callable[[str], bool],
+        slot: str,
+        language_id: str | None,
+        cancel: threading.Event | None,
+    ) -> Generated | None:
+        """The target's greedy text after `prompt_ids` (a fill-in-the-middle prompt), at most
+        `max_new_tokens` tokens, stopped once `ended` finds the text written so far complete,
+        in cache slot `slot`: what a next edit's rule holds open (an added parameter's
+        argument). None where the backend does not write these (a serving engine), or when
+        `cancel` stopped it."""
+        ...
+
     def prefill(
         self, prompt_ids: Sequence[int], *, slot: str, model: str, cancel: threading.Event | None
     ) -> int:

@@ -14,7 +14,7 @@ import logging
 import os
 import platform
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -345,6 +345,36 @@ class LocalBackend:
         return self.engine.likelihoods(
             prompt_ids, continuations, slot=slot, model=model, cancel=cancel, deadline=deadline
         )
+
+    def fill(
+        self,
+        prompt_ids: Sequence[int],
+        *,
+        max_new_tokens: int,
+        ended: Callable[[str], bool],
+        slot: str,
+        language_id: str | None,
+        cancel: threading.Event | None,
+    ) -> Generated | None:
+        """Greedy text after a fill-in-the-middle prompt, with the configured strategy (the
+        same tokens as plain decoding), in `slot`'s cache (`Backend.fill`)."""
+        decode = self.models.tokenizer.decode
+        result = self.engine.generate(
+            GenerationRequest(
+                prompt_ids=list(prompt_ids),
+                max_new_tokens=max_new_tokens,
+                strategy=self.config.decoding.strategy,
+                language=language_id,
+                kind="fill",
+                cancel=cancel,
+                stop=lambda tokens: ended(decode(tokens, skip_special_tokens=True)),
+                slot=slot,
+            )
+        )
+        if result.stop_reason == "cancelled":
+            return None
+        text = decode(result.tokens, skip_special_tokens=True)
+        return Generated(text, result.tokens, result.stop_reason, result.stats, result.choices)
 
     def prefill(
         self, prompt_ids: Sequence[int], *, slot: str, model: str, cancel: threading.Event | None

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -53,14 +54,25 @@ from quickdraft.context.edit_prompt import (
     render_edit_prompt,
 )
 from quickdraft.context.edit_proposals import propose
-from quickdraft.context.edit_rules import FLOOR, Candidate, LatestEdit, latest_edit
+from quickdraft.context.edit_rules import (
+    ARGUMENT_MAX_CHARS,
+    FLOOR,
+    Candidate,
+    LatestEdit,
+    argument_written,
+    latest_edit,
+)
 from quickdraft.context.edit_vetoes import (
+    FILL_LOGPROB,
+    FILL_TOKENS,
     NEAR_GAIN,
     WINDOW_TOKENS,
     Decision,
+    Filler,
     Judge,
     LikelihoodWindow,
     clearly_likely,
+    fill_window,
     likelihood_window,
     likely_enough,
     vet,
@@ -74,6 +86,7 @@ from quickdraft.decoding.runner import common_prefix_length
 from quickdraft.generation import (
     EDIT_SLOT,
     Backend,
+    Generated,
     NextEditRequest,
     PreparedEdit,
     StageClock,
@@ -160,6 +173,8 @@ class NextEdit:
     judged: int = 0
     """Rule candidates the model scored for the likelihood veto (a backend that cannot score
     scores none)."""
+    filled: int = 0
+    """Rule candidates the model was asked to write an argument for (`argument_filler`)."""
     abstained: str | None = None
     """Why no edit was proposed when nothing was wrong (no candidate survived, and the model's
     rewrite is off for this model)."""
@@ -292,11 +307,14 @@ def rule_decision(
     clock: StageClock | None = None,
 ) -> Decision:
     """The rules' candidates for the request's latest edit, vetoed, the likelihood veto asked
-    of the backend where `edits.likelihood_veto` is on (edits.rules off: none). `clock`: the
-    rules' time is lapped as `rules_ms`, the model's as `veto_ms`."""
+    of the backend where `edits.likelihood_veto` is on, an added parameter's argument written
+    by it where `edits.fill_arguments` is (edits.rules off: none). `clock`: the rules' time is
+    lapped as `rules_ms`, the model's as `veto_ms` (`fill_ms` for the argument)."""
     if not sources.config.edits.rules:
         return Decision()
-    judge = likelihood_judge(sources, request, cancel, clock or StageClock())
+    clock = clock or StageClock()
+    judge = likelihood_judge(sources, request, cancel, clock)
+    filler = argument_filler(sources, request, cancel, clock)
 
     def cancelled() -> bool:
         return cancel is not None and cancel.is_set()
@@ -309,6 +327,7 @@ def rule_decision(
             request.language_id,
             floor=floor,
             judge=judge,
+            filler=filler,
             cancelled=cancelled,
         )
 
@@ -368,7 +387,7 @@ def decide_rules(
     clock.lap("rules_ms")
     if cancel is not None and cancel.is_set():
         return None
-    stages = {k: v for k, v in clock.stages.items() if k in ("rules_ms", "veto_ms")}
+    stages = {k: v for k, v in clock.stages.items() if k in ("rules_ms", "veto_ms", "fill_ms")}
     return DecidedEdit(decision, stages, ahead)
 
 
@@ -380,11 +399,13 @@ def decide(
     *,
     floor: float = FLOOR,
     judge: Callable[[LatestEdit], Judge] | None = None,
+    filler: Callable[[LatestEdit], Filler] | None = None,
     cancelled: Callable[[], bool] = lambda: False,
 ) -> Decision:
     """The rules' candidates for the latest of `hunks` (this document's, oldest first) in
     `text`, vetoed: what the server shows (the bench calls this too). `judge` makes the
-    likelihood veto's judge for the latest edit (None: that veto is not applied)."""
+    likelihood veto's judge for the latest edit (None: that veto is not applied); `filler`
+    the model that writes what a candidate holds open (None: such candidates are not shown)."""
     edit = latest_edit(uri, text, hunks, language_id)
     if edit is None:
         return Decision()
@@ -393,6 +414,7 @@ def decide(
         propose(edit),
         floor=floor,
         judge=judge(edit) if judge is not None else None,
+        filler=filler(edit) if filler is not None else None,
         cancelled=cancelled,
     )
 
@@ -440,6 +462,80 @@ def likelihood_judge(
         return judge
 
     return judge_for
+
+
+def argument_filler(
+    sources: EditSources,
+    request: NextEditRequest,
+    cancel: threading.Event | None,
+    clock: StageClock,
+) -> Callable[[LatestEdit], Filler] | None:
+    """The model that writes an added parameter's argument at a call (`Candidate.fill_at`):
+    the target, greedy, at most FILL_TOKENS tokens of a fill-in-the-middle prompt of the lines
+    around the call (`fill_window`, the likelihood veto's window with the call's line open at
+    the argument), in the document's next-edit cache slot, stopped once the argument ends
+    (`argument_written`). None where `edits.fill_arguments` is off. A text that is no argument
+    (empty, unbalanced, too long, not ended within the budget) fills nothing."""
+    if not sources.config.edits.fill_arguments:
+        return None
+    prompts = sources.prompts
+    template = prompts.template
+    path = display_path(request.uri, sources.root)
+
+    def filler_for(edit: LatestEdit) -> Filler:
+        def fill(candidate: Candidate) -> Candidate | None:
+            clock.lap("rules_ms")
+            prefix, suffix = fill_window(edit, candidate)
+            parts = template.render_parts(prefix, suffix, (), None, path, request.language_id)
+            prompt = prompts.tokenize(
+                Prompt(text="".join(p.text for p in parts), prefix="", suffix="", parts=parts),
+                heal=False,
+            )
+            written = sources.backend.fill(
+                prompt.ids,
+                max_new_tokens=FILL_TOKENS,
+                ended=lambda text: argument_written(text)[1],
+                slot=request.uri + EDIT_SLOT,
+                language_id=request.language_id,
+                cancel=cancel,
+            )
+            clock.lap("fill_ms")
+            if written is None:
+                return None
+            raw, ended = argument_written(written.raw_text)
+            ended = ended or written.stop_reason == "eos"  # the middle ended with it
+            argument = raw.strip()
+            if not ended or not argument or len(argument) >= ARGUMENT_MAX_CHARS:
+                return None
+            if argument_logprob(written, len(raw), prompts.tokenizer.decode) < FILL_LOGPROB:
+                return None
+            assert candidate.fill_at is not None
+            text = candidate.edit.text
+            whole = text[: candidate.fill_at] + argument + text[candidate.fill_at :]
+            return dataclasses.replace(
+                candidate,
+                edit=dataclasses.replace(candidate.edit, text=whole),
+                note=f"{candidate.note}: {argument}",
+                fill_at=None,
+            )
+
+        return fill
+
+    return filler_for
+
+
+def argument_logprob(written: Generated, chars: int, decode: Callable[..., str]) -> float:
+    """The summed log-probability of the tokens that spell the first `chars` characters of
+    `written` (the argument; a token that spans its end counts whole); -inf where the backend
+    gave no log-probabilities."""
+    if len(written.choices) < len(written.tokens):
+        return -math.inf
+    total = 0.0
+    for count, choice in enumerate(written.choices, start=1):
+        total += choice.logprob
+        if len(decode(written.tokens[:count], skip_special_tokens=True)) >= chars:
+            break
+    return total
 
 
 def window_scorer(
@@ -627,6 +723,7 @@ def suggest(
         "candidates": decision.candidates,
         "vetoed": dict(decision.vetoed),
         "judged": decision.scored,
+        "filled": decision.filled,
         "ahead": decided.ahead,
     }
     if decision.shown is not None:

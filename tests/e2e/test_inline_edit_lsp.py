@@ -126,6 +126,9 @@ class RenamingBackend:
     def warm(self, prepared, cancel):
         return 0
 
+    def fill(self, prompt_ids, *, max_new_tokens, ended, slot, language_id, cancel):
+        return None  # writes no argument: a call left for one gets no edit
+
     def likelihoods(self, prompt_ids, continuations, *, slot, model, cancel, deadline):
         """Every token as likely as the next: the likelihood veto keeps every candidate. A
         window holding `SLOW_VETO` waits for its cancel event (30 s at most) and scores

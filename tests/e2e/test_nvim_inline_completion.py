@@ -99,6 +99,9 @@ class ScriptedBackend:
     def likelihoods(self, prompt_ids, continuations, *, slot, model, cancel, deadline):
         return None  # cannot score: the likelihood veto keeps what the rules propose
 
+    def fill(self, prompt_ids, *, max_new_tokens, ended, slot, language_id, cancel):
+        return None  # writes no argument: a call left for one gets no edit
+
     def alternatives(self, prepared, generated, count, *, within, cancel):
         """After `total = `: two other calls (and one that reads like the answer)."""
         from quickdraft.decoding import GenerationStats

@@ -206,10 +206,11 @@ def exact(current: str, truth: str, applied: str, differ: tuple[int, int]) -> bo
 
 def replay_case(case: EditPair, sources: EditSources | None = None) -> dict[str, Any]:
     """One case through the document store and the rules as the server runs them; with
-    `sources` (a loaded model's), the likelihood veto too, as the server asks it."""
+    `sources` (a loaded model's), the likelihood veto and the model's arguments too, as the
+    server asks them."""
     from quickdraft.generation import NextEditRequest, StageClock
     from quickdraft.lsp.documents import DocumentStore
-    from quickdraft.next_edit import decide, likelihood_judge
+    from quickdraft.next_edit import argument_filler, decide, likelihood_judge
 
     uri = "file:///bench/" + case.path
     store = DocumentStore()
@@ -225,15 +226,17 @@ def replay_case(case: EditPair, sources: EditSources | None = None) -> dict[str,
         return run
     hunks = store.history.hunks(uri)
     clock = StageClock()
-    judge = None
+    judge = filler = None
     if sources is not None:
         line, character = store.get(uri).position_at(case.edit_start + len(case.edit_text))
         request = NextEditRequest(uri, current, line, character, case.language, hunks=hunks)
         judge = likelihood_judge(sources, request, None, clock)
+        filler = argument_filler(sources, request, None, clock)
     began = time.perf_counter()
-    decision = decide(uri, current, hunks, case.language, judge=judge)
+    decision = decide(uri, current, hunks, case.language, judge=judge, filler=filler)
     run["latency_ms"] = round((time.perf_counter() - began) * 1000, 3)
     run["veto_ms"] = clock.stages.get("veto_ms", 0.0)
+    run["fill_ms"] = clock.stages.get("fill_ms", 0.0)
     run["judged"] = decision.scored
     run["candidates"] = decision.candidates
     run["vetoed"] = dict(decision.vetoed)

@@ -27,6 +27,8 @@ from typing import Any
 from quickdraft.context.edit_rules import (
     CONFIDENCE,
     IMPORT_TYPES,
+    KEYWORD,
+    VARIADIC,
     Candidate,
     LatestEdit,
     TextEdit,
@@ -36,6 +38,7 @@ from quickdraft.context.edit_rules import (
     drop_argument,
     earlier_changes,
     enclosing_def,
+    parameter_kind,
     parameter_names,
     rebinds,
     references,
@@ -222,6 +225,8 @@ class SignatureChange:
     new_params: list[str]
     removed: str | None
     added: str | None
+    keyword_only: bool = False
+    """The removed parameter could only be passed by keyword."""
 
 
 def _signature_change(edit: LatestEdit) -> SignatureChange | None:
@@ -247,6 +252,8 @@ def _signature_change(edit: LatestEdit) -> SignatureChange | None:
     added = [p for p in new_params if p not in old_params]
     if len(removed) + len(added) != 1:
         return None
+    if removed and parameter_kind(old_def, removed[0], edit.before_tree) == VARIADIC:
+        return None  # which arguments `*args` took cannot be told
     return SignatureChange(
         name,
         new_def,
@@ -254,6 +261,7 @@ def _signature_change(edit: LatestEdit) -> SignatureChange | None:
         new_params,
         removed[0] if removed else None,
         added[0] if added else None,
+        bool(removed) and parameter_kind(old_def, removed[0], edit.before_tree) == KEYWORD,
     )
 
 
@@ -264,7 +272,9 @@ def _called(
     found = []
     for call, arguments in _calls_of(tree, change.name, imports):
         if change.removed is not None:
-            edited = drop_argument(tree, arguments, change.old_params, change.removed, False)
+            edited = drop_argument(
+                tree, arguments, change.old_params, change.removed, False, change.keyword_only
+            )
             what = "-" + change.removed
         else:
             edited = add_argument(

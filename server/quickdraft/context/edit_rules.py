@@ -15,7 +15,8 @@ the latest hunk and proposes edits elsewhere, tagged with its name:
   and an import added for a name another top-level import binds too -> that other binding
   removed (the name moved to where it is now imported from).
 - `signature`: a parameter removed from a `def` -> the argument dropped at each call; one added
-  without a default -> a same-named variable passed where the call's function has one.
+  without a default -> a same-named variable passed where the call's function has one, else an
+  argument the model writes there (`fill_at`: the pipeline asks it, `edit_vetoes.vet`).
 - `repeat`: the token-level change of the hunk (identifiers and literals it keeps, builtins
   aside, become holes), matched at the other places its old tokens still stand and replayed
   there; a line made several is replayed with each site's indentation.
@@ -105,6 +106,16 @@ class Candidate:
     confidence: float
     note: str = ""
     """What the rule saw (`width -> w`), for the log."""
+    fill_at: int | None = None
+    """Where in `edit.text` a model writes what the rule cannot know (an added parameter's
+    argument: `argument_hole`); None: the text is whole. Such a candidate is shown only once
+    filled (`edit_vetoes.vet`'s filler)."""
+    scored: bool = True
+    """Whether the likelihood veto asks a model about it. Not for the argument of a parameter
+    added without a default: the call is broken without one, and the inserted tokens cost
+    the line nats however right they are (on the calls that commits since 2025 in five
+    histories gave such an argument, the draft vetoed 22 same-named variables, 21 of them
+    what the commit passed; the README's next-edit section has the table)."""
 
 
 @dataclass(frozen=True)
@@ -286,6 +297,28 @@ def parameter_name(node: Any, tree: Tree) -> str | None:
     for child in node.named_children:
         if child.type == "identifier":
             return tree.node_text(child)
+    return None
+
+
+VARIADIC = "variadic"
+KEYWORD = "keyword"
+POSITIONAL = "positional"
+
+
+def parameter_kind(function: Any, name: str, tree: Tree) -> str | None:
+    """How a call passes the parameter `name` of a `def`: POSITIONAL, KEYWORD (after a bare
+    `*` or `*args`), VARIADIC (`*args`, `**kwargs` themselves); None: no such parameter."""
+    parameters = function.child_by_field_name("parameters")
+    keyword_only = False
+    for child in parameters.named_children if parameters is not None else ():
+        splat = child.type in ("list_splat_pattern", "dictionary_splat_pattern") or any(
+            c.type in ("list_splat_pattern", "dictionary_splat_pattern")
+            for c in child.named_children
+        )
+        if parameter_name(child, tree) == name:
+            return VARIADIC if splat else KEYWORD if keyword_only else POSITIONAL
+        if splat or child.type == "keyword_separator":
+            keyword_only = True
     return None
 
 
@@ -547,6 +580,11 @@ def _self_attributes(scope: Any, name: str, tree: Tree) -> list[tuple[int, int]]
 
 
 def enclosing_def(tree: Tree, start: int, end: int) -> Any | None:
+    """The `def` whose parameter list the span start..end (a hunk's, in `tree`'s text) touches.
+    A hunk holds whole lines: its indentation is left out, or a method's header line would be
+    covered by the class body rather than by its `def`."""
+    text = tree.text[start:end]
+    start += len(text) - len(text.lstrip())
     node = tree.at(start, max(start, end - 1))
     for ancestor in ancestors(node):
         if ancestor.type == "function_definition":
@@ -588,16 +626,34 @@ def signature_candidates(edit: LatestEdit) -> list[Candidate]:
     for call, arguments in _calls(after, name, method):
         if edit.start <= after.span(call)[0] < edit.new_end:
             continue
-        change = None
+        change, fill_at = None, None
         if len(removed) == 1 and not added:
-            change = drop_argument(after, arguments, old_params, removed[0], method)
+            kind = parameter_kind(old_def, removed[0], before)
+            if kind != VARIADIC:
+                change = drop_argument(
+                    after, arguments, old_params, removed[0], method, kind == KEYWORD
+                )
         elif len(added) == 1 and not removed:
             change = add_argument(after, call, arguments, new_def, new_params, added[0], method)
+            if change is None:
+                hole = argument_hole(after, arguments, new_def, new_params, added[0], method)
+                if hole is not None:
+                    at, text, fill_at = hole
+                    change = at, at, text
         if change is not None:
             start, end, text = change
             what = f"{name}: -{removed[0]}" if removed else f"{name}: +{added[0]}"
+            if fill_at is not None:
+                what += " (the model writes it)"
             candidates.append(
-                Candidate("signature", TextEdit(start, end, text), CONFIDENCE["signature"], what)
+                Candidate(
+                    "signature",
+                    TextEdit(start, end, text),
+                    CONFIDENCE["signature"],
+                    what,
+                    fill_at=fill_at,
+                    scored=not added,
+                )
             )
     return candidates
 
@@ -629,8 +685,15 @@ def _arguments(arguments: Any) -> list[Any]:
 
 
 def drop_argument(
-    tree: Tree, arguments: Any, old_params: list[str], removed: str, method: bool
+    tree: Tree,
+    arguments: Any,
+    old_params: list[str],
+    removed: str,
+    method: bool,
+    keyword_only: bool = False,
 ) -> tuple[int, int, str] | None:
+    """The argument a call passed for the parameter `removed`, taken out with its comma: by
+    keyword, else (not for a keyword-only parameter) by position."""
     args = _arguments(arguments)
     target = None
     for arg in args:
@@ -638,6 +701,8 @@ def drop_argument(
             named = arg.child_by_field_name("name")
             if named is not None and tree.node_text(named) == removed:
                 target = arg
+    if target is None and keyword_only:
+        return None
     if target is None:
         index = old_params.index(removed) - (1 if method else 0)
         positional = []
@@ -669,25 +734,102 @@ def add_argument(
     method: bool,
 ) -> tuple[int, int, str] | None:
     """A same-named variable passed for a parameter added without a default, where the call's
-    function has one (otherwise the text is not known: no candidate)."""
+    function has one (otherwise the text is not known here: `argument_hole`)."""
+    scope = next((a for a in ancestors(call) if a.type in FUNCTION_TYPES), None)
+    if scope is None or not binds(scope, added, tree):
+        return None
+    place = _argument_place(tree, arguments, new_def, new_params, added, method)
+    if place is None:
+        return None
+    at, before, after = place
+    return at, at, before + added + after
+
+
+def argument_hole(
+    tree: Tree,
+    arguments: Any,
+    new_def: Any,
+    new_params: list[str],
+    added: str,
+    method: bool,
+) -> tuple[int, str, int] | None:
+    """Where a call takes the argument of a parameter added without a default, when no
+    same-named variable can be passed (`add_argument`): (offset, the text around it, where
+    in that text the argument goes), for a model to write it."""
+    place = _argument_place(tree, arguments, new_def, new_params, added, method)
+    if place is None:
+        return None
+    at, before, after = place
+    return at, before + after, len(before)
+
+
+def _argument_place(
+    tree: Tree, arguments: Any, new_def: Any, new_params: list[str], added: str, method: bool
+) -> tuple[int, str, str] | None:
+    """(offset, text before, text after) of the argument for `added` at a call: a keyword-only
+    parameter's `added=` after the call's arguments, a positional one's at its place. None
+    where the parameter has a default (the call need not change), is `*args` or `**kwargs`,
+    the call passes `**` (a keyword may be in it), or, for a positional one, passes keyword
+    arguments (where the new one goes cannot be told) or too few positional ones."""
     parameters = new_def.child_by_field_name("parameters")
     for child in parameters.named_children if parameters is not None else ():
         if parameter_name(child, tree) == added and parameter_has_default(child):
             return None
-    if any(c.type == "keyword_argument" for c in _arguments(arguments)):
-        return None
-    scope = next((a for a in ancestors(call) if a.type in FUNCTION_TYPES), None)
-    if scope is None or not binds(scope, added, tree):
-        return None
+    kind = parameter_kind(new_def, added, tree)
     args = _arguments(arguments)
+    if kind == VARIADIC or any(c.type == "dictionary_splat" for c in args):
+        return None
+    if kind == KEYWORD:
+        if args:
+            return tree.span(args[-1])[1], f", {added}=", ""
+        return tree.span(arguments)[0] + 1, f"{added}=", ""
+    if any(c.type == "keyword_argument" for c in args):
+        return None
     index = new_params.index(added) - (1 if method else 0)
-    if index != len(args) and index >= len(args):
+    if index < 0 or index > len(args):
         return None
     if index < len(args):
-        at = tree.span(args[index])[0]
-        return at, at, f"{added}, "
-    at = tree.span(args[-1])[1] if args else tree.span(arguments)[0] + 1
-    return at, at, f", {added}" if args else added
+        return tree.span(args[index])[0], "", ", "
+    if args:
+        return tree.span(args[-1])[1], ", ", ""
+    return tree.span(arguments)[0] + 1, "", ""
+
+
+ARGUMENT_MAX_CHARS = 80
+"""The longest argument a model may write for a call (`argument_written`)."""
+_OPENING, _CLOSING = "([{", ")]}"
+
+
+def argument_written(text: str) -> tuple[str, bool]:
+    """The argument at the start of `text` (what a model wrote after `f(a, `): up to the first
+    `,`, newline or unmatched closing bracket outside brackets and strings, and whether it
+    ended there (False: it may go on). An argument longer than ARGUMENT_MAX_CHARS counts as
+    ended, to be refused by the caller."""
+    depth, quote, escaped = 0, "", False
+    for i, char in enumerate(text):
+        if i >= ARGUMENT_MAX_CHARS:
+            return text[:i], True
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = ""
+            elif char == "\n":
+                return text[:i], True
+            continue
+        if char in "'\"":
+            quote = char
+        elif char in _OPENING:
+            depth += 1
+        elif char in _CLOSING:
+            if depth == 0:
+                return text[:i], True
+            depth -= 1
+        elif char == "\n" or (char == "," and depth == 0):
+            return text[:i], True
+    return text, False
 
 
 # --- repeat ----------------------------------------------------------------------------------

@@ -3,13 +3,21 @@
 In order, cheapest first; the first that applies removes the candidate and is counted:
 
 - `floor`: its confidence is below `edit_rules.FLOOR` (abstaining is the default).
+- `fill`: part of its text is for a model to write (`Candidate.fill_at`: an added parameter's
+  argument) and none wrote it: no model (`vet`'s `filler` None), a request that had one fill
+  already (FILL_CHECKS), a model's text that is not one argument (`edit_rules.
+  argument_written`), or one the model itself found less likely than FILL_LOGPROB. A filled
+  candidate goes on to the vetoes below but `likelihood`: the model's own certainty of what
+  it wrote has judged it (`Candidate.scored`: an inserted argument's tokens cost the changed
+  line nats however right they are).
 - `undo`: it touches the lines of the latest edit, or turns the document back into what it was
   before it.
 - `parse`: the document with it applied has more tree-sitter errors than without it.
 - `likelihood`: a model (the draft by default) finds the changed lines much less likely than
   they were (`likely_enough`). The caller asks the model (`vet`'s `judge`: the pipeline has
   the backend, this module only says what to score: `likelihood_window`); at most
-  LIKELIHOOD_CHECKS candidates are scored per request, none of the UNSCORED_RULES. The draft
+  LIKELIHOOD_CHECKS candidates are scored per request, none of the UNSCORED_RULES nor an
+  added parameter's argument (`Candidate.scored`). The draft
   first takes a quick look (a few lines around the candidate and the latest edit's lines): it
   keeps a candidate it finds clearly likely (`clearly_likely`) and vetoes one that loses as
   much as the full window vetoes (`likely_enough`); the full window judges the rest.
@@ -27,7 +35,7 @@ from quickdraft.context import syntax
 from quickdraft.context.edit_history import lines_with_breaks
 from quickdraft.context.edit_rules import FLOOR, Candidate, LatestEdit, line_span
 
-VETOES = ("floor", "undo", "parse", "likelihood")
+VETOES = ("floor", "fill", "undo", "parse", "likelihood")
 
 # The likelihood veto's settings, all in one place. Chosen on the rule candidates of the two
 # tuning sets of the README's table (tuned: openai-agents-python, smolagents, pytest, fastapi,
@@ -82,6 +90,22 @@ helpful, 1 harmful) than stopping at the first veto, the same criterion (helpful
 harmful, 35), for up to two more scorings of a second or more each."""
 
 
+FILL_CHECKS = 1
+"""Candidates a model writes an argument for per request (each is a generation of up to
+FILL_TOKENS tokens): the nearest call; the next is asked once that one is applied."""
+FILL_TOKENS = 16
+"""The most tokens a model writes for one argument (a short fill-in-the-middle)."""
+FILL_LOGPROB = -LIKELIHOOD_DROP["target"]
+"""The least summed log-probability (nats) the target may give the argument it wrote for it
+to be shown. Not tuned: the next-edit histories hold almost no such case (of 338 edit cases of
+five tuning histories, 1 added a parameter without a default whose calls the commit changed).
+So the bound of the target's likelihood veto: an argument the target finds at least about
+37 % likely."""
+
+Filler = Callable[[Candidate], Candidate | None]
+"""Has a model write the part of a candidate's text it holds open (`Candidate.fill_at`): the
+candidate whole, or None (not written: no argument, cancelled)."""
+
 Judge = Callable[[Candidate], bool | None]
 """Asks the model about one candidate: True keep, False veto, None: not scored (a backend that
 cannot score keeps it; a cancelled request ends the search)."""
@@ -99,6 +123,8 @@ class Decision:
     """Parses the `parse` veto made (tests count work, not time)."""
     judged: int = 0
     """Candidates the judge (the likelihood veto's model) was asked about."""
+    filled: int = 0
+    """Candidates the filler (a model writing an argument) was asked about."""
     unscored: int = 0
     """Of those, the ones it could not score (kept: a backend without log-probabilities)."""
 
@@ -123,6 +149,7 @@ class Decision:
             vetoed=vetoed,
             parses=self.parses + later.parses,
             judged=self.judged + later.judged,
+            filled=self.filled + later.filled,
             unscored=self.unscored + later.unscored,
         )
 
@@ -169,18 +196,32 @@ def vet(
     *,
     floor: float = FLOOR,
     judge: Judge | None = None,
+    filler: Filler | None = None,
     cancelled: Callable[[], bool] = lambda: False,
 ) -> Decision:
     """The first of `candidates` (best first) that no veto removes, and what was removed.
     (`floor` 0: the best candidate whatever its confidence, as the bench's floor sweep asks.)
+    `filler`: a model writing what a candidate holds open (`Candidate.fill_at`), asked about
+    at most FILL_CHECKS candidates past the floor (None: such candidates are not shown).
     `judge`: the likelihood veto, asked last and about at most LIKELIHOOD_CHECKS candidates
-    (None: not applied); `cancelled` ends the search with no edit when the judge could not
-    score because the request was cancelled."""
+    (None: not applied); `cancelled` ends the search with no edit when the judge or the
+    filler stopped because the request was cancelled."""
     decision = Decision(candidates=len(candidates))
     for candidate in candidates:
+        if candidate.fill_at is not None and candidate.confidence >= floor:
+            filled = None
+            if filler is not None and decision.filled < FILL_CHECKS:
+                decision.filled += 1
+                filled = filler(candidate)
+                if filled is None and cancelled():
+                    return decision
+            if filled is None or filled.fill_at is not None:
+                decision.vetoed["fill"] = decision.vetoed.get("fill", 0) + 1
+                continue
+            candidate = filled
         reason, parsed = veto(edit, candidate, floor=floor)
         decision.parses += parsed
-        if reason is None and judge is not None:
+        if reason is None and judge is not None and candidate.scored:
             if decision.judged >= LIKELIHOOD_CHECKS:
                 return decision
             if candidate.rule not in UNSCORED_RULES:
@@ -267,6 +308,31 @@ def likelihood_window(
         old=text[start:end],
         new=text[start : target.start] + target.text + text[target.end : end],
     )
+
+
+def fill_window(edit: LatestEdit, candidate: Candidate) -> tuple[str, str]:
+    """The prefix and suffix of the fill-in-the-middle prompt in which a model writes what
+    `candidate` holds open (`Candidate.fill_at`): its lines as the likelihood veto's full
+    window shows them (`likelihood_window`), the candidate's text in place and open at the
+    hole; where that window misses the latest edit (the `def` whose parameter the argument is
+    for), the edit's first NEAR_EDIT_LINES lines put across the gap, as the quick look does."""
+    assert candidate.fill_at is not None
+    text, target = edit.after, candidate.edit
+    start, end = line_span(text, target.start, target.end)
+    window = likelihood_window(edit, candidate)
+    first, last = text.count("\n", 0, start), text.count("\n", 0, end)
+    edit_first = text.count("\n", 0, edit.start)
+    edit_last = text.count("\n", 0, max(edit.new_end - 1, edit.start))
+    lines = lines_with_breaks(text)
+    edit_lines = "".join(lines[edit_first : min(edit_last + 1, edit_first + NEAR_EDIT_LINES)])
+    prefix, suffix = window.prefix, window.suffix
+    if edit_first < first and edit_lines not in prefix:
+        prefix = edit_lines + prefix
+    elif edit_first > last and edit_lines not in suffix:
+        suffix += edit_lines
+    written = text[start : target.start] + target.text[: candidate.fill_at]
+    rest = target.text[candidate.fill_at :] + text[target.end : end]
+    return prefix + written, rest + suffix
 
 
 def window_head(text: str, line: int) -> str:

@@ -725,6 +725,7 @@ class NextEditService:
             candidates=result.candidates,
             vetoed=dict(result.vetoed),
             judged=result.judged,
+            filled=result.filled,
             abstained=result.abstained,
             decidedAhead=result.ahead,
             headTokens=result.head_tokens,
@@ -741,6 +742,7 @@ class NextEditService:
                 else "no rule"
             )
             judged = f", {payload['judged']} scored by the model" if payload["judged"] else ""
+            judged += f", {payload['filled']} argument asked of it" if payload["filled"] else ""
             judged += ", decided ahead" if result.ahead else ""
             why += f" [{shown}; {payload['candidates']} candidates{judged}, vetoed: {vetoes}]"
         self.server.log(

@@ -175,6 +175,20 @@ class RemoteBackend:
         engine serves (vLLM's `prompt_logprobs` is its own), so the veto is not asked."""
         return None
 
+    def fill(
+        self,
+        prompt_ids: Sequence[int],
+        *,
+        max_new_tokens: int,
+        ended: Callable[[str], bool],
+        slot: str,
+        language_id: str | None,
+        cancel: threading.Event | None,
+    ) -> Generated | None:
+        """None: a next edit's rules answer alone here, as for `likelihoods` (one more request
+        on a shared engine's capacity for each rule's candidate)."""
+        return None
+
     def prefill(
         self, prompt_ids: Sequence[int], *, slot: str, model: str, cancel: threading.Event | None
     ) -> int:
