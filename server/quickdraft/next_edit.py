@@ -474,8 +474,9 @@ def argument_filler(
     the target, greedy, at most FILL_TOKENS tokens of a fill-in-the-middle prompt of the lines
     around the call (`fill_window`, the likelihood veto's window with the call's line open at
     the argument), in the document's next-edit cache slot, stopped once the argument ends
-    (`argument_written`). None where `edits.fill_arguments` is off. A text that is no argument
-    (empty, unbalanced, too long, not ended within the budget) fills nothing."""
+    (`argument_written`). None where `edits.fill_arguments` is off. A window longer than
+    WINDOW_TOKENS, or a text that is no argument (empty, unbalanced, too long, not ended within
+    the budget), fills nothing."""
     if not sources.config.edits.fill_arguments:
         return None
     prompts = sources.prompts
@@ -491,6 +492,8 @@ def argument_filler(
                 Prompt(text="".join(p.text for p in parts), prefix="", suffix="", parts=parts),
                 heal=False,
             )
+            if len(prompt.ids) + FILL_TOKENS > WINDOW_TOKENS:
+                return None  # very long lines: not worth a prefill that long
             written = sources.backend.fill(
                 prompt.ids,
                 max_new_tokens=FILL_TOKENS,

@@ -219,6 +219,16 @@ def test_a_same_named_variable_is_passed_without_asking_the_model(completer, mon
     assert result.judged == 0 and result.filled == 0
 
 
+def test_a_window_of_very_long_lines_is_not_read(completer, monkeypatch):
+    engine = completer.backend.engine
+    monkeypatch.setattr(engine, "generate", None)  # never asked
+    long = AFTER.replace(
+        "    return first + second\n", f"    return first + second  # {'x' * 40000}\n"
+    )
+    result = suggest(edit_sources(completer), request(long))
+    assert result.edits == [] and result.vetoed == {"fill": 2} and result.filled == 1
+
+
 def test_the_setting_off_asks_no_model(completer, monkeypatch):
     engine = completer.backend.engine
     monkeypatch.setattr(engine, "generate", None)
