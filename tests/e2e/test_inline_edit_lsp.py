@@ -38,7 +38,8 @@ SLOW_STARTED = "QUICKDRAFT_TEST_SLOW_STARTED"
 class RenamingBackend:
     """Generates next edits by rule: the region, with the word the last hunk replaced renamed
     everywhere. Regions holding `UNCLOSED` are left unfinished (max tokens); `SLOW` ones wait
-    for their cancel event (30 s at most), and `ENDINGS` ones say how the slow ones ended."""
+    for their cancel event (30 s at most), and `ENDINGS` ones say how the slow ones ended. An
+    added parameter's argument it writes as `1`."""
 
     def __init__(self, config):
         from quickdraft.context import get_fim_template
@@ -67,6 +68,7 @@ class RenamingBackend:
         self.prompts = PromptTokenizer(tokenizer, get_fim_template("qwen2.5-coder"))
         self.config = config
         self.endings: list[str] = []
+        self.fills: list[tuple[int, int, str]] = []
 
     def configure(self, config):
         self.config = config
@@ -127,7 +129,17 @@ class RenamingBackend:
         return 0
 
     def fill(self, prompt_ids, *, max_new_tokens, ended, slot, language_id, cancel):
-        return None  # writes no argument: a call left for one gets no edit
+        """An added parameter's argument: `1`, then the call's closing parenthesis (where the
+        server stops reading), each token sure."""
+        from quickdraft.decoding import GenerationStats
+        from quickdraft.decoding.confidence import TokenChoice
+        from quickdraft.generation import Generated
+
+        self.fills.append((len(prompt_ids), max_new_tokens, slot))
+        text = "1)\n"
+        tokens = list(self.models.tokenizer.encode(text, add_special_tokens=False))
+        choices = [TokenChoice(0.0, 0, -9.0) for _ in tokens]
+        return Generated(text, tokens, "stop", GenerationStats(), choices)
 
     def likelihoods(self, prompt_ids, continuations, *, slot, model, cancel, deadline):
         """Every token as likely as the next: the likelihood veto keeps every candidate. A
@@ -462,6 +474,35 @@ async def test_a_renamed_parameter_is_proposed_at_each_use_in_turn_by_the_rename
         assert "model_rewrite" in stats[-1]["abstained"] and stats[0]["tokens"] == 0
         # The model was asked about each rename before it was shown (the likelihood veto).
         assert [s["judged"] for s in stats] == [1, 1, 0]
+
+
+async def test_a_parameter_added_with_no_variable_of_its_name_gets_the_model_s_argument(
+    session,
+):
+    """`def area(width, height)` gains `depth`: the call at the bottom has no `depth` to pass,
+    so the model writes the argument (the fake writes `1`); applied, nothing is left."""
+    async with session(command("--rules")) as client:
+        open_doc(client, URI, SHAPES, version=1)
+        at = SHAPES.index("):")
+        edit(client, URI, 2, (0, at), (0, at), ", depth")
+        answer = await inline_edit(client, URI, 2, 0, at)
+        [item] = answer["edits"]
+        line = "print(area(2, 3))"
+        call = {"line": 5, "character": line.index("))")}
+        assert item["text"] == ", 1" and item["range"] == {"start": call, "end": call}
+        current = apply(SHAPES.replace("height):", "height, depth):"), [item])
+        assert current.endswith("print(area(2, 3, 1))\n")
+        edit(client, URI, 3, (5, call["character"]), (5, call["character"]), ", 1")
+        assert await inline_edit(client, URI, 3, 5, 0) == {"edits": []}
+        await wait_for(
+            lambda: sum(plain(s).get("feature") == "inlineEdit" for s in client.stats) >= 2
+        )
+        stats = [plain(s) for s in client.stats if plain(s).get("feature") == "inlineEdit"]
+        # Written by the model, not scored by the likelihood veto (the call needs an argument).
+        assert [(s["rule"], s["filled"], s["judged"]) for s in stats] == [
+            ("signature", 1, 0),
+            (None, 0, 0),
+        ]
 
 
 async def test_a_change_has_its_next_edit_decided_before_it_is_asked_for(session):
