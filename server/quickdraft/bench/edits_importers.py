@@ -19,20 +19,18 @@ import difflib
 import random
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from quickdraft.bench import edits_cases
 from quickdraft.bench.edits import commit_files, git_dir, is_source, texts_at
-from quickdraft.bench.edits_rules_cli import history_name
+from quickdraft.bench.edits_rules_cli import history_name, write_results
 from quickdraft.bench.provenance import provenance
 from quickdraft.context import OpenDocument
 from quickdraft.context.edit_history import EditHistory
 from quickdraft.context.edit_importers import imports_source
 from quickdraft.context.edit_vetoes import applied
 from quickdraft.errors import ConfigError
-from quickdraft.models.store import write_json_atomic
 
 PREFIX = "quickdraft bench --edits --edits-importers"
 DEFAULT_CASES = 60
@@ -183,15 +181,6 @@ def run_importers_bench(args: argparse.Namespace, repos: str) -> int:
         "runs": runs,
         "summary": summary,
     }
-    out = Path(
-        args.out or Path("bench-out") / datetime.now().strftime("edits-importers-%Y%m%d-%H%M%S")
-    )
-    out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / "results.json", results)
     table = "\n".join(edits_cases.rule_table(summary["overall"], summary["rules"]))
-    (out / "report.md").write_text(
-        f"# Next edits in importing files\n\n{table}\n", encoding="utf-8"
-    )
-    print(table)
-    print(f"\nresults: {out / 'results.json'}  report: {out / 'report.md'}")
+    write_results(args, "edits-importers", results, "Next edits in importing files", table)
     return 0

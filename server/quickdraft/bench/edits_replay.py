@@ -49,6 +49,7 @@ from quickdraft.bench.editor import EditorDocument
 from quickdraft.bench.edits import DEFAULT_SINCE, EditPair, git_dir, head_commit
 from quickdraft.bench.edits_importers import run_importers_bench
 from quickdraft.bench.edits_rules_cli import history_name, mine_histories, run_rules_bench
+from quickdraft.bench.edits_signatures import run_signatures_bench
 from quickdraft.bench.lsp_client import METHOD_NOT_FOUND, Answer
 from quickdraft.bench.provenance import peak_memory, provenance
 from quickdraft.bench.typing_cli import base_settings, model_flags, parse_names
@@ -445,6 +446,14 @@ def add_edits_arguments(parser: argparse.ArgumentParser) -> None:
         "a next edit asked in the importing file, scored against the commit's",
     )
     group.add_argument(
+        "--edits-signatures",
+        action="store_true",
+        help="an added parameter's argument (loads the model): every commit of the "
+        "--edits-repo histories in which a function gained a parameter without a default and "
+        "its calls in the file an argument; the header typed, the next edit asked as the "
+        "server asks it, compared with the commit's argument at that call",
+    )
+    group.add_argument(
         "--edits-veto",
         action="store_true",
         help="with --edits-rules: load the model (the bench's model flags and --config) and "
@@ -492,8 +501,13 @@ def run_edits(args: argparse.Namespace) -> int:
     repo = args.edits_repo or args.repo
     if repo is None:
         raise ConfigError("--edits-repo: required with --edits (or give --repo)")
-    if args.edits_rules and args.edits_importers:
-        raise ConfigError("--edits-importers: not with --edits-rules (each is its own benchmark)")
+    if sum(map(bool, (args.edits_rules, args.edits_importers, args.edits_signatures))) > 1:
+        raise ConfigError(
+            "--edits-rules, --edits-importers, --edits-signatures: one at a time (each is its "
+            "own benchmark)"
+        )
+    if args.edits_signatures:
+        return run_signatures_bench(args, str(repo))
     if args.edits_rules:
         return run_rules_bench(args, str(repo))
     if args.edits_importers:

@@ -99,14 +99,22 @@ def run_rules_bench(args: argparse.Namespace, repos: str) -> int:
         "summary": summary,
         "per_history": per_history,
     }
-    out = Path(args.out or Path("bench-out") / datetime.now().strftime("edits-rules-%Y%m%d-%H%M%S"))
+    write_results(args, "edits-rules", results, "Next-edit rules", edits_cases.render(summary))
+    return 0
+
+
+def write_results(
+    args: argparse.Namespace, stem: str, results: dict[str, Any], title: str, table: str
+) -> Path:
+    """A next-edit bench's results.json and report.md (`title`, then `table`) in --out (else
+    bench-out/`stem`-<time>); the table printed, and where both went."""
+    out = Path(args.out or Path("bench-out") / datetime.now().strftime(f"{stem}-%Y%m%d-%H%M%S"))
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "results.json", results)
-    table = edits_cases.render(summary)
-    (out / "report.md").write_text(f"# Next-edit rules\n\n{table}\n", encoding="utf-8")
+    (out / "report.md").write_text(f"# {title}\n\n{table}\n", encoding="utf-8")
     print(table)
     print(f"\nresults: {out / 'results.json'}  report: {out / 'report.md'}")
-    return 0
+    return out
 
 
 def history_name(path: Path) -> str:
@@ -115,14 +123,15 @@ def history_name(path: Path) -> str:
     return path.parent.name if path.name in ("repo", ".git") and path.parent.name else path.name
 
 
-def model_sources(args: argparse.Namespace) -> EditSources:
+def model_sources(args: argparse.Namespace, *, veto: bool = True) -> EditSources:
     """The next-edit pipeline's sources over the models the bench's flags name, loaded as
-    `quickdraft serve` loads them; the veto scores with the model the settings name."""
+    `quickdraft serve` loads them; the veto scores with the model the settings name (`veto`:
+    the bench is of the veto, which the settings must not turn off)."""
     # These import torch: the rules' bench without a model never pays for it.
     from quickdraft.backends import edit_sources, load_completer
 
     config = load_config(config_dict_from_args(args), config_file_from_args(args))
-    if config.edits.likelihood_veto == "off":
+    if veto and config.edits.likelihood_veto == "off":
         raise ConfigError("--edits-veto: the settings turn the veto off (edits.likelihood_veto)")
-    print(f"{PREFIX}: loading the model for the likelihood veto…", file=sys.stderr)
+    print(f"{PREFIX}: loading the model…", file=sys.stderr)
     return edit_sources(load_completer(config, progress=ProgressLines(PREFIX)))
