@@ -31,13 +31,19 @@ BEFORE = (
     "    return x\n"
     "\n"
     "\n"
+    "def inline(a): return a\n"
+    "\n"
+    "\n"
     "unrelated(1)\n"
+    "inline(1)\n"
 )
 AFTER = (
     BEFORE.replace("def save(self, key):", "def save(self, key, timeout):")
     .replace("self.save('a')", "self.save('a', timeout)")
     .replace("self.save('b')", "self.save('b', 2 * timeout)")
     .replace("def unrelated(x, y=1):", "def unrelated(x, y=1, z=2):")
+    .replace("def inline(a):", "def inline(a, b):")
+    .replace("inline(1)", "inline(1, 2)")
 )
 
 
@@ -75,7 +81,8 @@ def test_a_function_that_gained_a_parameter_and_its_calls_an_argument_is_a_case(
     assert case.old_header == "    def save(self, key):\n"
     assert case.new_header == "    def save(self, key, timeout):\n"
     assert case.before == BEFORE
-    # A parameter with a default (`z=2`) needs no argument: not a case.
+    # A parameter with a default (`z=2`) needs no argument, and a body on the header's line
+    # leaves no line to type alone: neither is a case.
     assert mine_signature_cases(history, "2026-01-01") == []  # nothing that late
 
 

@@ -136,6 +136,8 @@ def cases_in(repository: str, commit: str, path: str, before: str, after: str):
             continue
         start, old_header = _header(before, olds[0])
         _, new_header = _header(after, defs[0])
+        if not old_header or not new_header:
+            continue  # a body on the header's line (`def f(a): ...`): no line to type alone
         yield SignatureCase(
             repository,
             commit,
