@@ -252,7 +252,8 @@ def _signature_change(edit: LatestEdit) -> SignatureChange | None:
     added = [p for p in new_params if p not in old_params]
     if len(removed) + len(added) != 1:
         return None
-    if removed and parameter_kind(old_def, removed[0], edit.before_tree) == VARIADIC:
+    kind = parameter_kind(old_def, removed[0], edit.before_tree) if removed else None
+    if kind == VARIADIC:
         return None  # which arguments `*args` took cannot be told
     return SignatureChange(
         name,
@@ -261,7 +262,7 @@ def _signature_change(edit: LatestEdit) -> SignatureChange | None:
         new_params,
         removed[0] if removed else None,
         added[0] if added else None,
-        bool(removed) and parameter_kind(old_def, removed[0], edit.before_tree) == KEYWORD,
+        kind == KEYWORD,
     )
 
 

@@ -289,10 +289,7 @@ def likelihood_window(
     if near:
         prefix = "".join(above_lines[-NEAR_LINES:])
         suffix = "".join(below_lines[:NEAR_LINES])
-        # The edit's own lines: a hunk that ends with a line break ends on that line.
-        edit_last = text.count("\n", 0, max(edit.new_end - 1, edit.start))
-        lines = lines_with_breaks(text)
-        edit_lines = "".join(lines[edit_first : min(edit_last + 1, edit_first + NEAR_EDIT_LINES)])
+        edit_last, edit_lines = _edit_lines(edit)
         if edit_last < first - NEAR_LINES:
             prefix = edit_lines + prefix
         elif edit_first > last + NEAR_LINES - 1:
@@ -322,17 +319,24 @@ def fill_window(edit: LatestEdit, candidate: Candidate) -> tuple[str, str]:
     window = likelihood_window(edit, candidate)
     first, last = text.count("\n", 0, start), text.count("\n", 0, end)
     edit_first = text.count("\n", 0, edit.start)
-    edit_last = text.count("\n", 0, max(edit.new_end - 1, edit.start))
-    lines = lines_with_breaks(text)
-    edit_lines = "".join(lines[edit_first : min(edit_last + 1, edit_first + NEAR_EDIT_LINES)])
+    _, edit_lines = _edit_lines(edit)
     prefix, suffix = window.prefix, window.suffix
     if edit_first < first and edit_lines not in prefix:
         prefix = edit_lines + prefix
     elif edit_first > last and edit_lines not in suffix:
         suffix += edit_lines
-    written = text[start : target.start] + target.text[: candidate.fill_at]
-    rest = target.text[candidate.fill_at :] + text[target.end : end]
-    return prefix + written, rest + suffix
+    hole = target.start - start + candidate.fill_at  # in the candidate's lines, `window.new`
+    return prefix + window.new[:hole], window.new[hole:] + suffix
+
+
+def _edit_lines(edit: LatestEdit) -> tuple[int, str]:
+    """The latest edit's last line (a hunk that ends with a line break ends on that line) and
+    its first NEAR_EDIT_LINES lines, as a window puts them across its gap."""
+    text = edit.after
+    edit_first = text.count("\n", 0, edit.start)
+    edit_last = text.count("\n", 0, max(edit.new_end - 1, edit.start))
+    lines = lines_with_breaks(text)
+    return edit_last, "".join(lines[edit_first : min(edit_last + 1, edit_first + NEAR_EDIT_LINES)])
 
 
 def window_head(text: str, line: int) -> str:
